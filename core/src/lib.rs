@@ -1,0 +1,35 @@
+//! lutra-core: low-bit GEMV by table lookup instead of multiply-add (T-MAC).
+//!
+//! A b-bit weight matrix is split into one-bit planes; every 4 activations become a
+//! 16-entry table of signed sums; 4 bits of a weight plane index that table with a
+//! byte shuffle (PSHUFB, NEON TBL, wasm `i8x16.swizzle`). See `lut` for the numeric
+//! contract and `quant` for the packed layout.
+//!
+//! The scalar path is the specification: every SIMD path produces the same integer
+//! accumulators bit for bit (`lut::gemv_integer`), and the same float outputs up to
+//! the order of float additions.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+mod aligned;
+mod error;
+pub mod f16;
+pub mod isa;
+pub mod lut;
+pub mod quant;
+
+pub use aligned::Block64;
+#[cfg(feature = "alloc")]
+pub use aligned::AlignedBytes;
+pub use error::Error;
+pub use isa::Isa;
+#[cfg(feature = "alloc")]
+pub use lut::OwnedTables;
+pub use lut::{gemv, gemv_integer, gemv_tiles, Tables, TablesMut};
+pub use quant::{Layout, Offset, PackedMatrix};
+
+/// Rows per tile: the unit of work of every kernel and of thread splitting.
+pub const TILE_ROWS: usize = 32;

@@ -1,0 +1,349 @@
+//! Activation tables and the lookup GEMV.
+//!
+//! ## Numeric contract
+//!
+//! For a group of `G` activations `a` and codes `q = Σ_i 2^i·b_i` (bits `b_i`), with
+//! planes mapped to signs `t_i = 2·b_i − 1`:
+//!
+//! ```text
+//! Σ_k a_k·q_k = ½·Σ_i 2^i·(Σ_k a_k·t_ik) + ½·(2^bits − 1)·Σ_k a_k
+//! ```
+//!
+//! Each 4 activations form a table `T[idx] = Σ_t (bit t of idx ? +a_t : −a_t)`; only
+//! the 8 entries with the top bit set are computed, the other 8 are their negatives
+//! (mirror consolidation, `T[15 − idx] = −T[idx]`). Tables are quantized to int8 with
+//! one f32 scale per weight group (`scale_g = max_chunk Σ|a_t| / 127`, the exact
+//! absmax of the group's entries), so every entry is in −127..=127.
+//!
+//! The *integer accumulator* of (row, group) is `I = Σ_i 2^i·Σ_chunks Tq[idx]`. Every
+//! ISA computes it exactly: lookups are summed in i16, which cannot overflow (a pair
+//! of planes adds at most 3·127 per chunk, and a group has at most 64 chunks:
+//! 64·381 = 24 384 < 32 767), then widened to i32. The float output is
+//!
+//! ```text
+//! y_row = Σ_g  s·(I·scale_g/2 + (half_range − z)·A_g)        (Offset::Zero(z))
+//! y_row = Σ_g  s·(I·scale_g/2 + half_range·A_g) + m·A_g       (Offset::Min)
+//! ```
+//!
+//! with `A_g` the f32 sum of the group's activations. The float epilogue is shared
+//! code, so outputs differ between ISAs only by the compiler's vectorization of it.
+
+pub(crate) mod scalar;
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
+#[cfg(target_arch = "wasm32")]
+pub(crate) mod wasm32;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64;
+
+use core::ops::Range;
+
+use crate::f16::f16_bits_to_f32;
+use crate::quant::convert::round_to_i32;
+use crate::{Block64, Error, Isa, Layout, Offset, PackedMatrix, TILE_ROWS};
+
+/// Borrowed activation tables for one activation vector.
+#[derive(Clone, Copy, Debug)]
+pub struct Tables<'a> {
+    /// Four 16-entry int8 tables per block (chunks 4j..4j+4), `cols / 16` blocks.
+    pub quads: &'a [Block64],
+    /// Per group: the f32 step of the int8 entries.
+    pub scale: &'a [f32],
+    /// Per group: Σ of the activations.
+    pub sum: &'a [f32],
+    pub cols: usize,
+    pub group: usize,
+}
+
+/// Caller-provided storage for tables (no allocation).
+pub struct TablesMut<'a> {
+    pub quads: &'a mut [Block64],
+    pub scale: &'a mut [f32],
+    pub sum: &'a mut [f32],
+    pub group: usize,
+}
+
+impl<'a> TablesMut<'a> {
+    /// Build the tables of `x` (length `16 · quads.len()`) for weight groups of `group`.
+    pub fn build(self, x: &[f32]) -> Result<Tables<'a>, Error> {
+        let cols = x.len();
+        if !crate::quant::GROUP_SIZES.contains(&self.group) {
+            return Err(Error::UnsupportedGroup(self.group));
+        }
+        if cols == 0 || cols % self.group != 0 {
+            return Err(Error::ColsNotMultipleOfGroup { cols, group: self.group });
+        }
+        let groups = cols / self.group;
+        if self.quads.len() != cols / 16 {
+            return Err(Error::BufferSize { what: "table blocks", expected: cols / 16, got: self.quads.len() });
+        }
+        if self.scale.len() != groups || self.sum.len() != groups {
+            return Err(Error::BufferSize { what: "table scales", expected: groups, got: self.scale.len().min(self.sum.len()) });
+        }
+        if x.iter().any(|v| !v.is_finite()) {
+            return Err(Error::NonFiniteInput);
+        }
+        let quads_per_group = self.group / 16;
+        for g in 0..groups {
+            let xs = &x[g * self.group..(g + 1) * self.group];
+            let (scale, sum) = build_group(xs, &mut self.quads[g * quads_per_group..(g + 1) * quads_per_group]);
+            self.scale[g] = scale;
+            self.sum[g] = sum;
+        }
+        Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group })
+    }
+}
+
+/// Tables of one group; returns (scale, Σx).
+#[inline]
+fn build_group(xs: &[f32], quads: &mut [Block64]) -> (f32, f32) {
+    let mut absmax = 0.0f32;
+    let mut sum = 0.0f32;
+    for c in xs.chunks_exact(4) {
+        absmax = absmax.max(c[0].abs() + c[1].abs() + c[2].abs() + c[3].abs());
+        sum += (c[0] + c[1]) + (c[2] + c[3]);
+    }
+    let inv = if absmax > 0.0 { 127.0 / absmax } else { 0.0 };
+    for (q, xq) in quads.iter_mut().zip(xs.chunks_exact(16)) {
+        for (lane, a) in xq.chunks_exact(4).enumerate() {
+            let t = &mut q.0[16 * lane..16 * lane + 16];
+            for i in 0..8 {
+                let s0 = if i & 1 != 0 { a[0] } else { -a[0] };
+                let s1 = if i & 2 != 0 { a[1] } else { -a[1] };
+                let s2 = if i & 4 != 0 { a[2] } else { -a[2] };
+                let v = round_to_i32((a[3] + s0 + (s1 + s2)) * inv).clamp(-127, 127) as i8;
+                t[8 + i] = v as u8;
+                t[7 - i] = v.wrapping_neg() as u8;
+            }
+        }
+    }
+    (absmax / 127.0, sum)
+}
+
+/// Owned tables (reused across tokens: `build` overwrites).
+#[cfg(feature = "alloc")]
+#[derive(Clone, Debug, Default)]
+pub struct OwnedTables {
+    quads: alloc::vec::Vec<Block64>,
+    scale: alloc::vec::Vec<f32>,
+    sum: alloc::vec::Vec<f32>,
+    cols: usize,
+    group: usize,
+}
+
+#[cfg(feature = "alloc")]
+impl OwnedTables {
+    pub fn new(cols: usize, group: usize) -> Result<Self, Error> {
+        if !crate::quant::GROUP_SIZES.contains(&group) {
+            return Err(Error::UnsupportedGroup(group));
+        }
+        if cols == 0 || cols % group != 0 {
+            return Err(Error::ColsNotMultipleOfGroup { cols, group });
+        }
+        Ok(OwnedTables {
+            quads: alloc::vec![Block64::default(); cols / 16],
+            scale: alloc::vec![0.0; cols / group],
+            sum: alloc::vec![0.0; cols / group],
+            cols,
+            group,
+        })
+    }
+    pub fn build(&mut self, x: &[f32]) -> Result<Tables<'_>, Error> {
+        if x.len() != self.cols {
+            return Err(Error::BufferSize { what: "activations", expected: self.cols, got: x.len() });
+        }
+        TablesMut { quads: &mut self.quads, scale: &mut self.scale, sum: &mut self.sum, group: self.group }.build(x)
+    }
+    pub fn view(&self) -> Tables<'_> {
+        Tables { quads: &self.quads, scale: &self.scale, sum: &self.sum, cols: self.cols, group: self.group }
+    }
+}
+
+/// Everything a kernel needs, validated once.
+pub(crate) struct Job<'a> {
+    pub weights: &'a [u8],
+    pub bytes: &'a [u8],
+    pub layout: Layout,
+    pub tables: Tables<'a>,
+}
+
+impl<'a> Job<'a> {
+    fn new<B: AsRef<[u8]>>(m: &'a PackedMatrix<B>, t: Tables<'a>) -> Result<Self, Error> {
+        let l = *m.layout();
+        if t.cols != l.cols || t.group != l.group {
+            return Err(Error::TablesMismatch { tables_cols: t.cols, tables_group: t.group, cols: l.cols, group: l.group });
+        }
+        Ok(Job { weights: m.weights(), bytes: m.as_bytes(), layout: l, tables: t })
+    }
+    #[inline(always)]
+    pub fn groups(&self) -> usize {
+        self.layout.groups()
+    }
+    /// Codes of tile-group (tile, g).
+    #[inline(always)]
+    pub fn tile_group(&self, tile: usize, g: usize) -> &'a [u8] {
+        let n = self.layout.tile_group_bytes();
+        &self.weights[(tile * self.layout.groups() + g) * n..][..n]
+    }
+    /// Table blocks of group g.
+    #[inline(always)]
+    pub fn quads(&self, g: usize) -> &'a [Block64] {
+        let n = self.layout.group / 16;
+        &self.tables.quads[g * n..][..n]
+    }
+    #[inline(always)]
+    fn f16_block(&self, at: usize) -> &'a [u8; 64] {
+        self.bytes[at..at + 64].try_into().expect("64-byte scale block")
+    }
+}
+
+/// What happens to each tile-group's 32 integer accumulators.
+pub(crate) trait Epilogue {
+    fn group(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS]);
+    fn tile_end(&mut self, job: &Job<'_>, tile: usize);
+}
+
+/// The float GEMV: accumulate groups, then store the tile's rows.
+pub(crate) struct FloatOut<'y> {
+    y: &'y mut [f32],
+    first_tile: usize,
+    acc: [f32; TILE_ROWS],
+}
+
+impl Epilogue for FloatOut<'_> {
+    #[inline(always)]
+    fn group(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS]) {
+        let l = &job.layout;
+        let si = l.scales_offset() + 2 * l.scale_index(tile, g);
+        let scales = job.f16_block(si);
+        let alpha = job.tables.scale[g] * 0.5;
+        let sum = job.tables.sum[g];
+        match l.offset {
+            Offset::Zero(z) => {
+                let beta = (l.half_range() - z as f32) * sum;
+                for r in 0..TILE_ROWS {
+                    let s = f16_bits_to_f32(u16::from_le_bytes([scales[2 * r], scales[2 * r + 1]]));
+                    self.acc[r] += s * (acc[r] as f32 * alpha + beta);
+                }
+            }
+            Offset::Min => {
+                let mins = job.f16_block(l.mins_offset() + 2 * l.scale_index(tile, g));
+                let beta = l.half_range() * sum;
+                for r in 0..TILE_ROWS {
+                    let s = f16_bits_to_f32(u16::from_le_bytes([scales[2 * r], scales[2 * r + 1]]));
+                    let m = f16_bits_to_f32(u16::from_le_bytes([mins[2 * r], mins[2 * r + 1]]));
+                    self.acc[r] += s * (acc[r] as f32 * alpha + beta) + m * sum;
+                }
+            }
+        }
+    }
+    #[inline(always)]
+    fn tile_end(&mut self, job: &Job<'_>, tile: usize) {
+        let start = (tile - self.first_tile) * TILE_ROWS;
+        let rows = (job.layout.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        self.y[start..start + rows].copy_from_slice(&self.acc[..rows]);
+        self.acc = [0.0; TILE_ROWS];
+    }
+}
+
+/// The integer accumulators themselves, `[tile][group][32]` (the bit-exact contract).
+pub(crate) struct IntOut<'o> {
+    out: &'o mut [i32],
+}
+
+impl Epilogue for IntOut<'_> {
+    #[inline(always)]
+    fn group(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS]) {
+        let at = job.layout.scale_index(tile, g);
+        self.out[at..at + TILE_ROWS].copy_from_slice(acc);
+    }
+    #[inline(always)]
+    fn tile_end(&mut self, _: &Job<'_>, _: usize) {}
+}
+
+/// The driver loop, instantiated inside each ISA's `#[target_feature]` function so
+/// that the epilogue is compiled (and vectorized) for that ISA.
+macro_rules! define_run {
+    ($($feature:literal)?) => {
+        $(#[target_feature(enable = $feature)])?
+        pub(crate) unsafe fn run<E: $crate::lut::Epilogue>(
+            job: &$crate::lut::Job<'_>,
+            tiles: core::ops::Range<usize>,
+            epi: &mut E,
+        ) {
+            for tile in tiles {
+                for g in 0..job.groups() {
+                    let mut acc = [0i32; $crate::TILE_ROWS];
+                    // SAFETY: the caller checked that this ISA is available; `tile_group`
+                    // reads only within the slices it is given.
+                    unsafe { tile_group(job.tile_group(tile, g), job.quads(g), job.layout.bits, &mut acc) };
+                    epi.group(job, tile, g, &acc);
+                }
+                epi.tile_end(job, tile);
+            }
+        }
+    };
+}
+pub(crate) use define_run;
+
+fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut E) -> Result<(), Error> {
+    if !isa.is_available() {
+        return Err(Error::IsaUnavailable(isa));
+    }
+    match isa {
+        // SAFETY (all arms): `is_available` confirmed the CPU supports the ISA.
+        Isa::Scalar => unsafe { scalar::run(job, tiles, epi) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Ssse3 => unsafe { x86_64::ssse3::run(job, tiles, epi) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86_64::avx2::run(job, tiles, epi) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86_64::avx512::run(job, tiles, epi) },
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::Neon => unsafe { aarch64::neon::run(job, tiles, epi) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => unsafe { wasm32::simd128::run(job, tiles, epi) },
+        #[allow(unreachable_patterns)]
+        _ => return Err(Error::IsaUnavailable(isa)),
+    }
+    Ok(())
+}
+
+/// `y = W·x` with the fastest kernel. `y.len() == rows`.
+pub fn gemv<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
+    gemv_tiles(Isa::best(), m, tables, 0..m.layout().tiles(), y)
+}
+
+/// Rows of tiles `tiles` only (for splitting across threads): `y` holds exactly those
+/// rows, `min(tiles.end·32, rows) − tiles.start·32` values.
+pub fn gemv_tiles<B: AsRef<[u8]>>(
+    isa: Isa,
+    m: &PackedMatrix<B>,
+    tables: Tables<'_>,
+    tiles: Range<usize>,
+    y: &mut [f32],
+) -> Result<(), Error> {
+    let job = Job::new(m, tables)?;
+    let l = &job.layout;
+    if tiles.start > tiles.end || tiles.end > l.tiles() {
+        return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols });
+    }
+    let rows = (tiles.end * TILE_ROWS).min(l.rows).saturating_sub(tiles.start * TILE_ROWS);
+    if y.len() != rows {
+        return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
+    }
+    let mut epi = FloatOut { y, first_tile: tiles.start, acc: [0.0; TILE_ROWS] };
+    dispatch(isa, &job, tiles, &mut epi)
+}
+
+/// The integer accumulators `[tile][group][32]` (rows padded to whole tiles): the
+/// quantity every ISA must reproduce exactly.
+pub fn gemv_integer<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, out: &mut [i32]) -> Result<(), Error> {
+    let job = Job::new(m, tables)?;
+    if out.len() != job.layout.scale_count() {
+        return Err(Error::BufferSize { what: "integer accumulators", expected: job.layout.scale_count(), got: out.len() });
+    }
+    let tiles = 0..job.layout.tiles();
+    dispatch(isa, &job, tiles, &mut IntOut { out })
+}

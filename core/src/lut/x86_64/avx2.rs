@@ -1,0 +1,99 @@
+//! AVX2: two chunks per `vpshufb` (one table per 128-bit lane), `vpmaddubsw` for plane pairs.
+
+use core::arch::x86_64::*;
+
+use crate::{Block64, TILE_ROWS};
+
+/// Sum the two 128-bit lanes (same rows, different chunks), widen to i32, scale by
+/// 2^shift and add to `acc[row..row + 8]`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn fold8(acc: &mut [i32; TILE_ROWS], row: usize, v: __m256i, shift: i32) {
+    let x = _mm_add_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let x = _mm256_sll_epi32(_mm256_cvtepi16_epi32(x), _mm_cvtsi32_si128(shift));
+    let dst = acc[row..row + 8].as_mut_ptr().cast::<__m256i>();
+    // SAFETY: `dst` points at 8 i32 inside `acc`.
+    unsafe { _mm256_storeu_si256(dst, _mm256_add_epi32(_mm256_loadu_si256(dst), x)) };
+}
+
+/// Widen 16 i16 rows to i32, scale and add to `acc[row..row + 16]`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn fold16(acc: &mut [i32; TILE_ROWS], row: usize, v: __m256i, shift: i32) {
+    let s = _mm_cvtsi32_si128(shift);
+    let lo = _mm256_sll_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)), s);
+    let hi = _mm256_sll_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)), s);
+    let dst = acc[row..row + 16].as_mut_ptr().cast::<__m256i>();
+    // SAFETY: `dst` points at 16 i32 inside `acc`.
+    unsafe {
+        _mm256_storeu_si256(dst, _mm256_add_epi32(_mm256_loadu_si256(dst), lo));
+        _mm256_storeu_si256(dst.add(1), _mm256_add_epi32(_mm256_loadu_si256(dst.add(1)), hi));
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2; `w` is one tile-group of a layout with `quads.len()` quads.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut [i32; TILE_ROWS]) {
+    let bits = bits as usize;
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
+    let nibble = _mm256_set1_epi8(0x0f);
+    let plane_weights = _mm256_set1_epi16(0x0201);
+    let mut p = w.as_ptr();
+    for pair in 0..bits / 2 {
+        let mut a = [_mm256_setzero_si256(); 4];
+        for quad in quads {
+            for half in 0..2 {
+                for lanes in 0..2 {
+                    // SAFETY: `quad` is 64 bytes (aligned); `p` walks exactly `w`.
+                    unsafe {
+                        let table = _mm256_load_si256(quad.0.as_ptr().add(32 * lanes).cast());
+                        let v = _mm256_loadu_si256(p.cast());
+                        p = p.add(32);
+                        let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nibble));
+                        let hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+                        a[2 * half] = _mm256_add_epi16(a[2 * half], _mm256_maddubs_epi16(plane_weights, lo));
+                        a[2 * half + 1] = _mm256_add_epi16(a[2 * half + 1], _mm256_maddubs_epi16(plane_weights, hi));
+                    }
+                }
+            }
+        }
+        for (k, v) in a.into_iter().enumerate() {
+            // SAFETY: AVX2 is enabled in this function.
+            unsafe { fold8(acc, 8 * k, v, 2 * pair as i32) };
+        }
+    }
+    if bits % 2 == 1 {
+        let (mut lo_rows, mut hi_rows) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for quad in quads {
+            for lanes in 0..2 {
+                // SAFETY: as above.
+                unsafe {
+                    let table = _mm256_load_si256(quad.0.as_ptr().add(32 * lanes).cast());
+                    let v = _mm256_loadu_si256(p.cast());
+                    p = p.add(32);
+                    let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nibble));
+                    let hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+                    let lo16 = _mm256_add_epi16(
+                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)),
+                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1)),
+                    );
+                    let hi16 = _mm256_add_epi16(
+                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)),
+                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1)),
+                    );
+                    lo_rows = _mm256_add_epi16(lo_rows, lo16);
+                    hi_rows = _mm256_add_epi16(hi_rows, hi16);
+                }
+            }
+        }
+        // SAFETY: AVX2 is enabled in this function.
+        unsafe {
+            fold16(acc, 0, lo_rows, bits as i32 - 1);
+            fold16(acc, 16, hi_rows, bits as i32 - 1);
+        }
+    }
+}
+
+crate::lut::define_run!("avx2,fma,f16c");

@@ -1,0 +1,87 @@
+//! AVX-512BW: four chunks per `vpshufb` (the 64 bytes of a table block load as one
+//! register, no broadcast), `vpmaddubsw` for plane pairs.
+
+use core::arch::x86_64::*;
+
+use crate::{Block64, TILE_ROWS};
+
+/// Sum the four 128-bit lanes (same 8 rows, four chunks), widen, scale, add.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn fold8(acc: &mut [i32; TILE_ROWS], row: usize, v: __m512i, shift: i32) {
+    let y = _mm256_add_epi16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    let x = _mm_add_epi16(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+    let x = _mm256_sll_epi32(_mm256_cvtepi16_epi32(x), _mm_cvtsi32_si128(shift));
+    let dst = acc[row..row + 8].as_mut_ptr().cast::<__m256i>();
+    // SAFETY: `dst` points at 8 i32 inside `acc`.
+    unsafe { _mm256_storeu_si256(dst, _mm256_add_epi32(_mm256_loadu_si256(dst), x)) };
+}
+
+/// Sum the two 256-bit halves (16 rows each), widen, scale, add to `acc[row..row + 16]`.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn fold16(acc: &mut [i32; TILE_ROWS], row: usize, v: __m512i, shift: i32) {
+    let y = _mm256_add_epi16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    let x = _mm512_sll_epi32(_mm512_cvtepi16_epi32(y), _mm_cvtsi32_si128(shift));
+    let dst = acc[row..row + 16].as_mut_ptr().cast::<__m512i>();
+    // SAFETY: `dst` points at 16 i32 inside `acc`.
+    unsafe { _mm512_storeu_si512(dst, _mm512_add_epi32(_mm512_loadu_si512(dst), x)) };
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F and BW; `w` is one tile-group of a layout with
+/// `quads.len()` quads.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut [i32; TILE_ROWS]) {
+    let bits = bits as usize;
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
+    let nibble = _mm512_set1_epi8(0x0f);
+    let plane_weights = _mm512_set1_epi16(0x0201);
+    let mut p = w.as_ptr();
+    for pair in 0..bits / 2 {
+        let mut a = [_mm512_setzero_si512(); 4];
+        for quad in quads {
+            // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w`.
+            unsafe {
+                let table = _mm512_load_si512(quad.0.as_ptr().cast());
+                for half in 0..2 {
+                    let v = _mm512_loadu_si512(p.cast());
+                    p = p.add(64);
+                    let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nibble));
+                    let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+                    a[2 * half] = _mm512_add_epi16(a[2 * half], _mm512_maddubs_epi16(plane_weights, lo));
+                    a[2 * half + 1] = _mm512_add_epi16(a[2 * half + 1], _mm512_maddubs_epi16(plane_weights, hi));
+                }
+            }
+        }
+        for (k, v) in a.into_iter().enumerate() {
+            // SAFETY: AVX-512 F/BW are enabled in this function.
+            unsafe { fold8(acc, 8 * k, v, 2 * pair as i32) };
+        }
+    }
+    if bits % 2 == 1 {
+        let (mut lo_rows, mut hi_rows) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        for quad in quads {
+            // SAFETY: as above.
+            unsafe {
+                let table = _mm512_load_si512(quad.0.as_ptr().cast());
+                let v = _mm512_loadu_si512(p.cast());
+                p = p.add(64);
+                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nibble));
+                let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+                lo_rows = _mm512_add_epi16(lo_rows, _mm512_cvtepi8_epi16(_mm512_castsi512_si256(lo)));
+                lo_rows = _mm512_add_epi16(lo_rows, _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(lo, 1)));
+                hi_rows = _mm512_add_epi16(hi_rows, _mm512_cvtepi8_epi16(_mm512_castsi512_si256(hi)));
+                hi_rows = _mm512_add_epi16(hi_rows, _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(hi, 1)));
+            }
+        }
+        // SAFETY: AVX-512 F/BW are enabled in this function.
+        unsafe {
+            fold16(acc, 0, lo_rows, bits as i32 - 1);
+            fold16(acc, 16, hi_rows, bits as i32 - 1);
+        }
+    }
+}
+
+crate::lut::define_run!("avx512f,avx512bw,avx2,fma,f16c");

@@ -1,0 +1,222 @@
+//! Constructors: quantize f32 weights, ternarize, and import llama.cpp blocks losslessly.
+
+use super::{pack, GroupCodes, Layout, Offset, PackedMatrix};
+use crate::f16::{f16_bits_finite, f16_bits_to_f32, f32_to_f16_bits};
+use crate::Error;
+
+/// llama.cpp `block_q4_0`: f16 d, 16 bytes of nibbles (element j low, j+16 high).
+pub const Q4_0_BLOCK_BYTES: usize = 18;
+/// llama.cpp `block_q8_0`: f16 d, 32 signed bytes.
+pub const Q8_0_BLOCK_BYTES: usize = 34;
+
+/// Round half away from zero without libm (vectorizes; `as` saturates).
+#[inline(always)]
+pub(crate) fn round_to_i32(x: f32) -> i32 {
+    (x + f32::from_bits(0.5f32.to_bits() | (x.to_bits() & 0x8000_0000))) as i32
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), Error> {
+    if expected != got {
+        return Err(Error::BufferSize { what, expected, got });
+    }
+    Ok(())
+}
+
+/// Round-to-nearest quantization of one group. `Offset::Min`: per-group min/max.
+/// `Offset::Zero(z)`: symmetric around `z`, the largest-magnitude value maps to code 0
+/// (the llama.cpp Q4_0 rule, generalized to `bits`).
+fn quantize_group(w: &[f32], bits: u8, offset: Offset, out: &mut GroupCodes<'_>) -> Result<(), Error> {
+    if w.iter().any(|v| !v.is_finite()) {
+        return Err(Error::NonFiniteInput);
+    }
+    let qmax = ((1u32 << bits) - 1) as i32;
+    match offset {
+        Offset::Min => {
+            let lo = w.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let (s_bits, m_bits) = refine_min_scale(w, lo, (hi - lo) / qmax as f32, qmax, out.codes);
+            out.scale = s_bits;
+            out.min = m_bits;
+        }
+        Offset::Zero(z) => {
+            let extreme = w.iter().copied().fold(0.0f32, |a, v| if v.abs() > a.abs() { v } else { a });
+            let s_bits = f32_to_f16_bits(extreme / -(z.max(1) as f32));
+            let s = f16_bits_to_f32(s_bits);
+            let inv = if s != 0.0 { 1.0 / s } else { 0.0 };
+            for (c, &x) in out.codes.iter_mut().zip(w) {
+                *c = (round_to_i32(x * inv) + z as i32).clamp(0, qmax) as u8;
+            }
+            out.scale = s_bits;
+        }
+    }
+    if !f16_bits_finite(out.scale) || !f16_bits_finite(out.min) {
+        return Err(Error::NonFiniteInput);
+    }
+    Ok(())
+}
+
+/// Codes for `w ≈ s·q + m` (f16 `s`, `m`), then a few least-squares refits of
+/// (s, m) to the assigned codes (Lloyd iterations on a uniform grid): for 1–2 bits
+/// this roughly halves the error of plain min/max. Keeps the best fit seen.
+fn refine_min_scale(w: &[f32], lo: f32, step: f32, qmax: i32, codes: &mut [u8]) -> (u16, u16) {
+    let assign = |s_bits: u16, m_bits: u16, codes: &mut [u8]| -> f32 {
+        let (s, m) = (f16_bits_to_f32(s_bits), f16_bits_to_f32(m_bits));
+        let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+        let mut err = 0.0f32;
+        for (c, &x) in codes.iter_mut().zip(w) {
+            *c = round_to_i32((x - m) * inv).clamp(0, qmax) as u8;
+            let e = x - (s * *c as f32 + m);
+            err += e * e;
+        }
+        err
+    };
+    let mut best = (f32_to_f16_bits(step), f32_to_f16_bits(lo));
+    let mut best_err = assign(best.0, best.1, codes);
+    let mut trial = [0u8; 256];
+    let trial = &mut trial[..codes.len()];
+    trial.copy_from_slice(codes);
+    for _ in 0..6 {
+        // least squares of w on [q, 1]
+        let n = w.len() as f32;
+        let (mut sq, mut sqq, mut sw, mut sqw) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
+        for (&c, &x) in trial.iter().zip(w) {
+            let q = c as f32;
+            sq += q;
+            sqq += q * q;
+            sw += x;
+            sqw += q * x;
+        }
+        let det = n * sqq - sq * sq;
+        if det <= 0.0 {
+            break;
+        }
+        let s = (n * sqw - sq * sw) / det;
+        let m = (sw - s * sq) / n;
+        if !(s > 0.0) || !m.is_finite() {
+            break;
+        }
+        let cand = (f32_to_f16_bits(s), f32_to_f16_bits(m));
+        let err = assign(cand.0, cand.1, trial);
+        if err < best_err {
+            best_err = err;
+            best = cand;
+            codes.copy_from_slice(trial);
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+/// Quantize row-major f32 weights into `out` (`layout.total_bytes()`).
+pub fn quantize_into(w: &[f32], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("f32 weights", layout.rows * layout.cols, w.len())?;
+    pack(layout, out, |row, g, gc| {
+        let start = row * layout.cols + g * layout.group;
+        quantize_group(&w[start..start + layout.group], layout.bits, layout.offset, gc)
+    })
+}
+
+/// Ternary {−1, 0, +1}·s with s = mean |w| per group (BitNet b1.58 absmean), stored as
+/// 2-bit codes q = t + 1 with zero point 1.
+pub fn ternary_layout(rows: usize, cols: usize, group: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 2, group, Offset::Zero(1))
+}
+
+pub fn ternarize_into(w: &[f32], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("f32 weights", layout.rows * layout.cols, w.len())?;
+    if layout.bits != 2 || layout.offset != Offset::Zero(1) {
+        return Err(Error::BadZeroPoint { zero: 1, bits: layout.bits });
+    }
+    pack(layout, out, |row, g, gc| {
+        let start = row * layout.cols + g * layout.group;
+        let grp = &w[start..start + layout.group];
+        if grp.iter().any(|v| !v.is_finite()) {
+            return Err(Error::NonFiniteInput);
+        }
+        let mean_abs = grp.iter().map(|v| v.abs()).sum::<f32>() / grp.len() as f32;
+        gc.scale = f32_to_f16_bits(mean_abs);
+        let s = f16_bits_to_f32(gc.scale);
+        let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+        for (c, &x) in gc.codes.iter_mut().zip(grp) {
+            *c = (round_to_i32(x * inv).clamp(-1, 1) + 1) as u8;
+        }
+        Ok(())
+    })
+}
+
+/// Layout of an imported Q4_0 matrix: 4 bits, group 32, zero point 8.
+pub fn q4_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 4, 32, Offset::Zero(8))
+}
+
+/// Layout of an imported Q8_0 matrix: 8 bits (q + 128), group 32, zero point 128.
+pub fn q8_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 8, 32, Offset::Zero(128))
+}
+
+fn block_scale(block: &[u8], row: usize, g: usize) -> Result<u16, Error> {
+    let d = u16::from_le_bytes([block[0], block[1]]);
+    if !f16_bits_finite(d) {
+        return Err(Error::NonFiniteScale { row, group: g });
+    }
+    Ok(d)
+}
+
+/// Import llama.cpp Q4_0 rows (`rows × cols/32` blocks of 18 bytes) without loss.
+pub fn import_q4_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q4_0 bytes", layout.rows * (layout.cols / 32) * Q4_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 32;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q4_0_BLOCK_BYTES..][..Q4_0_BLOCK_BYTES];
+        gc.scale = block_scale(b, row, g)?;
+        for j in 0..16 {
+            gc.codes[j] = b[2 + j] & 15;
+            gc.codes[j + 16] = b[2 + j] >> 4;
+        }
+        Ok(())
+    })
+}
+
+/// Import llama.cpp Q8_0 rows (`rows × cols/32` blocks of 34 bytes) without loss.
+pub fn import_q8_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q8_0 bytes", layout.rows * (layout.cols / 32) * Q8_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 32;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q8_0_BLOCK_BYTES..][..Q8_0_BLOCK_BYTES];
+        gc.scale = block_scale(b, row, g)?;
+        for j in 0..32 {
+            gc.codes[j] = (b[2 + j] as i8 as i16 + 128) as u8;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(feature = "alloc")]
+impl PackedMatrix<crate::AlignedBytes> {
+    fn build(layout: Layout, f: impl FnOnce(&Layout, &mut [u8]) -> Result<(), Error>) -> Result<Self, Error> {
+        let mut data = crate::AlignedBytes::zeroed(layout.total_bytes());
+        f(&layout, data.as_mut())?;
+        Ok(PackedMatrix { layout, data })
+    }
+
+    /// Quantize row-major f32 weights (round to nearest, per-group range).
+    pub fn quantize(w: &[f32], rows: usize, cols: usize, bits: u8, group: usize, offset: Offset) -> Result<Self, Error> {
+        Self::build(Layout::new(rows, cols, bits, group, offset)?, |l, o| quantize_into(w, l, o))
+    }
+
+    /// Ternary weights with an absmean scale per group.
+    pub fn ternarize(w: &[f32], rows: usize, cols: usize, group: usize) -> Result<Self, Error> {
+        Self::build(ternary_layout(rows, cols, group)?, |l, o| ternarize_into(w, l, o))
+    }
+
+    /// Import llama.cpp `Q4_0` blocks.
+    pub fn from_q4_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q4_0_layout(rows, cols)?, |l, o| import_q4_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q8_0` blocks.
+    pub fn from_q8_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q8_0_layout(rows, cols)?, |l, o| import_q8_0_into(blocks, l, o))
+    }
+}

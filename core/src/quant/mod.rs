@@ -1,0 +1,344 @@
+//! Packed low-bit weights: the tile / bit-plane layout every kernel streams.
+//!
+//! A matrix of `rows x cols` codes `q` (unsigned, `bits` wide) is cut into tiles of
+//! 32 rows and, along each row, groups of `group` columns. Each (row, group) has an
+//! f16 scale `s` and either a matrix-wide integer zero point (`w = s·(q − z)`) or an
+//! f16 minimum (`w = s·q + m`).
+//!
+//! The code bits are split into planes. Planes are stored in *slices*: pairs of
+//! planes (0,1), (2,3), … and, when `bits` is odd, a single last plane. Inside a
+//! tile-group the bytes are, in order:
+//!
+//! ```text
+//! for each pair slice j:   for quad (16 columns):  for half h (rows 16h..16h+16):  for chunk l in 0..4:
+//!     16 bytes; byte i: low nibble  = index of (row 16h + i/2,     plane 2j + i%2)
+//!                       high nibble = index of (row 16h + 8 + i/2, plane 2j + i%2)
+//! single slice:            for quad:  for chunk l in 0..4:
+//!     16 bytes; byte i: low nibble = index of (row i), high nibble = index of (row 16 + i)
+//! ```
+//!
+//! An *index* is 4 bits: bit t = plane bit of column 4·chunk + t. Sixteen bytes that
+//! share one chunk are looked up with one 16-entry table (one shuffle per nibble half);
+//! in a pair slice the two planes of a row sit in adjacent bytes, so one
+//! multiply-add-pairs (`pmaddubsw` with weights 1, 2) combines the planes and widens
+//! to i16 at once. Four chunks are adjacent, so AVX-512 reads 64 bytes against 64
+//! bytes of tables (four tables, one per 128-bit lane) with no broadcast.
+
+pub mod convert;
+
+pub use convert::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+
+use crate::f16::{f16_bits_finite, f16_bits_to_f32};
+use crate::{Error, TILE_ROWS};
+
+/// How the per-group offset is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offset {
+    /// `w = s·(q − z)`, one integer zero point for the whole matrix (llama.cpp Q4_0: z = 8).
+    Zero(u8),
+    /// `w = s·q + m`, an f16 minimum per (row, group).
+    Min,
+}
+
+/// Shape and format of a packed matrix; computes where everything lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub rows: usize,
+    pub cols: usize,
+    pub bits: u8,
+    pub group: usize,
+    pub offset: Offset,
+}
+
+pub const GROUP_SIZES: [usize; 4] = [32, 64, 128, 256];
+
+impl Layout {
+    pub fn new(rows: usize, cols: usize, bits: u8, group: usize, offset: Offset) -> Result<Layout, Error> {
+        if !(1..=8).contains(&bits) {
+            return Err(Error::UnsupportedBits(bits));
+        }
+        if !GROUP_SIZES.contains(&group) {
+            return Err(Error::UnsupportedGroup(group));
+        }
+        if rows == 0 || cols == 0 {
+            return Err(Error::BadShape { rows, cols });
+        }
+        if cols % group != 0 {
+            return Err(Error::ColsNotMultipleOfGroup { cols, group });
+        }
+        if let Offset::Zero(z) = offset {
+            if bits < 8 && z as u32 >= 1u32 << bits {
+                return Err(Error::BadZeroPoint { zero: z, bits });
+            }
+        }
+        let layout = Layout { rows, cols, bits, group, offset };
+        // Every size below is derived from these products; refuse shapes that overflow.
+        rows.checked_next_multiple_of(TILE_ROWS)
+            .and_then(|r| r.checked_mul(cols))
+            .and_then(|n| n.checked_mul(8))
+            .ok_or(Error::BadShape { rows, cols })?;
+        Ok(layout)
+    }
+
+    pub fn tiles(&self) -> usize {
+        self.rows.div_ceil(TILE_ROWS)
+    }
+    /// Groups per row.
+    pub fn groups(&self) -> usize {
+        self.cols / self.group
+    }
+    /// Bytes of codes for one tile-group (32 rows × `group` columns × `bits`).
+    pub fn tile_group_bytes(&self) -> usize {
+        TILE_ROWS * self.group * self.bits as usize / 8
+    }
+    pub fn weight_bytes(&self) -> usize {
+        self.tiles() * self.groups() * self.tile_group_bytes()
+    }
+    /// Number of (row, group) scales, rows padded to whole tiles.
+    pub fn scale_count(&self) -> usize {
+        self.tiles() * self.groups() * TILE_ROWS
+    }
+    pub fn scales_offset(&self) -> usize {
+        self.weight_bytes()
+    }
+    pub fn mins_offset(&self) -> usize {
+        self.scales_offset() + 2 * self.scale_count()
+    }
+    /// Total bytes of the packed representation.
+    pub fn total_bytes(&self) -> usize {
+        let mins = if self.offset == Offset::Min { 2 * self.scale_count() } else { 0 };
+        self.mins_offset() + mins
+    }
+    /// Bits per weight including scales (and minima), for the unpadded rows.
+    pub fn bits_per_weight(&self) -> f64 {
+        let per_group = if self.offset == Offset::Min { 32.0 } else { 16.0 };
+        self.bits as f64 + per_group / self.group as f64
+    }
+    /// `(2^bits − 1) / 2`: the code of the midpoint that plane sign-mapping centers on.
+    pub fn half_range(&self) -> f32 {
+        ((1u32 << self.bits) - 1) as f32 * 0.5
+    }
+    /// Byte offset of tile-group (tile, g) within the weights.
+    pub fn tile_group_offset(&self, tile: usize, g: usize) -> usize {
+        (tile * self.groups() + g) * self.tile_group_bytes()
+    }
+    /// Index of the first of the 32 scales of tile-group (tile, g).
+    pub fn scale_index(&self, tile: usize, g: usize) -> usize {
+        (tile * self.groups() + g) * TILE_ROWS
+    }
+}
+
+/// A packed matrix over any byte storage (owned `AlignedBytes`, a `&[u8]` into an
+/// mmap or a static arena).
+#[derive(Clone, Debug)]
+pub struct PackedMatrix<B> {
+    layout: Layout,
+    data: B,
+}
+
+impl<B: AsRef<[u8]>> PackedMatrix<B> {
+    /// Wrap bytes produced by `pack` (or saved from `as_bytes`). Checks length and
+    /// that every scale is finite.
+    pub fn from_bytes(layout: Layout, data: B) -> Result<Self, Error> {
+        let got = data.as_ref().len();
+        if got != layout.total_bytes() {
+            return Err(Error::BufferSize { what: "packed matrix bytes", expected: layout.total_bytes(), got });
+        }
+        let m = PackedMatrix { layout, data };
+        for i in 0..layout.scale_count() {
+            if !f16_bits_finite(m.scale_bits(i)) || (layout.offset == Offset::Min && !f16_bits_finite(m.min_bits(i))) {
+                let tile_group = i / TILE_ROWS;
+                return Err(Error::NonFiniteScale {
+                    row: (tile_group / layout.groups()) * TILE_ROWS + i % TILE_ROWS,
+                    group: tile_group % layout.groups(),
+                });
+            }
+        }
+        Ok(m)
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        self.data.as_ref()
+    }
+    pub fn weights(&self) -> &[u8] {
+        &self.data.as_ref()[..self.layout.weight_bytes()]
+    }
+    /// The 64 bytes of f16 scales for tile-group (tile, g).
+    pub fn scales(&self, tile: usize, g: usize) -> &[u8] {
+        let at = self.layout.scales_offset() + 2 * self.layout.scale_index(tile, g);
+        &self.data.as_ref()[at..at + 2 * TILE_ROWS]
+    }
+    /// The 64 bytes of f16 minima for tile-group (tile, g); `None` for zero-point matrices.
+    pub fn mins(&self, tile: usize, g: usize) -> Option<&[u8]> {
+        (self.layout.offset == Offset::Min).then(|| {
+            let at = self.layout.mins_offset() + 2 * self.layout.scale_index(tile, g);
+            &self.data.as_ref()[at..at + 2 * TILE_ROWS]
+        })
+    }
+    fn scale_bits(&self, i: usize) -> u16 {
+        let at = self.layout.scales_offset() + 2 * i;
+        let d = self.data.as_ref();
+        u16::from_le_bytes([d[at], d[at + 1]])
+    }
+    fn min_bits(&self, i: usize) -> u16 {
+        let at = self.layout.mins_offset() + 2 * i;
+        let d = self.data.as_ref();
+        u16::from_le_bytes([d[at], d[at + 1]])
+    }
+
+    /// The code of (row, col), read back from the planes.
+    pub fn code(&self, row: usize, col: usize) -> u8 {
+        let l = &self.layout;
+        let (tile, r) = (row / TILE_ROWS, row % TILE_ROWS);
+        let (g, k) = (col / l.group, col % l.group);
+        let base = l.tile_group_offset(tile, g);
+        let w = self.weights();
+        let (chunk, t) = (k / 4, k % 4);
+        let (quad, lane) = (chunk / 4, chunk % 4);
+        let mut q = 0u8;
+        for p in 0..l.bits as usize {
+            let pair = p / 2;
+            let (byte, high) = if pair < l.bits as usize / 2 {
+                let (h, rr) = (r / 16, r % 16);
+                let i = 2 * (rr % 8) + p % 2;
+                (base + pair * 8 * l.group + quad * 128 + h * 64 + lane * 16 + i, rr >= 8)
+            } else {
+                (base + (l.bits as usize / 2) * 8 * l.group + quad * 64 + lane * 16 + r % 16, r >= 16)
+            };
+            let nibble = if high { w[byte] >> 4 } else { w[byte] & 15 };
+            q |= ((nibble >> t) & 1) << p;
+        }
+        q
+    }
+
+    /// Scale and offset of (row, group) as f32: `w = scale·q + offset`.
+    pub fn affine(&self, row: usize, g: usize) -> (f32, f32) {
+        let i = self.layout.scale_index(row / TILE_ROWS, g) + row % TILE_ROWS;
+        let s = f16_bits_to_f32(self.scale_bits(i));
+        match self.layout.offset {
+            Offset::Zero(z) => (s, -(s * z as f32)),
+            Offset::Min => (s, f16_bits_to_f32(self.min_bits(i))),
+        }
+    }
+
+    /// Dequantize one row into `out` (`cols` values).
+    ///
+    /// Zero-point matrices compute `s·(q − z)` exactly as llama.cpp's
+    /// `dequantize_row_q4_0` / `_q8_0` do (integer difference, then one f32 product).
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
+        let l = self.layout;
+        if row >= l.rows {
+            return Err(Error::BadShape { rows: row, cols: l.cols });
+        }
+        if out.len() != l.cols {
+            return Err(Error::BufferSize { what: "dequantized row", expected: l.cols, got: out.len() });
+        }
+        for (g, chunk) in out.chunks_exact_mut(l.group).enumerate() {
+            let (s, m) = self.affine(row, g);
+            for (k, o) in chunk.iter_mut().enumerate() {
+                let q = self.code(row, g * l.group + k);
+                *o = match l.offset {
+                    Offset::Zero(z) => (q as i32 - z as i32) as f32 * s,
+                    Offset::Min => s * q as f32 + m,
+                };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a packer needs for one (row, group): its codes, scale and minimum (f16 bits).
+pub struct GroupCodes<'a> {
+    pub codes: &'a mut [u8],
+    pub scale: u16,
+    pub min: u16,
+}
+
+/// Pack a matrix into `out` (`layout.total_bytes()` long), pulling each (row, group)
+/// from `source`. No allocation: the scratch is one tile-group on the stack (8 KiB).
+/// Rows past `layout.rows` (tile padding) get code 0 and scale 0.
+pub fn pack<F>(layout: &Layout, out: &mut [u8], mut source: F) -> Result<(), Error>
+where
+    F: FnMut(usize, usize, &mut GroupCodes<'_>) -> Result<(), Error>,
+{
+    if out.len() != layout.total_bytes() {
+        return Err(Error::BufferSize { what: "packed matrix bytes", expected: layout.total_bytes(), got: out.len() });
+    }
+    let mask = ((1u16 << layout.bits) - 1) as u8;
+    let mut scratch = [0u8; TILE_ROWS * 256];
+    let g_len = layout.group;
+    for tile in 0..layout.tiles() {
+        for g in 0..layout.groups() {
+            let si = layout.scale_index(tile, g);
+            for r in 0..TILE_ROWS {
+                let row = tile * TILE_ROWS + r;
+                let codes = &mut scratch[r * g_len..(r + 1) * g_len];
+                codes.fill(0);
+                let (mut scale, mut min) = (0u16, 0u16);
+                if row < layout.rows {
+                    let mut gc = GroupCodes { codes, scale: 0, min: 0 };
+                    source(row, g, &mut gc)?;
+                    if !f16_bits_finite(gc.scale) || !f16_bits_finite(gc.min) {
+                        return Err(Error::NonFiniteScale { row, group: g });
+                    }
+                    (scale, min) = (gc.scale, gc.min);
+                    for c in gc.codes.iter_mut() {
+                        *c &= mask;
+                    }
+                }
+                let at = layout.scales_offset() + 2 * (si + r);
+                out[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+                if layout.offset == Offset::Min {
+                    let at = layout.mins_offset() + 2 * (si + r);
+                    out[at..at + 2].copy_from_slice(&min.to_le_bytes());
+                }
+            }
+            let at = layout.tile_group_offset(tile, g);
+            pack_tile_group(&scratch[..TILE_ROWS * g_len], g_len, layout.bits, &mut out[at..at + layout.tile_group_bytes()]);
+        }
+    }
+    Ok(())
+}
+
+/// 4-bit index of (row r, plane p, chunk c) from a row-major 32 × group code block.
+#[inline]
+fn index(codes: &[u8], group: usize, r: usize, p: usize, c: usize) -> u8 {
+    let row = &codes[r * group + 4 * c..r * group + 4 * c + 4];
+    (0..4).fold(0u8, |acc, t| acc | (((row[t] >> p) & 1) << t))
+}
+
+fn pack_tile_group(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
+    let bits = bits as usize;
+    let mut o = 0;
+    for j in 0..bits / 2 {
+        for quad in 0..group / 16 {
+            for h in 0..2 {
+                for lane in 0..4 {
+                    let c = 4 * quad + lane;
+                    for i in 0..16 {
+                        let p = 2 * j + i % 2;
+                        let r = 16 * h + i / 2;
+                        out[o] = index(codes, group, r, p, c) | (index(codes, group, r + 8, p, c) << 4);
+                        o += 1;
+                    }
+                }
+            }
+        }
+    }
+    if bits % 2 == 1 {
+        let p = bits - 1;
+        for quad in 0..group / 16 {
+            for lane in 0..4 {
+                let c = 4 * quad + lane;
+                for i in 0..16 {
+                    out[o] = index(codes, group, i, p, c) | (index(codes, group, 16 + i, p, c) << 4);
+                    o += 1;
+                }
+            }
+        }
+    }
+    debug_assert_eq!(o, out.len());
+}

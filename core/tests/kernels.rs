@@ -1,0 +1,280 @@
+//! Every kernel against the scalar reference (integer accumulators bit for bit), and
+//! the GEMV against f32 arithmetic over the dequantized weights.
+
+use lutra_core::quant::convert::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+use lutra_core::{gemv_integer, gemv_tiles, Error, Isa, Offset, OwnedTables, PackedMatrix};
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+/// splitmix64: deterministic, dependency-free randomness.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Roughly normal (sum of 4 uniforms), mean 0, variance 1.
+    fn normal(&mut self) -> f32 {
+        ((0..4).map(|_| self.uniform()).sum::<f32>() - 2.0) * 1.732_050_8
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.normal() * scale).collect()
+    }
+}
+
+fn dequantized<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> Vec<f32> {
+    let l = m.layout();
+    let mut w = vec![0.0; l.rows * l.cols];
+    for (r, row) in w.chunks_exact_mut(l.cols).enumerate() {
+        m.dequantize_row(r, row).unwrap();
+    }
+    w
+}
+
+fn matvec_f64(w: &[f32], x: &[f32], rows: usize) -> Vec<f64> {
+    let cols = x.len();
+    (0..rows).map(|r| (0..cols).map(|k| w[r * cols + k] as f64 * x[k] as f64).sum()).collect()
+}
+
+fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    let err: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
+    let sig: f64 = want.iter().map(|w| w * w).sum();
+    err / sig
+}
+
+fn gemv_with(isa: Isa, m: &PackedMatrix<lutra_core::AlignedBytes>, x: &[f32]) -> Vec<f32> {
+    let l = m.layout();
+    let mut t = OwnedTables::new(l.cols, l.group).unwrap();
+    let tables = t.build(x).unwrap();
+    let mut y = vec![0.0; l.rows];
+    gemv_tiles(isa, m, tables, 0..l.tiles(), &mut y).unwrap();
+    y
+}
+
+fn integers(isa: Isa, m: &PackedMatrix<lutra_core::AlignedBytes>, x: &[f32]) -> Vec<i32> {
+    let l = m.layout();
+    let mut t = OwnedTables::new(l.cols, l.group).unwrap();
+    let tables = t.build(x).unwrap();
+    let mut out = vec![0; l.scale_count()];
+    gemv_integer(isa, m, tables, &mut out).unwrap();
+    out
+}
+
+/// Shapes small enough for qemu and node, with a partial last tile.
+const ROWS: usize = 45;
+
+#[test]
+fn every_isa_equals_scalar_for_every_format() {
+    let mut rng = Rng(1);
+    let isas: Vec<Isa> = Isa::available().collect();
+    assert!(isas.contains(&Isa::Scalar));
+    for bits in 1..=8u8 {
+        for group in [32, 64, 128, 256] {
+            for offset in [Offset::Min, Offset::Zero(((1u16 << bits) / 2) as u8)] {
+                let cols = group * if group == 256 { 1 } else { 2 };
+                let w = rng.vec(ROWS * cols, 0.05);
+                // activations with outliers, as in real models
+                let mut x = rng.vec(cols, 1.0);
+                x[3] *= 20.0;
+                let m = PackedMatrix::quantize(&w, ROWS, cols, bits, group, offset).unwrap();
+                let reference = integers(Isa::Scalar, &m, &x);
+                assert!(reference.iter().any(|&v| v != 0));
+                let y_ref = gemv_with(Isa::Scalar, &m, &x);
+                for &isa in &isas {
+                    let got = integers(isa, &m, &x);
+                    assert_eq!(got, reference, "{} bits={bits} group={group} {offset:?}", isa.name());
+                    // floats: same formula, only vectorization may reorder it
+                    let y = gemv_with(isa, &m, &x);
+                    for (a, b) in y.iter().zip(&y_ref) {
+                        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{} float output {a} vs {b}", isa.name());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn extreme_tables_do_not_overflow_i16() {
+    // all activations equal, all codes maximal: every lookup hits +127, the largest
+    // sum the i16 stage can ever see (64 chunks per group).
+    let isas: Vec<Isa> = Isa::available().collect();
+    for bits in 1..=8u8 {
+        let layout = lutra_core::Layout::new(32, 256, bits, 256, Offset::Min).unwrap();
+        let mut data = lutra_core::AlignedBytes::zeroed(layout.total_bytes());
+        lutra_core::quant::pack(&layout, data.as_mut(), |_, _, gc| {
+            gc.codes.fill(u8::MAX);
+            gc.scale = 0x3c00;
+            Ok(())
+        })
+        .unwrap();
+        let m = PackedMatrix::from_bytes(layout, data).unwrap();
+        let x = vec![1.0f32; 256];
+        let reference = integers(Isa::Scalar, &m, &x);
+        let planes: i32 = (0..bits).map(|i| 1 << i).sum();
+        assert!(reference.iter().all(|&v| v == 64 * 127 * planes), "bits={bits}");
+        for &isa in &isas {
+            assert_eq!(integers(isa, &m, &x), reference, "{} bits={bits}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn gemv_matches_f32_over_dequantized_weights() {
+    // Table (int8) error only. Bound from the int8 table step: NMSE ~ 1e-5..1e-4.
+    let mut rng = Rng(7);
+    let (rows, cols) = (64, 512);
+    for bits in 1..=4u8 {
+        let w = rng.vec(rows * cols, 0.02);
+        let x = rng.vec(cols, 1.0);
+        let m = PackedMatrix::quantize(&w, rows, cols, bits, 128, Offset::Min).unwrap();
+        let want = matvec_f64(&dequantized(&m), &x, rows);
+        let got = gemv_with(Isa::best(), &m, &x);
+        let e = nmse(&got, &want);
+        assert!(e < 1e-4, "bits={bits}: NMSE {e:e}");
+        // and quantization itself is sane: total error vs the original weights
+        let total = nmse(&got, &matvec_f64(&w, &x, rows));
+        let bound = [0.0, 0.45, 0.15, 0.05, 0.015][bits as usize];
+        assert!(total < bound, "bits={bits}: total NMSE {total:e} >= {bound}");
+    }
+}
+
+#[test]
+fn ternary_round_trip_and_gemv() {
+    let mut rng = Rng(3);
+    let (rows, cols) = (40, 256);
+    let w = rng.vec(rows * cols, 0.1);
+    let m = PackedMatrix::ternarize(&w, rows, cols, 64).unwrap();
+    for r in 0..rows {
+        for c in 0..cols {
+            assert!(m.code(r, c) <= 2);
+        }
+    }
+    let deq = dequantized(&m);
+    for (r, row) in deq.chunks_exact(cols).enumerate() {
+        let (s, _) = m.affine(r, 0);
+        assert!(row[..64].iter().all(|&v| v == 0.0 || v == s || v == -s));
+    }
+    let x = rng.vec(cols, 1.0);
+    let e = nmse(&gemv_with(Isa::best(), &m, &x), &matvec_f64(&deq, &x, rows));
+    assert!(e < 1e-4, "ternary NMSE {e:e}");
+}
+
+fn f16(x: f32) -> [u8; 2] {
+    half::f16::from_f32(x).to_bits().to_le_bytes()
+}
+
+/// llama.cpp `dequantize_row_q4_0`, transcribed.
+fn ggml_dequant_q4_0(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q4_0_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let mut out = [0.0f32; 32];
+        for j in 0..16 {
+            out[j] = ((b[2 + j] & 0x0f) as i32 - 8) as f32 * d;
+            out[j + 16] = ((b[2 + j] >> 4) as i32 - 8) as f32 * d;
+        }
+        y.extend_from_slice(&out);
+    }
+    y
+}
+
+/// llama.cpp `dequantize_row_q8_0`, transcribed.
+fn ggml_dequant_q8_0(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q8_0_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        y.extend(b[2..].iter().map(|&q| q as i8 as f32 * d));
+    }
+    y
+}
+
+#[test]
+fn q4_0_and_q8_0_import_losslessly_and_gemv_within_1e4() {
+    let mut rng = Rng(11);
+    let (rows, cols) = (96, 1024);
+    let mut q4 = Vec::new();
+    let mut q8 = Vec::new();
+    for _ in 0..rows * cols / 32 {
+        q4.extend_from_slice(&f16(0.001 + rng.uniform() * 0.01));
+        q4.extend((0..16).map(|_| rng.next() as u8));
+        q8.extend_from_slice(&f16(0.0001 + rng.uniform() * 0.001));
+        q8.extend((0..32).map(|_| rng.next() as u8));
+    }
+    let x = rng.vec(cols, 1.0);
+    for (name, blocks, reference) in [("Q4_0", &q4, ggml_dequant_q4_0(&q4)), ("Q8_0", &q8, ggml_dequant_q8_0(&q8))] {
+        let m = if name == "Q4_0" {
+            PackedMatrix::from_q4_0(blocks, rows, cols).unwrap()
+        } else {
+            PackedMatrix::from_q8_0(blocks, rows, cols).unwrap()
+        };
+        let deq = dequantized(&m);
+        assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} dequantization differs");
+        let want = matvec_f64(&reference, &x, rows);
+        for isa in Isa::available() {
+            let e = nmse(&gemv_with(isa, &m, &x), &want);
+            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_and_buffers_are_typed_errors() {
+    assert_eq!(PackedMatrix::quantize(&[0.0; 100], 1, 100, 4, 32, Offset::Min).unwrap_err(), Error::ColsNotMultipleOfGroup { cols: 100, group: 32 });
+    assert_eq!(PackedMatrix::quantize(&[0.0; 64], 1, 64, 9, 32, Offset::Min).unwrap_err(), Error::UnsupportedBits(9));
+    assert_eq!(PackedMatrix::quantize(&[0.0; 64], 1, 64, 4, 48, Offset::Min).unwrap_err(), Error::UnsupportedGroup(48));
+    assert_eq!(PackedMatrix::quantize(&[], 0, 64, 4, 32, Offset::Min).unwrap_err(), Error::BadShape { rows: 0, cols: 64 });
+    assert_eq!(PackedMatrix::quantize(&[0.0; 64], 1, 64, 2, 32, Offset::Zero(4)).unwrap_err(), Error::BadZeroPoint { zero: 4, bits: 2 });
+    assert!(matches!(PackedMatrix::quantize(&[0.0; 63], 1, 64, 4, 32, Offset::Min), Err(Error::BufferSize { .. })));
+    assert_eq!(PackedMatrix::quantize(&[f32::NAN; 64], 1, 64, 4, 32, Offset::Min).unwrap_err(), Error::NonFiniteInput);
+    assert!(matches!(lutra_core::Layout::new(usize::MAX / 4, 1 << 20, 4, 32, Offset::Min), Err(Error::BadShape { .. })));
+    // a Q4_0 block whose scale is infinite
+    let mut blocks = vec![0u8; Q4_0_BLOCK_BYTES];
+    blocks[..2].copy_from_slice(&0x7c00u16.to_le_bytes());
+    assert!(matches!(PackedMatrix::from_q4_0(&blocks, 1, 32), Err(Error::NonFiniteScale { row: 0, group: 0 })));
+    assert!(matches!(PackedMatrix::from_q8_0(&blocks, 1, 32), Err(Error::BufferSize { .. })));
+    // tables for another group size or length
+    let m = PackedMatrix::quantize(&[0.5; 64], 1, 64, 4, 32, Offset::Min).unwrap();
+    let mut t = OwnedTables::new(64, 64).unwrap();
+    let tables = t.build(&[1.0; 64]).unwrap();
+    assert!(matches!(lutra_core::gemv(&m, tables, &mut [0.0]), Err(Error::TablesMismatch { .. })));
+    let mut t = OwnedTables::new(64, 32).unwrap();
+    assert!(matches!(t.build(&[1.0; 32]), Err(Error::BufferSize { .. })));
+    let tables = t.build(&[1.0; 64]).unwrap();
+    assert!(matches!(lutra_core::gemv(&m, tables, &mut [0.0; 2]), Err(Error::BufferSize { .. })));
+    // an ISA this machine cannot run
+    if let Some(missing) = Isa::ALL.into_iter().find(|i| !i.is_available()) {
+        let mut out = vec![0; m.layout().scale_count()];
+        assert_eq!(gemv_integer(missing, &m, tables, &mut out).unwrap_err(), Error::IsaUnavailable(missing));
+    }
+}
+
+#[test]
+fn codes_round_trip_through_the_planes() {
+    let mut rng = Rng(5);
+    for bits in 1..=8u8 {
+        let (rows, cols) = (33, 64);
+        let w = rng.vec(rows * cols, 1.0);
+        let m = PackedMatrix::quantize(&w, rows, cols, bits, 32, Offset::Min).unwrap();
+        let deq = dequantized(&m);
+        for r in 0..rows {
+            for g in 0..2 {
+                let (s, off) = m.affine(r, g);
+                for k in 0..32 {
+                    let i = r * cols + g * 32 + k;
+                    // the stored code is the nearest point of the group's grid
+                    let best = (0..1u32 << bits).map(|q| (s * q as f32 + off - w[i]).abs()).fold(f32::INFINITY, f32::min);
+                    assert!((deq[i] - w[i]).abs() <= best + 1e-5 * (1.0 + w[i].abs()), "bits={bits} r={r} k={k}");
+                    assert_eq!(deq[i], s * m.code(r, g * 32 + k) as f32 + off);
+                }
+            }
+        }
+    }
+}

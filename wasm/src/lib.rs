@@ -1,0 +1,1 @@
+//! wasm-bindgen API over lutra-core (filled by a later issue).
