@@ -41,10 +41,9 @@ impl fmt::Display for Error {
             Error::NonFiniteScale { row, group } => write!(f, "non-finite scale at row {row}, group {group}"),
             Error::NonFiniteInput => write!(f, "input contains NaN or infinity"),
             Error::IsaUnavailable(isa) => write!(f, "instruction set {} is not available on this CPU", isa.name()),
-            Error::TablesMismatch { tables_cols, tables_group, cols, group } => write!(
-                f,
-                "tables built for {tables_cols} columns / group {tables_group}, matrix has {cols} / {group}"
-            ),
+            Error::TablesMismatch { tables_cols, tables_group, cols, group } => {
+                write!(f, "tables built for {tables_cols} columns / group {tables_group}, matrix has {cols} / {group}")
+            }
         }
     }
 }

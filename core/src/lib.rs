@@ -21,9 +21,9 @@ pub mod isa;
 pub mod lut;
 pub mod quant;
 
-pub use aligned::Block64;
 #[cfg(feature = "alloc")]
 pub use aligned::AlignedBytes;
+pub use aligned::Block64;
 pub use error::Error;
 pub use isa::Isa;
 #[cfg(feature = "alloc")]

@@ -1,1 +1,166 @@
-fn main() {}
+//! `lutra`: command-line interface.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use lutra::bench::{self, Bits, GemvOptions, Regime};
+use lutra::core::Isa;
+
+#[derive(Parser)]
+#[command(name = "lutra", version, about = "Low-bit LLM kernels by table lookup instead of multiply-add")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmarks (tables on stdout; --json for one JSON object per line)
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Low-bit GEMV: lutra LUT kernel vs a dequantize-then-dot baseline (and llama.cpp with --features llamacpp)
+    Gemv(GemvArgs),
+    /// DRAM read bandwidth (sum over a large buffer), the physical limit of a streaming GEMV
+    Membw(MembwArgs),
+}
+
+fn list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    s.split(',').filter(|p| !p.is_empty()).map(|p| f(p.trim())).collect()
+}
+
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let (m, k) = s.split_once('x').ok_or_else(|| format!("shape must be MxK, got {s:?}"))?;
+    let m = m.parse().map_err(|_| format!("bad row count in {s:?}"))?;
+    let k = k.parse().map_err(|_| format!("bad column count in {s:?}"))?;
+    if m == 0 || k == 0 {
+        return Err(format!("empty shape {s:?}"));
+    }
+    Ok((m, k))
+}
+
+#[derive(Args)]
+struct GemvArgs {
+    /// Bit widths: 1..8 or t (ternary)
+    #[arg(long, default_value = "1,2,3,4,t")]
+    bits: String,
+    /// Thread counts
+    #[arg(long, default_value = "1,2")]
+    threads: String,
+    /// Shapes MxK (M output rows, K columns)
+    #[arg(long, default_value = "4096x4096,11008x4096,4096x11008,640x2048,2048x640,262144x640")]
+    shapes: String,
+    /// hot (one matrix, repeated) and/or cold (≥ 256 MiB of distinct copies)
+    #[arg(long, default_value = "hot,cold")]
+    regime: String,
+    /// Weight group size along K
+    #[arg(long, default_value_t = 128)]
+    group: usize,
+    /// Kernel: scalar, ssse3, avx2, avx512, neon, simd128 (default: the best available)
+    #[arg(long)]
+    isa: Option<String>,
+    /// Timed samples per row (median reported; at least 5)
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+    /// Also time the same split with rayon instead of the lutra pool
+    #[arg(long)]
+    rayon: bool,
+    /// Skip the dequantize-then-dot baseline
+    #[arg(long)]
+    no_baseline: bool,
+    /// Also time llama.cpp's ggml kernel of the same bits (needs --features llamacpp)
+    #[arg(long)]
+    llamacpp: bool,
+    /// One JSON object per line instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct MembwArgs {
+    #[arg(long, default_value = "1,2")]
+    threads: String,
+    /// Buffer size in MiB
+    #[arg(long, default_value_t = 1024)]
+    mib: usize,
+    #[arg(long, default_value_t = 9)]
+    samples: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Bench(BenchCommand::Gemv(a)) => {
+            let isa = match &a.isa {
+                None => Isa::best(),
+                Some(name) => {
+                    let isa = Isa::from_name(name).ok_or_else(|| format!("unknown isa {name:?}"))?;
+                    if !isa.is_available() {
+                        return Err(format!("isa {name} is not available on this CPU/build"));
+                    }
+                    isa
+                }
+            };
+            let opts = GemvOptions {
+                shapes: list(&a.shapes, parse_shape)?,
+                bits: list(&a.bits, Bits::parse)?,
+                threads: list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?,
+                regimes: list(&a.regime, Regime::parse)?,
+                group: a.group,
+                isa,
+                samples: a.samples,
+                json: a.json,
+                rayon: a.rayon,
+                baseline: !a.no_baseline,
+                llamacpp: a.llamacpp,
+            };
+            if !a.json {
+                print_context();
+                bench::print_gemv_header();
+            }
+            bench::gemv(&opts, |row| {
+                if a.json {
+                    println!("{}", row.json());
+                } else {
+                    bench::print_gemv_row(row);
+                }
+            })?;
+        }
+        Command::Bench(BenchCommand::Membw(a)) => {
+            for t in list(&a.threads, |t| t.parse::<usize>().map_err(|_| format!("bad thread count {t:?}")))? {
+                let gbps = bench::membw(t.max(1), a.mib, a.samples);
+                if a.json {
+                    println!("{{\"bench\":\"membw\",\"threads\":{t},\"mib\":{},\"gbps\":{gbps:.2}}}", a.mib);
+                } else {
+                    println!("DRAM read, {t} thread(s), {} MiB: {gbps:.1} GB/s (median of {})", a.mib, a.samples.max(5));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_context() {
+    println!(
+        "# lutra {} | kernel isa: {} | cpus: {}",
+        env!("CARGO_PKG_VERSION"),
+        Isa::best().name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    #[cfg(feature = "llamacpp")]
+    println!("# llama.cpp ggml: {}", lutra::ggml::ggml_cpu_features());
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lutra: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -21,7 +21,7 @@
 //! 64·381 = 24 384 < 32 767), then widened to i32. The float output is
 //!
 //! ```text
-//! y_row = Σ_g  s·(I·scale_g/2 + (half_range − z)·A_g)        (Offset::Zero(z))
+//! y_row = Σ_g  s·(I·scale_g/2 + (half_range − z)·A_g)        (Offset::Zero(z); Symmetric: z = half_range)
 //! y_row = Σ_g  s·(I·scale_g/2 + half_range·A_g) + m·A_g       (Offset::Min)
 //! ```
 //!
@@ -40,7 +40,6 @@ pub(crate) mod x86_64;
 use core::ops::Range;
 
 use crate::f16::f16_bits_to_f32;
-use crate::quant::convert::round_to_i32;
 use crate::{Block64, Error, Isa, Layout, Offset, PackedMatrix, TILE_ROWS};
 
 /// Borrowed activation tables for one activation vector.
@@ -84,19 +83,30 @@ impl<'a> TablesMut<'a> {
         if x.iter().any(|v| !v.is_finite()) {
             return Err(Error::NonFiniteInput);
         }
-        let quads_per_group = self.group / 16;
-        for g in 0..groups {
-            let xs = &x[g * self.group..(g + 1) * self.group];
-            let (scale, sum) = build_group(xs, &mut self.quads[g * quads_per_group..(g + 1) * quads_per_group]);
-            self.scale[g] = scale;
-            self.sum[g] = sum;
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx2.is_available() {
+            // SAFETY: AVX2 and FMA are available (checked once, cached).
+            unsafe { x86_64::avx2::build_tables(x, self.group, self.quads, self.scale, self.sum) };
+            return Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group });
         }
+        build_tables(x, self.group, self.quads, self.scale, self.sum);
         Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group })
     }
 }
 
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// Tables of every group (lengths checked by the caller).
+#[inline(always)]
+pub(crate) fn build_tables(x: &[f32], group: usize, quads: &mut [Block64], scale: &mut [f32], sum: &mut [f32]) {
+    let quads_per_group = group / 16;
+    for (g, xs) in x.chunks_exact(group).enumerate() {
+        (scale[g], sum[g]) = build_group(xs, &mut quads[g * quads_per_group..(g + 1) * quads_per_group]);
+    }
+}
+
 /// Tables of one group; returns (scale, Σx).
-#[inline]
+#[inline(always)]
 fn build_group(xs: &[f32], quads: &mut [Block64]) -> (f32, f32) {
     let mut absmax = 0.0f32;
     let mut sum = 0.0f32;
@@ -105,16 +115,25 @@ fn build_group(xs: &[f32], quads: &mut [Block64]) -> (f32, f32) {
         sum += (c[0] + c[1]) + (c[2] + c[3]);
     }
     let inv = if absmax > 0.0 { 127.0 / absmax } else { 0.0 };
+    // Entry 8 + i has a_3 positive and a_0..a_2 signed by the bits of i. Multiplying by
+    // ±1 is exact, so this is the plain signed sum, written so it vectorizes.
+    const S0: [f32; 8] = [-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0];
+    const S1: [f32; 8] = [-1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0, 1.0];
+    const S2: [f32; 8] = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0];
     for (q, xq) in quads.iter_mut().zip(xs.chunks_exact(16)) {
         for (lane, a) in xq.chunks_exact(4).enumerate() {
+            let mut v = [0i8; 8];
+            for i in 0..8 {
+                let t = ((a[3] + S0[i] * a[0] + (S1[i] * a[1] + S2[i] * a[2])) * inv).clamp(-127.0, 127.0);
+                // Round half to even by adding 1.5·2^23: the integer lands in the low
+                // mantissa bits (two's complement), exact for |t| < 2^22. No float→int
+                // conversion, so it vectorizes everywhere.
+                v[i] = (t + ROUND_MAGIC).to_bits() as u8 as i8;
+            }
             let t = &mut q.0[16 * lane..16 * lane + 16];
             for i in 0..8 {
-                let s0 = if i & 1 != 0 { a[0] } else { -a[0] };
-                let s1 = if i & 2 != 0 { a[1] } else { -a[1] };
-                let s2 = if i & 4 != 0 { a[2] } else { -a[2] };
-                let v = round_to_i32((a[3] + s0 + (s1 + s2)) * inv).clamp(-127, 127) as i8;
-                t[8 + i] = v as u8;
-                t[7 - i] = v.wrapping_neg() as u8;
+                t[8 + i] = v[i] as u8;
+                t[7 - i] = v[i].wrapping_neg() as u8;
             }
         }
     }
@@ -198,9 +217,21 @@ impl<'a> Job<'a> {
     }
 }
 
+/// 32 f16 (little-endian bits) to f32, in a loop the compiler vectorizes; ISAs with
+/// a conversion instruction (F16C, AVX-512) pass their own.
+#[inline(always)]
+pub(crate) fn f16x32_portable(bytes: &[u8; 64]) -> [f32; TILE_ROWS] {
+    let mut out = [0.0; TILE_ROWS];
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]));
+    }
+    out
+}
+
 /// What happens to each tile-group's 32 integer accumulators.
 pub(crate) trait Epilogue {
-    fn group(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS]);
+    /// `f16x32` converts a block of 32 stored f16 scales.
+    fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C);
     fn tile_end(&mut self, job: &Job<'_>, tile: usize);
 }
 
@@ -213,27 +244,27 @@ pub(crate) struct FloatOut<'y> {
 
 impl Epilogue for FloatOut<'_> {
     #[inline(always)]
-    fn group(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS]) {
+    fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
         let l = &job.layout;
-        let si = l.scales_offset() + 2 * l.scale_index(tile, g);
-        let scales = job.f16_block(si);
+        let scales = f16x32(job.f16_block(l.scales_offset() + 2 * l.scale_index(tile, g)));
         let alpha = job.tables.scale[g] * 0.5;
         let sum = job.tables.sum[g];
         match l.offset {
-            Offset::Zero(z) => {
-                let beta = (l.half_range() - z as f32) * sum;
+            Offset::Zero(_) | Offset::Symmetric => {
+                let z = match l.offset {
+                    Offset::Zero(z) => z as f32,
+                    _ => l.half_range(),
+                };
+                let beta = (l.half_range() - z) * sum;
                 for r in 0..TILE_ROWS {
-                    let s = f16_bits_to_f32(u16::from_le_bytes([scales[2 * r], scales[2 * r + 1]]));
-                    self.acc[r] += s * (acc[r] as f32 * alpha + beta);
+                    self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta);
                 }
             }
             Offset::Min => {
-                let mins = job.f16_block(l.mins_offset() + 2 * l.scale_index(tile, g));
+                let mins = f16x32(job.f16_block(l.mins_offset() + 2 * l.scale_index(tile, g)));
                 let beta = l.half_range() * sum;
                 for r in 0..TILE_ROWS {
-                    let s = f16_bits_to_f32(u16::from_le_bytes([scales[2 * r], scales[2 * r + 1]]));
-                    let m = f16_bits_to_f32(u16::from_le_bytes([mins[2 * r], mins[2 * r + 1]]));
-                    self.acc[r] += s * (acc[r] as f32 * alpha + beta) + m * sum;
+                    self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta) + mins[r] * sum;
                 }
             }
         }
@@ -254,7 +285,7 @@ pub(crate) struct IntOut<'o> {
 
 impl Epilogue for IntOut<'_> {
     #[inline(always)]
-    fn group(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS]) {
+    fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], _: C) {
         let at = job.layout.scale_index(tile, g);
         self.out[at..at + TILE_ROWS].copy_from_slice(acc);
     }
@@ -266,6 +297,9 @@ impl Epilogue for IntOut<'_> {
 /// that the epilogue is compiled (and vectorized) for that ISA.
 macro_rules! define_run {
     ($($feature:literal)?) => {
+        $crate::lut::define_run!($($feature)? ; |b| $crate::lut::f16x32_portable(b));
+    };
+    ($($feature:literal)? ; $f16x32:expr) => {
         $(#[target_feature(enable = $feature)])?
         pub(crate) unsafe fn run<E: $crate::lut::Epilogue>(
             job: &$crate::lut::Job<'_>,
@@ -278,7 +312,7 @@ macro_rules! define_run {
                     // SAFETY: the caller checked that this ISA is available; `tile_group`
                     // reads only within the slices it is given.
                     unsafe { tile_group(job.tile_group(tile, g), job.quads(g), job.layout.bits, &mut acc) };
-                    epi.group(job, tile, g, &acc);
+                    epi.group(job, tile, g, &acc, $f16x32);
                 }
                 epi.tile_end(job, tile);
             }

@@ -48,6 +48,7 @@ fn quantize_group(w: &[f32], bits: u8, offset: Offset, out: &mut GroupCodes<'_>)
             }
             out.scale = s_bits;
         }
+        Offset::Symmetric => out.scale = refine_symmetric_scale(w, qmax, out.codes),
     }
     if !f16_bits_finite(out.scale) || !f16_bits_finite(out.min) {
         return Err(Error::NonFiniteInput);
@@ -97,6 +98,50 @@ fn refine_min_scale(w: &[f32], lo: f32, step: f32, qmax: i32, codes: &mut [u8]) 
         }
         let cand = (f32_to_f16_bits(s), f32_to_f16_bits(m));
         let err = assign(cand.0, cand.1, trial);
+        if err < best_err {
+            best_err = err;
+            best = cand;
+            codes.copy_from_slice(trial);
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+/// Codes for `w ≈ s·(q − qmax/2)`: start from the range (largest |w| at the outermost
+/// grid point), then least-squares refits of s to the assigned codes.
+fn refine_symmetric_scale(w: &[f32], qmax: i32, codes: &mut [u8]) -> u16 {
+    let half = qmax as f32 * 0.5;
+    let assign = |s_bits: u16, codes: &mut [u8]| -> f32 {
+        let s = f16_bits_to_f32(s_bits);
+        let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+        let mut err = 0.0f32;
+        for (c, &x) in codes.iter_mut().zip(w) {
+            *c = round_to_i32(x * inv + half).clamp(0, qmax) as u8;
+            let e = x - s * (*c as f32 - half);
+            err += e * e;
+        }
+        err
+    };
+    let amax = w.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let mut best = f32_to_f16_bits(amax / half);
+    let mut best_err = assign(best, codes);
+    let mut trial = [0u8; 256];
+    let trial = &mut trial[..codes.len()];
+    trial.copy_from_slice(codes);
+    for _ in 0..6 {
+        let (mut num, mut den) = (0.0f32, 0.0f32);
+        for (&c, &x) in trial.iter().zip(w) {
+            let t = c as f32 - half;
+            num += t * x;
+            den += t * t;
+        }
+        if !(den > 0.0) || !(num > 0.0) {
+            break;
+        }
+        let cand = f32_to_f16_bits(num / den);
+        let err = assign(cand, trial);
         if err < best_err {
             best_err = err;
             best = cand;

@@ -38,6 +38,9 @@ pub enum Offset {
     Zero(u8),
     /// `w = s·q + m`, an f16 minimum per (row, group).
     Min,
+    /// `w = s·(q − (2^bits − 1)/2)`: the grid ±½, ±3⁄2, … ·s, symmetric around 0 (1 bit:
+    /// ±s/2, like llama.cpp Q1_0). The offset term of the GEMV vanishes.
+    Symmetric,
 }
 
 /// Shape and format of a packed matrix; computes where everything lives.
@@ -220,6 +223,7 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
         let s = f16_bits_to_f32(self.scale_bits(i));
         match self.layout.offset {
             Offset::Zero(z) => (s, -(s * z as f32)),
+            Offset::Symmetric => (s, -(s * self.layout.half_range())),
             Offset::Min => (s, f16_bits_to_f32(self.min_bits(i))),
         }
     }
@@ -242,6 +246,7 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
                 let q = self.code(row, g * l.group + k);
                 *o = match l.offset {
                     Offset::Zero(z) => (q as i32 - z as i32) as f32 * s,
+                    Offset::Symmetric => (q as f32 - l.half_range()) * s,
                     Offset::Min => s * q as f32 + m,
                 };
             }

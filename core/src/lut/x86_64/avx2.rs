@@ -96,4 +96,26 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut
     }
 }
 
-crate::lut::define_run!("avx2,fma,f16c");
+/// 32 f16 scales to f32 with F16C `vcvtph2ps`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn f16x32(bytes: &[u8; 64]) -> [f32; TILE_ROWS] {
+    let mut out = [_mm256_setzero_ps(); 4];
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: 16 readable bytes at 16·i within the 64.
+        *o = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bytes.as_ptr().add(16 * i).cast()) });
+    }
+    // SAFETY: [f32; 32] is four __m256 of plain bits.
+    unsafe { core::mem::transmute(out) }
+}
+
+crate::lut::define_run!("avx2,fma,f16c"; |b| f16x32(b));
+
+/// The portable table builder, compiled with AVX2 + FMA so it vectorizes 8-wide.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn build_tables(x: &[f32], group: usize, quads: &mut [Block64], scale: &mut [f32], sum: &mut [f32]) {
+    crate::lut::build_tables(x, group, quads, scale, sum)
+}

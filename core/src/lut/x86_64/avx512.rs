@@ -5,16 +5,23 @@ use core::arch::x86_64::*;
 
 use crate::{Block64, TILE_ROWS};
 
-/// Sum the four 128-bit lanes (same 8 rows, four chunks), widen, scale, add.
+/// Sum the four 128-bit lanes (chunks) of each of `a[0..4]` (rows 0–8, 8–16, 16–24,
+/// 24–32) with a 4×4 lane transpose, widen, scale by 2^shift and add to `acc`.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
-unsafe fn fold8(acc: &mut [i32; TILE_ROWS], row: usize, v: __m512i, shift: i32) {
-    let y = _mm256_add_epi16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-    let x = _mm_add_epi16(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
-    let x = _mm256_sll_epi32(_mm256_cvtepi16_epi32(x), _mm_cvtsi32_si128(shift));
-    let dst = acc[row..row + 8].as_mut_ptr().cast::<__m256i>();
-    // SAFETY: `dst` points at 8 i32 inside `acc`.
-    unsafe { _mm256_storeu_si256(dst, _mm256_add_epi32(_mm256_loadu_si256(dst), x)) };
+unsafe fn fold_pairs(acc: &mut [i32; TILE_ROWS], a: [__m512i; 4], shift: i32) {
+    let ab = _mm512_add_epi16(_mm512_shuffle_i64x2(a[0], a[1], 0x44), _mm512_shuffle_i64x2(a[0], a[1], 0xee));
+    let cd = _mm512_add_epi16(_mm512_shuffle_i64x2(a[2], a[3], 0x44), _mm512_shuffle_i64x2(a[2], a[3], 0xee));
+    let rows = _mm512_add_epi16(_mm512_shuffle_i64x2(ab, cd, 0x88), _mm512_shuffle_i64x2(ab, cd, 0xdd));
+    let s = _mm_cvtsi32_si128(shift);
+    let lo = _mm512_sll_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(rows)), s);
+    let hi = _mm512_sll_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(rows, 1)), s);
+    let dst = acc.as_mut_ptr().cast::<__m512i>();
+    // SAFETY: `acc` is 32 i32 = two 512-bit vectors.
+    unsafe {
+        _mm512_storeu_si512(dst, _mm512_add_epi32(_mm512_loadu_si512(dst), lo));
+        _mm512_storeu_si512(dst.add(1), _mm512_add_epi32(_mm512_loadu_si512(dst.add(1)), hi));
+    }
 }
 
 /// Sum the two 256-bit halves (16 rows each), widen, scale, add to `acc[row..row + 16]`.
@@ -55,10 +62,8 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut
                 }
             }
         }
-        for (k, v) in a.into_iter().enumerate() {
-            // SAFETY: AVX-512 F/BW are enabled in this function.
-            unsafe { fold8(acc, 8 * k, v, 2 * pair as i32) };
-        }
+        // SAFETY: AVX-512 F/BW are enabled in this function.
+        unsafe { fold_pairs(acc, a, 2 * pair as i32) };
     }
     if bits % 2 == 1 {
         let (mut lo_rows, mut hi_rows) = (_mm512_setzero_si512(), _mm512_setzero_si512());
@@ -84,4 +89,16 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut
     }
 }
 
-crate::lut::define_run!("avx512f,avx512bw,avx2,fma,f16c");
+/// 32 f16 scales to f32 with `vcvtph2ps`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn f16x32(bytes: &[u8; 64]) -> [f32; TILE_ROWS] {
+    // SAFETY: 64 readable bytes; unaligned load.
+    let v = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
+    let lo = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+    let hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+    // SAFETY: [f32; 32] is two __m512 of plain bits.
+    unsafe { core::mem::transmute([lo, hi]) }
+}
+
+crate::lut::define_run!("avx512f,avx512bw,avx2,fma,f16c"; |b| f16x32(b));

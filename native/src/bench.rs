@@ -1,0 +1,471 @@
+//! `lutra bench …`: measurement commands that print a table and, with `--json`, one
+//! JSON object per line. Medians of repeated samples; the engines compared in one row
+//! are sampled in interleaved rounds so machine noise hits them alike.
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use lutra_core::{Isa, Offset, OwnedTables, PackedMatrix};
+
+use crate::baseline::{BaselineMatrix, QuantizedActivations};
+use crate::pool::Pool;
+
+/// A weight format of the GEMV bench: `1..=4` bits or ternary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bits {
+    Int(u8),
+    Ternary,
+}
+
+impl Bits {
+    pub fn parse(s: &str) -> Result<Bits, String> {
+        match s {
+            "t" | "ternary" => Ok(Bits::Ternary),
+            _ => match s.parse::<u8>() {
+                Ok(b @ 1..=8) => Ok(Bits::Int(b)),
+                _ => Err(format!("bits must be 1..8 or t (ternary), got {s:?}")),
+            },
+        }
+    }
+    pub fn label(self) -> String {
+        match self {
+            Bits::Int(b) => b.to_string(),
+            Bits::Ternary => "t".into(),
+        }
+    }
+    /// llama.cpp types of the same bit width, fastest-first candidates.
+    pub fn llamacpp_types(self) -> &'static [&'static str] {
+        match self {
+            Bits::Int(1) => &["Q1_0"],
+            Bits::Int(2) => &["Q2_K"],
+            Bits::Int(3) => &["Q3_K"],
+            Bits::Int(4) => &["Q4_K", "Q4_0"],
+            Bits::Int(8) => &["Q8_0"],
+            Bits::Ternary => &["TQ2_0"],
+            _ => &[],
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Regime {
+    /// One matrix, repeated: cache-resident when it fits; measures compute.
+    Hot,
+    /// Distinct copies totalling ≥ 256 MiB, visited in turn: weights stream from DRAM.
+    Cold,
+}
+
+impl Regime {
+    pub fn parse(s: &str) -> Result<Regime, String> {
+        match s {
+            "hot" => Ok(Regime::Hot),
+            "cold" => Ok(Regime::Cold),
+            _ => Err(format!("regime must be hot or cold, got {s:?}")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Regime::Hot => "hot",
+            Regime::Cold => "cold",
+        }
+    }
+    pub fn copies(self, bytes: usize) -> usize {
+        match self {
+            Regime::Hot => 1,
+            Regime::Cold => (COLD_BYTES.div_ceil(bytes.max(1))).max(2),
+        }
+    }
+}
+
+pub const COLD_BYTES: usize = 256 << 20;
+
+/// Deterministic pseudo-random normals (sum of 4 uniforms), dependency-free.
+pub fn normals(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            let mut u = 0.0f32;
+            for _ in 0..4 {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                u += (s >> 40) as f32 / (1u64 << 24) as f32;
+            }
+            (u - 2.0) * 1.732_050_8 * scale
+        })
+        .collect()
+}
+
+/// Median of `samples` timings of `f`, after a warm-up; each sample repeats `f` enough
+/// times to last ≥ 1 ms, so timer resolution never matters.
+pub struct Sampler {
+    pub samples: usize,
+}
+
+impl Sampler {
+    fn inner_reps(f: &mut dyn FnMut()) -> usize {
+        let start = Instant::now();
+        let mut n = 0;
+        while start.elapsed() < Duration::from_millis(2) || n < 2 {
+            f();
+            n += 1;
+        }
+        let per = start.elapsed().as_secs_f64() / n as f64;
+        ((1e-3 / per).ceil() as usize).max(1)
+    }
+
+    /// Interleaved: round k samples every engine once, so noise hits all alike.
+    pub fn medians(&self, engines: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+        let reps: Vec<usize> = engines.iter_mut().map(|f| Self::inner_reps(*f)).collect();
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); engines.len()];
+        for _ in 0..self.samples.max(5) {
+            for (i, f) in engines.iter_mut().enumerate() {
+                let start = Instant::now();
+                for _ in 0..reps[i] {
+                    f();
+                }
+                times[i].push(start.elapsed().as_secs_f64() * 1e9 / reps[i] as f64);
+            }
+        }
+        times.into_iter().map(median).collect()
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct GemvOptions {
+    pub shapes: Vec<(usize, usize)>,
+    pub bits: Vec<Bits>,
+    pub threads: Vec<usize>,
+    pub regimes: Vec<Regime>,
+    pub group: usize,
+    pub isa: Isa,
+    pub samples: usize,
+    pub json: bool,
+    pub rayon: bool,
+    pub baseline: bool,
+    pub llamacpp: bool,
+}
+
+/// One measured row.
+#[derive(Clone, Debug)]
+pub struct GemvRow {
+    pub shape: (usize, usize),
+    pub regime: Regime,
+    pub bits: Bits,
+    pub threads: usize,
+    pub isa: Isa,
+    pub ns: f64,
+    pub weight_bytes: usize,
+    pub baseline_ns: Option<f64>,
+    pub llamacpp: Option<(String, f64, bool)>,
+    pub rayon_ns: Option<f64>,
+}
+
+impl GemvRow {
+    pub fn gmacs(&self) -> f64 {
+        (self.shape.0 * self.shape.1) as f64 / self.ns
+    }
+    pub fn gbps(&self) -> f64 {
+        self.weight_bytes as f64 / self.ns
+    }
+    pub fn json(&self) -> String {
+        let mut s = format!(
+            "{{\"shape\":\"{}x{}\",\"regime\":\"{}\",\"bits\":{},\"threads\":{},\"isa\":\"{}\",\"ns\":{:.0},\"gmacs\":{:.2},\"gbps\":{:.2},\"weight_bytes\":{}",
+            self.shape.0,
+            self.shape.1,
+            self.regime.name(),
+            match self.bits {
+                Bits::Int(b) => b.to_string(),
+                Bits::Ternary => "\"t\"".into(),
+            },
+            self.threads,
+            self.isa.name(),
+            self.ns,
+            self.gmacs(),
+            self.gbps(),
+            self.weight_bytes
+        );
+        if let Some(b) = self.baseline_ns {
+            let _ = write!(s, ",\"baseline_ns\":{b:.0}");
+        }
+        if let Some((t, ns, repack)) = &self.llamacpp {
+            let _ = write!(s, ",\"llamacpp_type\":\"{t}\",\"llamacpp_ns\":{ns:.0},\"llamacpp_repack\":{repack}");
+        }
+        if let Some(r) = self.rayon_ns {
+            let _ = write!(s, ",\"rayon_ns\":{r:.0}");
+        }
+        s.push('}');
+        s
+    }
+}
+
+fn quantize(w: &[f32], rows: usize, cols: usize, bits: Bits, group: usize) -> PackedMatrix<lutra_core::AlignedBytes> {
+    match bits {
+        // 1 bit: the symmetric ±s/2 grid (as llama.cpp Q1_0); more bits: per-group min (as Q2_K..Q4_K)
+        Bits::Int(1) => PackedMatrix::quantize(w, rows, cols, 1, group, Offset::Symmetric),
+        Bits::Int(b) => PackedMatrix::quantize(w, rows, cols, b, group, Offset::Min),
+        Bits::Ternary => PackedMatrix::ternarize(w, rows, cols, group),
+    }
+    .expect("bench shapes are valid")
+}
+
+/// Run the GEMV benchmark, printing rows as they finish.
+pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<GemvRow>, String> {
+    let mut rows_out = Vec::new();
+    for &(rows, cols) in &opts.shapes {
+        if cols % opts.group != 0 {
+            return Err(format!("shape {rows}x{cols}: K={cols} is not a multiple of the group size {}", opts.group));
+        }
+        let w = normals(rows * cols, 1, 0.02);
+        let x = normals(cols, 2, 1.0);
+        for &bits in &opts.bits {
+            let m = quantize(&w, rows, cols, bits, opts.group);
+            let base = if opts.baseline { BaselineMatrix::from_packed(&m).ok() } else { None };
+            for &regime in &opts.regimes {
+                let copies = regime.copies(m.layout().total_bytes());
+                let ms: Vec<_> = (0..copies).map(|_| m.clone()).collect();
+                let bases: Vec<_> = base.iter().flat_map(|b| (0..copies).map(move |_| b.clone())).collect();
+                for &threads in &opts.threads {
+                    let row = gemv_one(opts, &ms, &bases, &x, bits, regime, threads)?;
+                    emit(&row);
+                    rows_out.push(row);
+                }
+            }
+        }
+    }
+    Ok(rows_out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemv_one(
+    opts: &GemvOptions,
+    ms: &[PackedMatrix<lutra_core::AlignedBytes>],
+    bases: &[BaselineMatrix],
+    x: &[f32],
+    bits: Bits,
+    regime: Regime,
+    threads: usize,
+) -> Result<GemvRow, String> {
+    let l = *ms[0].layout();
+    let pool = Pool::new(threads);
+    let mut tables = OwnedTables::new(l.cols, l.group).map_err(|e| e.to_string())?;
+    let mut y = vec![0.0f32; l.rows];
+    let isa = opts.isa;
+    let mut next = 0usize;
+    let mut lut = || {
+        let m = &ms[next % ms.len()];
+        next += 1;
+        let t = tables.build(black_box(x)).expect("tables");
+        crate::parallel::gemv(&pool, isa, m, t, &mut y).expect("gemv");
+        black_box(&y);
+    };
+    // the baseline, split over the same pool
+    let mut qa = QuantizedActivations::new(l.cols, l.group);
+    let mut yb = vec![0.0f32; l.rows];
+    let mut next_b = 0usize;
+    let mut baseline = || {
+        let b = &bases[next_b % bases.len()];
+        next_b += 1;
+        qa.quantize(black_box(x));
+        let qa = &qa;
+        let counter = crate::pool::ChunkCounter::new(l.rows, 64);
+        let out = crate::pool::DisjointSlice::new(&mut yb);
+        pool.run(|_| {
+            while let Some(r) = counter.next() {
+                // SAFETY: ranges from one counter are disjoint.
+                let y = unsafe { out.range_mut(r.clone()) };
+                crate::baseline::gemv_rows(b, qa, r, y);
+            }
+        });
+        black_box(&yb);
+    };
+    let rayon_pool =
+        if opts.rayon { Some(rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| e.to_string())?) } else { None };
+    let mut tables_r = OwnedTables::new(l.cols, l.group).map_err(|e| e.to_string())?;
+    let mut yr = vec![0.0f32; l.rows];
+    let mut next_r = 0usize;
+    let mut with_rayon = || {
+        let m = &ms[next_r % ms.len()];
+        next_r += 1;
+        let t = tables_r.build(black_box(x)).expect("tables");
+        rayon_pool.as_ref().expect("rayon pool").install(|| crate::parallel::gemv_rayon(isa, m, t, &mut yr).expect("gemv"));
+        black_box(&yr);
+    };
+    #[cfg(feature = "llamacpp")]
+    let mut ggml = if opts.llamacpp { best_llamacpp(bits, l.rows, l.cols, regime, threads)? } else { None };
+    #[cfg(not(feature = "llamacpp"))]
+    if opts.llamacpp {
+        return Err("this build has no llama.cpp: rebuild with `--features llamacpp`".into());
+    }
+
+    let sampler = Sampler { samples: opts.samples };
+    let mut engines: Vec<&mut dyn FnMut()> = vec![&mut lut];
+    if !bases.is_empty() {
+        engines.push(&mut baseline);
+    }
+    if opts.rayon {
+        engines.push(&mut with_rayon);
+    }
+    #[cfg(feature = "llamacpp")]
+    let mut ggml_run = ggml.as_mut().map(|(_, g, _)| move || g.run().expect("ggml run"));
+    #[cfg(feature = "llamacpp")]
+    if let Some(f) = ggml_run.as_mut() {
+        engines.push(f);
+    }
+    let t = sampler.medians(&mut engines);
+    let mut i = 1;
+    let baseline_ns = (!bases.is_empty()).then(|| {
+        i += 1;
+        t[i - 1]
+    });
+    let rayon_ns = opts.rayon.then(|| {
+        i += 1;
+        t[i - 1]
+    });
+    #[allow(unused_mut)]
+    let mut llamacpp = None;
+    #[cfg(feature = "llamacpp")]
+    if let Some((name, g, copies)) = &ggml {
+        // ggml runs all copies in one graph: per-GEMV time
+        llamacpp = Some((name.clone(), t[i] / *copies as f64, g.repacked()));
+    }
+    Ok(GemvRow {
+        shape: (l.rows, l.cols),
+        regime,
+        bits,
+        threads,
+        isa,
+        ns: t[0],
+        weight_bytes: l.total_bytes(),
+        baseline_ns,
+        llamacpp,
+        rayon_ns,
+    })
+}
+
+/// Bits per weight of llama.cpp types (block bytes · 8 / block elements).
+#[cfg(feature = "llamacpp")]
+fn ggml_bits_per_weight(ty: &str) -> f64 {
+    match ty {
+        "Q8_0" => 8.5,
+        "Q4_K" | "Q4_0" => 4.5,
+        "Q3_K" => 3.4375,
+        "Q2_K" => 2.625,
+        "TQ2_0" => 2.0625,
+        "Q1_0" => 1.125,
+        _ => 16.0,
+    }
+}
+
+/// llama.cpp's type of these bits, with `copies` matrices for the regime; when there
+/// are candidates (4-bit: Q4_K, Q4_0) the faster one, timed briefly.
+#[cfg(feature = "llamacpp")]
+fn best_llamacpp(
+    bits: Bits,
+    rows: usize,
+    cols: usize,
+    regime: Regime,
+    threads: usize,
+) -> Result<Option<(String, crate::ggml::GgmlGemv, usize)>, String> {
+    let mut best: Option<(f64, String, crate::ggml::GgmlGemv, usize)> = None;
+    for &ty in bits.llamacpp_types() {
+        let bytes = (rows * cols) as f64 * ggml_bits_per_weight(ty) / 8.0;
+        let copies = regime.copies(bytes as usize);
+        let mut g = match crate::ggml::GgmlGemv::new(ty, rows, cols, copies, threads, true) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("llama.cpp {ty}: {e}");
+                continue;
+            }
+        };
+        let t = if bits.llamacpp_types().len() > 1 {
+            Sampler { samples: 5 }.medians(&mut [&mut || g.run().expect("ggml run")])[0]
+        } else {
+            0.0
+        };
+        if best.as_ref().is_none_or(|b| t < b.0) {
+            best = Some((t, ty.to_string(), g, copies));
+        }
+    }
+    Ok(best.map(|(_, name, g, copies)| (name, g, copies)))
+}
+
+pub fn print_gemv_header() {
+    println!(
+        "{:>12} {:>5} {:>4} {:>3} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>7} {:>11} {:>7}",
+        "shape", "regime", "bits", "thr", "isa", "ns", "GMAC/s", "GB/s", "baseline_ns", "x_base", "type", "llama_ns", "x_llama"
+    );
+}
+
+pub fn print_gemv_row(r: &GemvRow) {
+    let (base, xb) = match r.baseline_ns {
+        Some(b) => (format!("{b:.0}"), format!("{:.2}", b / r.ns)),
+        None => ("-".into(), "-".into()),
+    };
+    let (ty, ln, xl) = match &r.llamacpp {
+        Some((t, ns, _)) => (t.clone(), format!("{ns:.0}"), format!("{:.2}", ns / r.ns)),
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    println!(
+        "{:>12} {:>5} {:>4} {:>3} {:>7} {:>10.0} {:>8.1} {:>8.1} {:>11} {:>7} {:>7} {:>11} {:>7}",
+        format!("{}x{}", r.shape.0, r.shape.1),
+        r.regime.name(),
+        r.bits.label(),
+        r.threads,
+        r.isa.name(),
+        r.ns,
+        r.gmacs(),
+        r.gbps(),
+        base,
+        xb,
+        ty,
+        ln,
+        xl
+    );
+    if let Some(rn) = r.rayon_ns {
+        println!("{:>12} rayon: {rn:.0} ns ({:.2}x the lutra pool)", "", rn / r.ns);
+    }
+}
+
+/// DRAM read bandwidth: sum of u64 over a large buffer, split across threads.
+pub fn membw(threads: usize, mib: usize, samples: usize) -> f64 {
+    let words = (mib << 20) / 8;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let pool = Pool::new(threads);
+    let per = words.div_ceil(threads);
+    let mut run = || {
+        let total = std::sync::atomic::AtomicU64::new(0);
+        pool.run(|i| {
+            let part = &buf[(i * per).min(words)..((i + 1) * per).min(words)];
+            total.fetch_add(read_sum(part), std::sync::atomic::Ordering::Relaxed);
+        });
+        black_box(total.into_inner());
+    };
+    run();
+    let t = Sampler { samples }.medians(&mut [&mut run])[0];
+    (words * 8) as f64 / t
+}
+
+/// Sum with 8 independent accumulators so loads, not adds, set the pace.
+fn read_sum(v: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let chunks = v.chunks_exact(8);
+    let rest: u64 = chunks.remainder().iter().fold(0, |a, &b| a.wrapping_add(b));
+    for c in chunks {
+        for (a, &b) in acc.iter_mut().zip(c) {
+            *a = a.wrapping_add(b);
+        }
+    }
+    acc.iter().fold(rest, |a, &b| a.wrapping_add(b))
+}

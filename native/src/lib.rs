@@ -1,0 +1,12 @@
+//! lutra: low-bit LLM inference by table lookup — the std side: threads, benchmarks.
+//!
+//! The kernels live in `lutra-core` (re-exported as `lutra::core`).
+
+pub use lutra_core as core;
+
+pub mod baseline;
+pub mod bench;
+#[cfg(feature = "llamacpp")]
+pub mod ggml;
+pub mod parallel;
+pub mod pool;

@@ -1,0 +1,214 @@
+//! A persistent thread pool for GEMV-sized jobs (tens of microseconds): workers spin
+//! briefly on a generation counter, then park, so back-to-back matrix products do not
+//! pay a wake-up each. Work inside a job is handed out in chunks through an atomic
+//! counter, so a thread slowed by a noisy neighbour simply takes fewer chunks.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// How long an idle worker spins before parking.
+const SPIN: Duration = Duration::from_micros(200);
+
+type Job = dyn Fn(usize) + Sync;
+
+struct Shared {
+    /// Incremented once per job; workers run each generation once.
+    generation: AtomicUsize,
+    /// Workers still running the current job.
+    pending: AtomicUsize,
+    /// The current job, lifetime-erased (see `run`).
+    job: Mutex<Option<&'static Job>>,
+    shutdown: AtomicBool,
+    caller: Mutex<Option<Thread>>,
+}
+
+pub struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<(JoinHandle<()>, Thread)>,
+}
+
+impl Pool {
+    /// A pool of `threads` threads in all, counting the caller (so `threads − 1` workers).
+    pub fn new(threads: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            generation: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            job: Mutex::new(None),
+            shutdown: AtomicBool::new(false),
+            caller: Mutex::new(None),
+        });
+        let workers = (1..threads.max(1))
+            .map(|index| {
+                let shared = Arc::clone(&shared);
+                let handle = thread::Builder::new()
+                    .name(format!("lutra-{index}"))
+                    .spawn(move || worker(&shared, index))
+                    .expect("spawn worker thread");
+                let t = handle.thread().clone();
+                (handle, t)
+            })
+            .collect();
+        Pool { shared, workers }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Run `f(thread_index)` on every thread of the pool (the caller is index 0) and
+    /// return when all have finished.
+    pub fn run<F: Fn(usize) + Sync>(&self, f: F) {
+        if self.workers.is_empty() {
+            f(0);
+            return;
+        }
+        let job: &(dyn Fn(usize) + Sync + '_) = &f;
+        // SAFETY: the reference is only used by workers between the generation bump
+        // below and `pending` reaching zero, and this function does not return (or
+        // unwind past `f`'s owner) before `pending` is zero, so `f` outlives every use.
+        let job: &'static Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job) };
+        *self.shared.job.lock().unwrap() = Some(job);
+        *self.shared.caller.lock().unwrap() = Some(thread::current());
+        self.shared.pending.store(self.workers.len(), Ordering::Release);
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        for (_, t) in &self.workers {
+            t.unpark();
+        }
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
+        let start = Instant::now();
+        while self.shared.pending.load(Ordering::Acquire) != 0 {
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                thread::park_timeout(Duration::from_micros(100));
+            }
+        }
+        *self.shared.job.lock().unwrap() = None;
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+fn worker(shared: &Shared, index: usize) {
+    let mut seen = 0usize;
+    loop {
+        let start = Instant::now();
+        let generation = loop {
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let g = shared.generation.load(Ordering::Acquire);
+            if g != seen {
+                break g;
+            }
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                thread::park_timeout(Duration::from_millis(10));
+            }
+        };
+        seen = generation;
+        let job = *shared.job.lock().unwrap();
+        if let Some(job) = job {
+            // A panicking job must still release the caller; the panic is reported by
+            // the default hook and the caller sees missing output, never a hang.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(index)));
+        }
+        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(t) = shared.caller.lock().unwrap().as_ref() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        for (handle, t) in self.workers.drain(..) {
+            t.unpark();
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Hands out `0..n` in chunks of `chunk` to whoever asks first.
+pub struct ChunkCounter {
+    next: AtomicUsize,
+    n: usize,
+    chunk: usize,
+}
+
+impl ChunkCounter {
+    pub fn new(n: usize, chunk: usize) -> Self {
+        ChunkCounter { next: AtomicUsize::new(0), n, chunk: chunk.max(1) }
+    }
+    pub fn next(&self) -> Option<std::ops::Range<usize>> {
+        let start = self.next.fetch_add(self.chunk, Ordering::Relaxed);
+        (start < self.n).then(|| start..(start + self.chunk).min(self.n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_thread_runs_every_job() {
+        for threads in 1..=3 {
+            let pool = Pool::new(threads);
+            for round in 0..200 {
+                let hits = AtomicUsize::new(0);
+                pool.run(|i| {
+                    assert!(i < threads);
+                    hits.fetch_add(1 + round % 2, Ordering::Relaxed);
+                });
+                assert_eq!(hits.load(Ordering::Relaxed), threads * (1 + round % 2));
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_cover_the_range_once() {
+        let pool = Pool::new(2);
+        let counter = ChunkCounter::new(1000, 7);
+        let seen: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+        pool.run(|_| {
+            while let Some(r) = counter.next() {
+                for i in r {
+                    seen[i].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1));
+    }
+}
+
+/// A mutable slice shared by the threads of one `Pool::run`, each writing ranges that
+/// a `ChunkCounter` handed to it alone.
+pub struct DisjointSlice<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: access goes through `range_mut`, whose contract makes ranges disjoint.
+unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
+
+impl<'a, T> DisjointSlice<'a, T> {
+    pub fn new(slice: &'a mut [T]) -> Self {
+        DisjointSlice { ptr: slice.as_mut_ptr(), len: slice.len(), _borrow: std::marker::PhantomData }
+    }
+
+    /// # Safety
+    /// No two live results may overlap (ranges from one `ChunkCounter` never do).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn range_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
+        assert!(range.start <= range.end && range.end <= self.len, "range within the slice");
+        // SAFETY: in bounds (checked above); exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }
+    }
+}
