@@ -1,1 +1,465 @@
-fn main() {}
+//! `cargo xtask`: the workspace's CI and demo, in plain std Rust.
+//!
+//! ```text
+//! cargo xtask test [STEP...]   everything CI runs (.ci/run), in order, failing fast
+//! cargo xtask demo [ARGS...]   release build + `lutra bench gemv` (ARGS replace the defaults)
+//! ```
+//!
+//! Steps of `test`: install, lint, host, x86, aarch64, wasm, build (all by default).
+//! Cross-target settings (linkers, runners, the wasm simd128 flag) live in
+//! `.cargo/config.toml`, never in a global RUSTFLAGS, which would replace them.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use std::{env, fs, thread};
+
+/// Must equal the `wasm-bindgen` version in Cargo.lock (pinned with `=` in Cargo.toml):
+/// the CLI refuses modules built with any other version.
+const WASM_BINDGEN_VERSION: &str = "0.2.130";
+const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "file"];
+const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown"];
+const AARCH64: &str = "aarch64-unknown-linux-gnu";
+const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
+const WASM32: &str = "wasm32-unknown-unknown";
+const X86_64: &str = "x86_64-unknown-linux-gnu";
+/// The test that asserts `Isa::best()` (core/tests/isa.rs); each tier run must show it.
+const ISA_TEST: &str = "best_isa_is_the_expected_tier";
+/// Emulated x86 CPUs for the lower dispatch tiers, and the kernel each must select.
+/// (qemu's TCG has no AVX-512, so that tier is only tested natively.)
+const X86_TIERS: &[(&str, &str)] = &[("Nehalem", "ssse3"), ("Haswell", "avx2")];
+const DEMO_ARGS: &[&str] = &["bench", "gemv", "--shapes", "4096x4096", "--bits", "2,4", "--threads", "1"];
+/// Cross-target test runs under qemu are built with this profile (see `cross_profile`).
+const CROSS_RELEASE: bool = false;
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+/// A step of `cargo xtask test`: name, what it does, the code.
+type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
+
+const STEPS: &[Step] = &[
+    ("install", "tools: apt packages, rust targets, wasm-bindgen-cli", install),
+    ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
+    ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
+    ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
+    ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
+    ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
+    ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("demo") => demo(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...]\n\nsteps of `test`:");
+            for (name, what, _) in STEPS {
+                eprintln!("  {name:8} {what}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nxtask: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// State of one `cargo xtask test`: the clock, per-step times, test counts per run.
+struct Ci {
+    t0: Instant,
+    root: PathBuf,
+    target_dir: PathBuf,
+    times: Vec<(&'static str, Duration)>,
+    counts: Vec<(String, usize)>,
+}
+
+fn test(only: &[String]) -> Result {
+    for name in only {
+        if !STEPS.iter().any(|(n, _, _)| n == name) {
+            return Err(format!("unknown step `{name}`; steps: {}", STEPS.iter().map(|s| s.0).collect::<Vec<_>>().join(" ")));
+        }
+    }
+    let root = workspace_root();
+    let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let mut ci = Ci { t0: Instant::now(), root, target_dir, times: Vec::new(), counts: Vec::new() };
+    let mut failed = None;
+    for (name, what, step) in STEPS {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
+        println!("\n=== {name}: {what} [t={}s]", ci.t0.elapsed().as_secs());
+        let start = Instant::now();
+        let r = step(&mut ci);
+        ci.times.push((name, start.elapsed()));
+        if let Err(e) = r {
+            failed = Some(format!("step `{name}`: {e}"));
+            break;
+        }
+    }
+    println!("\n=== summary [t={}s]", ci.t0.elapsed().as_secs());
+    for (name, d) in &ci.times {
+        println!("  {name:8} {:6.1}s", d.as_secs_f64());
+    }
+    for (run, n) in &ci.counts {
+        println!("  tests passed  {n:4}  {run}");
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            println!("=== all steps passed in {}s", ci.t0.elapsed().as_secs());
+            Ok(())
+        }
+    }
+}
+
+fn demo(args: &[String]) -> Result {
+    let root = workspace_root();
+    let mut c = cargo(&root);
+    c.args(["run", "--release", "-p", "lutra", "--"]);
+    if args.is_empty() {
+        c.args(DEMO_ARGS);
+    } else {
+        c.args(args);
+    }
+    run(&mut c)
+}
+
+// ---------------------------------------------------------------------------------
+// steps
+
+fn install(ci: &mut Ci) -> Result {
+    // system packages: cross gcc + glibc for aarch64, qemu-user, `file`; node for the wasm runner
+    let mut missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !dpkg_installed(p)).collect();
+    if !on_path("node") {
+        missing.push("nodejs");
+    }
+    if missing.is_empty() {
+        println!("apt packages present: {}", APT_PACKAGES.join(" "));
+    } else {
+        println!("missing: {}", missing.join(" "));
+        let root = quiet(Command::new("id").arg("-u")).as_deref() == Some("0");
+        let apt = || {
+            let mut c = if root { Command::new("apt-get") } else { Command::new("sudo") };
+            if !root {
+                c.arg("apt-get");
+            }
+            c.env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        run(apt().args(["update", "-q"]))?;
+        let mut c = apt();
+        c.args(["install", "-y", "-q", "--no-install-recommends"]);
+        run(c.args(APT_PACKAGES).args(missing.iter().filter(|p| !APT_PACKAGES.contains(p))))?;
+    }
+
+    // rust components and targets
+    for (tool, component) in [("clippy", "clippy"), ("fmt", "rustfmt")] {
+        if quiet(cargo(&ci.root).args([tool, "--version"])).is_none() {
+            run(Command::new("rustup").args(["component", "add", component]))?;
+        }
+    }
+    let installed: BTreeSet<String> =
+        quiet(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default().lines().map(String::from).collect();
+    let targets: Vec<&str> = RUST_TARGETS.iter().copied().filter(|t| !installed.contains(*t)).collect();
+    if targets.is_empty() {
+        println!("rust targets present: {}", RUST_TARGETS.join(" "));
+    } else {
+        run(Command::new("rustup").args(["target", "add"]).args(&targets))?;
+    }
+
+    // wasm-bindgen: the CLI, the test runner and Cargo.lock must agree exactly
+    let lock = fs::read_to_string(ci.root.join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
+    match locked_version(&lock, "wasm-bindgen") {
+        Some(v) if v == WASM_BINDGEN_VERSION => println!("Cargo.lock: wasm-bindgen {v}"),
+        other => return Err(format!("Cargo.lock has wasm-bindgen {other:?}, the CLI pinned here is {WASM_BINDGEN_VERSION}")),
+    }
+    let want = format!("wasm-bindgen {WASM_BINDGEN_VERSION}");
+    let runner = format!("wasm-bindgen-test-runner {WASM_BINDGEN_VERSION}");
+    let have = quiet(Command::new("wasm-bindgen").arg("--version"));
+    let have_runner = quiet(Command::new("wasm-bindgen-test-runner").arg("--version"));
+    if have.as_deref() == Some(&want) && have_runner.as_deref() == Some(&runner) {
+        println!("{want} present");
+    } else {
+        println!("wasm-bindgen CLI: {have:?}, want {want:?}: installing (takes minutes)");
+        // Not --locked: the CLI's own lock file names crates (webpki-roots 1.0.11) that the
+        // registry reachable from CI does not have; without it cargo resolves to ones it has.
+        run(cargo(&ci.root).args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION]))?;
+        let have = quiet(Command::new("wasm-bindgen").arg("--version"));
+        if have.as_deref() != Some(&want) {
+            return Err(format!("after install, `wasm-bindgen --version` is {have:?} (is ~/.cargo/bin on PATH?)"));
+        }
+    }
+    for tool in ["qemu-x86_64", "qemu-aarch64", "aarch64-linux-gnu-gcc", "node", "file"] {
+        if !on_path(tool) {
+            return Err(format!("`{tool}` not found on PATH"));
+        }
+    }
+    Ok(())
+}
+
+fn lint(ci: &mut Ci) -> Result {
+    run(cargo(&ci.root).args(["fmt", "--all", "--check"]))?;
+    run(cargo(&ci.root).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    let aarch64 = ["-p", "lutra-core", "-p", "lutra-embedded", "--target", AARCH64];
+    run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
+    let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
+    run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))
+}
+
+fn host_tests(ci: &mut Ci) -> Result {
+    let expect = host_expected_isa();
+    match expect {
+        Some(isa) => println!("host CPU has AVX-512F/BW: expecting Isa::best() = {isa}"),
+        None => println!("host CPU lacks AVX-512F/BW: no ISA expectation for the host run"),
+    }
+    let mut c = cargo(&ci.root);
+    if quiet(cargo(&ci.root).args(["nextest", "--version"])).is_some() {
+        c.args(["nextest", "run", "--workspace"]);
+    } else {
+        c.args(["test", "--workspace"]);
+    }
+    if let Some(isa) = expect {
+        c.env("LUTRA_EXPECT_ISA", isa);
+    }
+    let out = run_capture(&mut c)?;
+    ci.count("host x86_64 (workspace)", &out, true)?;
+    let out = run_capture(cargo(&ci.root).args(["test", "--workspace", "--doc"]))?;
+    ci.count("host doc tests", &out, false)
+}
+
+fn x86_tiers(ci: &mut Ci) -> Result {
+    for (cpu, isa) in X86_TIERS {
+        let mut c = cargo(&ci.root);
+        c.args(["test", "-p", "lutra-core", "--target", X86_64]).args(cross_profile());
+        c.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", format!("qemu-x86_64 -cpu {cpu}"));
+        c.env("LUTRA_EXPECT_ISA", isa);
+        let out = run_capture(&mut c)?;
+        ci.count(&format!("x86_64 qemu -cpu {cpu} (lutra-core, {isa})"), &out, true)?;
+    }
+    Ok(())
+}
+
+fn aarch64_tests(ci: &mut Ci) -> Result {
+    let mut c = cargo(&ci.root);
+    c.args(["test", "-p", "lutra-core", "-p", "lutra-embedded", "--target", AARCH64]).args(cross_profile());
+    c.env("LUTRA_EXPECT_ISA", "neon");
+    let out = run_capture(&mut c)?;
+    ci.count("aarch64 qemu-user (lutra-core + lutra-embedded, neon)", &out, true)
+}
+
+fn wasm_tests(ci: &mut Ci) -> Result {
+    let mut c = cargo(&ci.root);
+    c.args(["test", "-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32]);
+    let out = run_capture(&mut c)?;
+    // Plain #[test] is silently skipped on wasm32: the runner says so and exits 0.
+    if out.contains("no tests to run") {
+        return Err("a wasm test binary ran no tests (plain #[test] instead of wasm_bindgen_test?)".into());
+    }
+    ci.count("wasm32 simd128 node (lutra-core + lutra-wasm)", &out, true)
+}
+
+fn cross_builds(ci: &mut Ci) -> Result {
+    let dir = ci.target_dir.clone();
+    for target in [AARCH64, AARCH64_MUSL] {
+        run(cargo(&ci.root).args(["build", "-p", "lutra-embedded", "--release", "--target", target]))?;
+    }
+    // the glibc binary, then the static one (plain qemu, no sysroot): both self-check
+    let gnu = dir.join(AARCH64).join("release/lutra-embedded");
+    let musl = dir.join(AARCH64_MUSL).join("release/lutra-embedded");
+    let out = run_capture(Command::new("qemu-aarch64").args(["-L", "/usr/aarch64-linux-gnu"]).arg(&gnu))?;
+    expect_contains(&out, "isa=neon", "lutra-embedded (aarch64 gnu)")?;
+    expect_contains(&out, " OK", "lutra-embedded (aarch64 gnu)")?;
+    let file = run_capture(Command::new("file").arg(&musl))?;
+    expect_contains(&file, "ARM aarch64", "file lutra-embedded (musl)")?;
+    expect_contains(&file, "statically linked", "file lutra-embedded (musl)")?;
+    let out = run_capture(Command::new("qemu-aarch64").arg(&musl))?;
+    expect_contains(&out, "isa=neon", "lutra-embedded (aarch64 musl)")?;
+    expect_contains(&out, " OK", "lutra-embedded (aarch64 musl)")?;
+
+    run(cargo(&ci.root).args(["build", "-p", "lutra-wasm", "--release", "--target", WASM32]))?;
+    // bindings generate: proves the CLI and the crate's wasm-bindgen versions match
+    let wasm = dir.join(WASM32).join("release/lutra_wasm.wasm");
+    let out_dir = dir.join("wasm-bindgen");
+    run(Command::new("wasm-bindgen").args(["--target", "web", "--out-dir"]).arg(&out_dir).arg(&wasm))?;
+    let js = fs::read_to_string(out_dir.join("lutra_wasm.js")).map_err(|e| format!("wasm-bindgen output: {e}"))?;
+    expect_contains(&js, "best_isa", "wasm-bindgen JS bindings")
+}
+
+// ---------------------------------------------------------------------------------
+// helpers
+
+impl Ci {
+    /// Record how many tests passed in a run; `require` fails the step on zero, and
+    /// on a run that did not execute the ISA-tier test.
+    fn count(&mut self, run: &str, out: &str, require: bool) -> Result {
+        let n = passed(out);
+        println!("--- {run}: {n} tests passed");
+        self.counts.push((run.to_string(), n));
+        if require && n == 0 {
+            return Err(format!("{run}: 0 tests ran"));
+        }
+        if require && !out.contains(ISA_TEST) {
+            return Err(format!("{run}: `{ISA_TEST}` did not run, so the kernel tier is unproven"));
+        }
+        Ok(())
+    }
+}
+
+/// Tests in cross runs under qemu: debug is fast enough there (the tests use small shapes).
+fn cross_profile() -> &'static [&'static str] {
+    if CROSS_RELEASE {
+        &["--release"]
+    } else {
+        &[]
+    }
+}
+
+/// Sum of "N passed" over cargo test / wasm-bindgen-test-runner `test result:` lines and
+/// nextest `Summary ... N tests run: M passed` lines.
+fn passed(out: &str) -> usize {
+    out.lines()
+        .filter(|l| l.contains("test result:") || (l.contains("Summary") && l.contains(" run: ")))
+        .filter_map(|l| l.split(" passed").next()?.split_whitespace().last()?.parse::<usize>().ok())
+        .sum()
+}
+
+fn expect_contains(out: &str, needle: &str, what: &str) -> Result {
+    if out.contains(needle) {
+        Ok(())
+    } else {
+        Err(format!("{what}: output lacks `{needle}`"))
+    }
+}
+
+/// `Isa::best()` on this host: "avx512" when /proc/cpuinfo shows AVX-512F and BW (and
+/// the AVX2 tier's AVX2/FMA/F16C); otherwise no expectation.
+fn host_expected_isa() -> Option<&'static str> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    let info = fs::read_to_string("/proc/cpuinfo").ok()?;
+    let flags: BTreeSet<&str> = info.lines().find(|l| l.starts_with("flags"))?.split_whitespace().collect();
+    ["avx2", "fma", "f16c", "avx512f", "avx512bw"].iter().all(|f| flags.contains(f)).then_some("avx512")
+}
+
+/// `version` of package `name` in a Cargo.lock.
+fn locked_version(lock: &str, name: &str) -> Option<String> {
+    let header = format!("name = \"{name}\"");
+    let mut lines = lock.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() == header {
+            let v = lines.next()?.trim().strip_prefix("version = \"")?.strip_suffix('"')?;
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+fn dpkg_installed(package: &str) -> bool {
+    quiet(Command::new("dpkg-query").args(["-W", "-f", "${Status}", package])).is_some_and(|s| s == "install ok installed")
+}
+
+fn on_path(tool: &str) -> bool {
+    env::var_os("PATH").is_some_and(|p| env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ has a parent").to_path_buf()
+}
+
+fn cargo(root: &Path) -> Command {
+    let mut c = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(root);
+    c
+}
+
+fn show(c: &Command) -> String {
+    let mut s = String::new();
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            s += &format!("{}={:?} ", k.to_string_lossy(), v.to_string_lossy());
+        }
+    }
+    let program = c.get_program().to_string_lossy();
+    s += program.rsplit('/').next().unwrap_or(&program);
+    for a in c.get_args() {
+        s += " ";
+        s += &a.to_string_lossy();
+    }
+    s
+}
+
+/// Stdout of a command that succeeded, trimmed; None when it failed or is missing.
+fn quiet(c: &mut Command) -> Option<String> {
+    let out = c.stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn run(c: &mut Command) -> Result {
+    println!("$ {}", show(c));
+    let status = c.stdin(Stdio::null()).status().map_err(|e| format!("`{}`: {e}", show(c)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` exited with {status}", show(c)))
+    }
+}
+
+/// Run with stdout and stderr passed through live and also collected (for test counts).
+fn run_capture(c: &mut Command) -> Result<String> {
+    println!("$ {}", show(c));
+    let mut child =
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("`{}`: {e}", show(c)))?;
+    let all = Arc::new(Mutex::new(Vec::new()));
+    fn tee(mut from: impl Read + Send + 'static, mut to: impl Write + Send + 'static, all: Arc<Mutex<Vec<u8>>>) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n @ 1..) = from.read(&mut buf) {
+                let _ = to.write_all(&buf[..n]);
+                let _ = to.flush();
+                all.lock().expect("tee lock").extend_from_slice(&buf[..n]);
+            }
+        })
+    }
+    let t_out = tee(child.stdout.take().expect("piped"), std::io::stdout(), all.clone());
+    let t_err = tee(child.stderr.take().expect("piped"), std::io::stderr(), all.clone());
+    let status = child.wait().map_err(|e| format!("`{}`: {e}", show(c)))?;
+    let _ = (t_out.join(), t_err.join());
+    let out = String::from_utf8_lossy(&all.lock().expect("tee lock")).into_owned();
+    if status.success() {
+        Ok(out)
+    } else {
+        Err(format!("`{}` exited with {status}", show(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_cargo_nextest_and_wasm_runner_summaries() {
+        let out = "test result: ok. 7 passed; 0 failed; 0 ignored\n\
+                   test result: ok. 0 passed; 0 failed\n\
+                   Summary [   1.2s] 12 tests run: 12 passed, 0 skipped\n\
+                   test result: ok. 1 passed; 0 failed; 0 ignored; 0 filtered out; finished in 0.01s\n\
+                   running 3 tests";
+        assert_eq!(passed(out), 20);
+    }
+
+    #[test]
+    fn reads_versions_from_cargo_lock() {
+        let lock = "[[package]]\nname = \"wasm-bindgen\"\nversion = \"0.2.130\"\n\n[[package]]\nname = \"wasm-bindgen-test\"\nversion = \"0.3.80\"\n";
+        assert_eq!(locked_version(lock, "wasm-bindgen").as_deref(), Some("0.2.130"));
+        assert_eq!(locked_version(lock, "wasm-bindgen-test").as_deref(), Some("0.3.80"));
+        assert_eq!(locked_version(lock, "half"), None);
+    }
+}
