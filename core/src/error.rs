@@ -21,6 +21,8 @@ pub enum Error {
     NonFiniteInput,
     /// The requested instruction set is not available on this CPU / build.
     IsaUnavailable(crate::Isa),
+    /// The kernel reads another code order than the matrix was packed in.
+    InterleaveMismatch { isa: crate::Isa, matrix: crate::Interleave },
     /// Tables were built for another group size or length than the matrix needs.
     TablesMismatch { tables_cols: usize, tables_group: usize, cols: usize, group: usize },
 }
@@ -41,6 +43,9 @@ impl fmt::Display for Error {
             Error::NonFiniteScale { row, group } => write!(f, "non-finite scale at row {row}, group {group}"),
             Error::NonFiniteInput => write!(f, "input contains NaN or infinity"),
             Error::IsaUnavailable(isa) => write!(f, "instruction set {} is not available on this CPU", isa.name()),
+            Error::InterleaveMismatch { isa, matrix } => {
+                write!(f, "kernel {} cannot read a matrix packed in {matrix:?} order", isa.name())
+            }
             Error::TablesMismatch { tables_cols, tables_group, cols, group } => {
                 write!(f, "tables built for {tables_cols} columns / group {tables_group}, matrix has {cols} / {group}")
             }

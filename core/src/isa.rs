@@ -14,6 +14,9 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F + BW, 512-bit.
     Avx512,
+    /// x86-64 AVX-512 VBMI + VNNI: 64-entry `vpermb` tables, `vpdpbusd` sums
+    /// (reads `Interleave::Permute` matrices).
+    Avx512Vbmi,
     /// aarch64 Advanced SIMD (`tbl`).
     Neon,
     /// wasm32 simd128 (`i8x16.swizzle`).
@@ -21,7 +24,7 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 6] = [Isa::Scalar, Isa::Ssse3, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Simd128];
+    pub const ALL: [Isa; 7] = [Isa::Scalar, Isa::Ssse3, Isa::Avx2, Isa::Avx512, Isa::Avx512Vbmi, Isa::Neon, Isa::Simd128];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -29,6 +32,7 @@ impl Isa {
             Isa::Ssse3 => "ssse3",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Avx512Vbmi => "avx512vbmi",
             Isa::Neon => "neon",
             Isa::Simd128 => "simd128",
         }
@@ -43,7 +47,7 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Ssse3 | Isa::Avx2 | Isa::Avx512 => x86_best() >= self,
+            Isa::Ssse3 | Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi => x86_best() >= self,
             #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
             Isa::Neon => true,
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -77,6 +81,24 @@ impl Isa {
         }
     }
 
+    /// The code order this kernel reads; `Scalar` reads both (`accepts`).
+    pub fn interleave(self) -> crate::Interleave {
+        match self {
+            Isa::Avx512Vbmi => crate::Interleave::Permute,
+            _ => crate::Interleave::Shuffle,
+        }
+    }
+
+    /// Whether this kernel can read a matrix packed in `interleave` order.
+    pub fn accepts(self, interleave: crate::Interleave) -> bool {
+        self == Isa::Scalar || self.interleave() == interleave
+    }
+
+    /// The fastest available kernel that reads `interleave` order.
+    pub fn best_for(interleave: crate::Interleave) -> Isa {
+        Isa::ALL.into_iter().rev().find(|i| i.is_available() && i.accepts(interleave)).unwrap_or(Isa::Scalar)
+    }
+
     /// Every kernel this build can run here, the reference first.
     pub fn available() -> impl Iterator<Item = Isa> {
         Isa::ALL.into_iter().filter(|i| i.is_available())
@@ -98,6 +120,7 @@ fn x86_best() -> Isa {
         cached
     };
     match code {
+        c if c == Isa::Avx512Vbmi as u8 => Isa::Avx512Vbmi,
         c if c == Isa::Avx512 as u8 => Isa::Avx512,
         c if c == Isa::Avx2 as u8 => Isa::Avx2,
         c if c == Isa::Ssse3 as u8 => Isa::Ssse3,
@@ -133,7 +156,11 @@ fn detect_x86() -> Isa {
     if !(os_ymm && avx2 && fma && f16c) {
         return Isa::Ssse3;
     }
-    if os_zmm && avx512f && avx512bw {
+    let vbmi = leaf7.ecx & (1 << 1) != 0;
+    let vnni = leaf7.ecx & (1 << 11) != 0;
+    if os_zmm && avx512f && avx512bw && vbmi && vnni {
+        Isa::Avx512Vbmi
+    } else if os_zmm && avx512f && avx512bw {
         Isa::Avx512
     } else {
         Isa::Avx2

@@ -2,7 +2,7 @@
 //! the GEMV against f32 arithmetic over the dequantized weights.
 
 use lutra_core::quant::convert::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use lutra_core::{gemv_integer, gemv_tiles, Error, Isa, Offset, OwnedTables, PackedMatrix};
+use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -83,17 +83,28 @@ fn every_isa_equals_scalar_for_every_format() {
                 // activations with outliers, as in real models
                 let mut x = rng.vec(cols, 1.0);
                 x[3] *= 20.0;
-                let m = PackedMatrix::quantize(&w, ROWS, cols, bits, group, offset).unwrap();
-                let reference = integers(Isa::Scalar, &m, &x);
-                assert!(reference.iter().any(|&v| v != 0));
-                let y_ref = gemv_with(Isa::Scalar, &m, &x);
-                for &isa in &isas {
-                    let got = integers(isa, &m, &x);
-                    assert_eq!(got, reference, "{} bits={bits} group={group} {offset:?}", isa.name());
-                    // floats: same formula, only vectorization may reorder it
-                    let y = gemv_with(isa, &m, &x);
-                    for (a, b) in y.iter().zip(&y_ref) {
-                        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{} float output {a} vs {b}", isa.name());
+                let packed = PackedMatrix::quantize(&w, ROWS, cols, bits, group, offset).unwrap();
+                let mut reference = None;
+                for interleave in [Interleave::Shuffle, Interleave::Permute] {
+                    let m = PackedMatrix::repack(&packed, interleave).unwrap();
+                    for r in (0..ROWS).step_by(7) {
+                        for c in (0..cols).step_by(5) {
+                            assert_eq!(m.code(r, c), packed.code(r, c));
+                        }
+                    }
+                    let ints = integers(Isa::Scalar, &m, &x);
+                    assert!(ints.iter().any(|&v| v != 0));
+                    // the scalar reference does not depend on the code order
+                    assert_eq!(reference.get_or_insert_with(|| ints.clone()), &ints);
+                    let y_ref = gemv_with(Isa::Scalar, &m, &x);
+                    for &isa in isas.iter().filter(|i| i.accepts(interleave)) {
+                        let got = integers(isa, &m, &x);
+                        assert_eq!(got, ints, "{} bits={bits} group={group} {offset:?}", isa.name());
+                        // floats: same formula, only vectorization may reorder it
+                        let y = gemv_with(isa, &m, &x);
+                        for (a, b) in y.iter().zip(&y_ref) {
+                            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{} float output {a} vs {b}", isa.name());
+                        }
                     }
                 }
             }
@@ -117,11 +128,14 @@ fn extreme_tables_do_not_overflow_i16() {
         .unwrap();
         let m = PackedMatrix::from_bytes(layout, data).unwrap();
         let x = vec![1.0f32; 256];
-        let reference = integers(Isa::Scalar, &m, &x);
         let planes: i32 = (0..bits).map(|i| 1 << i).sum();
-        assert!(reference.iter().all(|&v| v == 64 * 127 * planes), "bits={bits}");
-        for &isa in &isas {
-            assert_eq!(integers(isa, &m, &x), reference, "{} bits={bits}", isa.name());
+        for interleave in [Interleave::Shuffle, Interleave::Permute] {
+            let m = PackedMatrix::repack(&m, interleave).unwrap();
+            let reference = integers(Isa::Scalar, &m, &x);
+            assert!(reference.iter().all(|&v| v == 64 * 127 * planes), "bits={bits}");
+            for &isa in isas.iter().filter(|i| i.accepts(interleave)) {
+                assert_eq!(integers(isa, &m, &x), reference, "{} bits={bits}", isa.name());
+            }
         }
     }
 }
@@ -220,7 +234,7 @@ fn q4_0_and_q8_0_import_losslessly_and_gemv_within_1e4() {
         let deq = dequantized(&m);
         assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} dequantization differs");
         let want = matvec_f64(&reference, &x, rows);
-        for isa in Isa::available() {
+        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
             let e = nmse(&gemv_with(isa, &m, &x), &want);
             assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
         }
@@ -255,6 +269,13 @@ fn bad_shapes_and_buffers_are_typed_errors() {
     let tables = t.build(&[1.0; 64]).unwrap();
     assert!(matches!(lutra_core::gemv(&m, tables, &mut [0.0; 2]), Err(Error::BufferSize { .. })));
     // an ISA this machine cannot run
+    if let Some(other) = Isa::available().find(|i| !i.accepts(m.layout().interleave)) {
+        let mut out = vec![0; m.layout().scale_count()];
+        assert_eq!(
+            gemv_integer(other, &m, tables, &mut out).unwrap_err(),
+            Error::InterleaveMismatch { isa: other, matrix: m.layout().interleave }
+        );
+    }
     if let Some(missing) = Isa::ALL.into_iter().find(|i| !i.is_available()) {
         let mut out = vec![0; m.layout().scale_count()];
         assert_eq!(gemv_integer(missing, &m, tables, &mut out).unwrap_err(), Error::IsaUnavailable(missing));
@@ -280,6 +301,35 @@ fn codes_round_trip_through_the_planes() {
                     if offset == Offset::Min {
                         assert_eq!(deq[i], s * m.code(r, g * 32 + k) as f32 + off);
                     }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_table_builder_matches_the_portable_one() {
+    let mut rng = Rng(21);
+    for group in [32, 64, 128, 256] {
+        let cols = 512;
+        let mut x = rng.vec(cols, 1.0);
+        x[5] = 0.0;
+        x[17] *= 100.0;
+        x[100..132].fill(0.0); // an all-zero group (scale 0)
+        let mut t = OwnedTables::new(cols, group).unwrap();
+        let built = t.build(&x).unwrap();
+        let mut quads = vec![lutra_core::Block64::default(); cols / 16];
+        let (mut scale, mut sum) = (vec![0.0; cols / group], vec![0.0; cols / group]);
+        lutra_core::lut::build_tables_portable(&x, group, &mut quads, &mut scale, &mut sum);
+        assert_eq!(built.quads, &quads[..]);
+        assert_eq!(built.scale, &scale[..]);
+        assert_eq!(built.sum, &sum[..]);
+        // mirror consolidation holds exactly, and entries stay in −127..=127
+        for q in &quads {
+            for table in q.0.chunks_exact(16) {
+                for idx in 0..16 {
+                    assert_eq!(table[idx] as i8, (table[15 - idx] as i8).wrapping_neg());
+                    assert_ne!(table[idx] as i8, i8::MIN);
                 }
             }
         }

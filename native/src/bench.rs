@@ -210,14 +210,20 @@ impl GemvRow {
     }
 }
 
-fn quantize(w: &[f32], rows: usize, cols: usize, bits: Bits, group: usize) -> PackedMatrix<lutra_core::AlignedBytes> {
-    match bits {
+fn quantize(w: &[f32], rows: usize, cols: usize, bits: Bits, group: usize, isa: Isa) -> PackedMatrix<lutra_core::AlignedBytes> {
+    let m = match bits {
         // 1 bit: the symmetric ±s/2 grid (as llama.cpp Q1_0); more bits: per-group min (as Q2_K..Q4_K)
         Bits::Int(1) => PackedMatrix::quantize(w, rows, cols, 1, group, Offset::Symmetric),
         Bits::Int(b) => PackedMatrix::quantize(w, rows, cols, b, group, Offset::Min),
         Bits::Ternary => PackedMatrix::ternarize(w, rows, cols, group),
     }
-    .expect("bench shapes are valid")
+    .expect("bench shapes are valid");
+    // in the order the chosen kernel reads
+    if m.layout().interleave == isa.interleave() {
+        m
+    } else {
+        PackedMatrix::repack(&m, isa.interleave()).expect("repack")
+    }
 }
 
 /// Run the GEMV benchmark, printing rows as they finish.
@@ -230,7 +236,7 @@ pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<Ge
         let w = normals(rows * cols, 1, 0.02);
         let x = normals(cols, 2, 1.0);
         for &bits in &opts.bits {
-            let m = quantize(&w, rows, cols, bits, opts.group);
+            let m = quantize(&w, rows, cols, bits, opts.group, opts.isa);
             let base = if opts.baseline { BaselineMatrix::from_packed(&m).ok() } else { None };
             for &regime in &opts.regimes {
                 let copies = regime.copies(m.layout().total_bytes());

@@ -80,17 +80,33 @@ impl<'a> TablesMut<'a> {
         if self.scale.len() != groups || self.sum.len() != groups {
             return Err(Error::BufferSize { what: "table scales", expected: groups, got: self.scale.len().min(self.sum.len()) });
         }
-        if x.iter().any(|v| !v.is_finite()) {
-            return Err(Error::NonFiniteInput);
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx512.is_available() {
+            // SAFETY: AVX-512 F/BW (and so F16C/FMA-era AVX2) are available.
+            unsafe { x86_64::avx512::build_tables(x, self.group, self.quads, self.scale, self.sum) };
+            finite(self.sum)?;
+            return Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group });
         }
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx2.is_available() {
             // SAFETY: AVX2 and FMA are available (checked once, cached).
             unsafe { x86_64::avx2::build_tables(x, self.group, self.quads, self.scale, self.sum) };
+            finite(self.sum)?;
             return Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group });
         }
         build_tables(x, self.group, self.quads, self.scale, self.sum);
+        finite(self.sum)?;
         Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group })
+    }
+}
+
+/// A NaN or infinity anywhere in a group makes its Σa non-finite; the tables of such
+/// input are refused rather than checked value by value.
+fn finite(sums: &[f32]) -> Result<(), Error> {
+    if sums.iter().all(|s| s.is_finite()) {
+        Ok(())
+    } else {
+        Err(Error::NonFiniteInput)
     }
 }
 
@@ -105,39 +121,73 @@ pub(crate) fn build_tables(x: &[f32], group: usize, quads: &mut [Block64], scale
     }
 }
 
+/// Sign of activation t in entry `idx`: bit t of idx set → +1.
+pub(crate) const SIGNS: [[f32; 16]; 4] = {
+    let mut s = [[0.0; 16]; 4];
+    let mut t = 0;
+    while t < 4 {
+        let mut idx = 0;
+        while idx < 16 {
+            s[t][idx] = if idx & (1 << t) != 0 { 1.0 } else { -1.0 };
+            idx += 1;
+        }
+        t += 1;
+    }
+    s
+};
+
+/// Σ|a| of each chunk is `(|a0| + |a1|) + (|a2| + |a3|)`; the group's scale is their
+/// maximum over 127. Σa runs in 16 lanes (lane j: activations ≡ j mod 16, in order),
+/// then halves 8, 4, 2, 1. Every table builder follows exactly these orders, so
+/// tables are bit-identical whichever builds them.
+#[inline(always)]
+pub(crate) fn group_stats(xs: &[f32]) -> (f32, f32) {
+    let mut absmax = 0.0f32;
+    for c in xs.chunks_exact(4) {
+        let a = (c[0].abs() + c[1].abs()) + (c[2].abs() + c[3].abs());
+        absmax = if a > absmax { a } else { absmax };
+    }
+    let mut lanes = [0.0f32; 16];
+    for x16 in xs.chunks_exact(16) {
+        for (l, &x) in lanes.iter_mut().zip(x16) {
+            *l += x;
+        }
+    }
+    for width in [8, 4, 2, 1] {
+        for j in 0..width {
+            lanes[j] += lanes[j + width];
+        }
+    }
+    (absmax, lanes[0])
+}
+
 /// Tables of one group; returns (scale, Σx).
+///
+/// Entry `idx` of a chunk is `((s0·a0 + s1·a1) + s2·a2) + s3·a3` (signs from the bits of
+/// idx; products by ±1 are exact, so `T[15 − idx] = −T[idx]` holds exactly: mirror
+/// consolidation), times 127/absmax, clamped to ±127, rounded half to even.
 #[inline(always)]
 fn build_group(xs: &[f32], quads: &mut [Block64]) -> (f32, f32) {
-    let mut absmax = 0.0f32;
-    let mut sum = 0.0f32;
-    for c in xs.chunks_exact(4) {
-        absmax = absmax.max(c[0].abs() + c[1].abs() + c[2].abs() + c[3].abs());
-        sum += (c[0] + c[1]) + (c[2] + c[3]);
-    }
+    let (absmax, sum) = group_stats(xs);
     let inv = if absmax > 0.0 { 127.0 / absmax } else { 0.0 };
-    // Entry 8 + i has a_3 positive and a_0..a_2 signed by the bits of i. Multiplying by
-    // ±1 is exact, so this is the plain signed sum, written so it vectorizes.
-    const S0: [f32; 8] = [-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0];
-    const S1: [f32; 8] = [-1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0, 1.0];
-    const S2: [f32; 8] = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0];
     for (q, xq) in quads.iter_mut().zip(xs.chunks_exact(16)) {
         for (lane, a) in xq.chunks_exact(4).enumerate() {
-            let mut v = [0i8; 8];
-            for i in 0..8 {
-                let t = ((a[3] + S0[i] * a[0] + (S1[i] * a[1] + S2[i] * a[2])) * inv).clamp(-127.0, 127.0);
-                // Round half to even by adding 1.5·2^23: the integer lands in the low
-                // mantissa bits (two's complement), exact for |t| < 2^22. No float→int
-                // conversion, so it vectorizes everywhere.
-                v[i] = (t + ROUND_MAGIC).to_bits() as u8 as i8;
-            }
             let t = &mut q.0[16 * lane..16 * lane + 16];
-            for i in 0..8 {
-                t[8 + i] = v[i] as u8;
-                t[7 - i] = v[i].wrapping_neg() as u8;
+            for (idx, e) in t.iter_mut().enumerate() {
+                let v = ((SIGNS[0][idx] * a[0] + SIGNS[1][idx] * a[1]) + SIGNS[2][idx] * a[2]) + SIGNS[3][idx] * a[3];
+                // Round half to even by adding 1.5·2^23: the integer lands in the low
+                // mantissa bits (two's complement), exact for |v| < 2^22. No float→int
+                // conversion, so it vectorizes everywhere.
+                *e = ((v * inv).clamp(-127.0, 127.0) + ROUND_MAGIC).to_bits() as u8;
             }
         }
     }
     (absmax / 127.0, sum)
+}
+
+/// The portable builder, for tests that pin every builder to it.
+pub fn build_tables_portable(x: &[f32], group: usize, quads: &mut [Block64], scale: &mut [f32], sum: &mut [f32]) {
+    build_tables(x, group, quads, scale, sum)
 }
 
 /// Owned tables (reused across tokens: `build` overwrites).
@@ -311,7 +361,7 @@ macro_rules! define_run {
                     let mut acc = [0i32; $crate::TILE_ROWS];
                     // SAFETY: the caller checked that this ISA is available; `tile_group`
                     // reads only within the slices it is given.
-                    unsafe { tile_group(job.tile_group(tile, g), job.quads(g), job.layout.bits, &mut acc) };
+                    unsafe { tile_group(job.tile_group(tile, g), job.quads(g), job.layout.bits, job.layout.interleave, &mut acc) };
                     epi.group(job, tile, g, &acc, $f16x32);
                 }
                 epi.tile_end(job, tile);
@@ -325,6 +375,9 @@ fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut
     if !isa.is_available() {
         return Err(Error::IsaUnavailable(isa));
     }
+    if !isa.accepts(job.layout.interleave) {
+        return Err(Error::InterleaveMismatch { isa, matrix: job.layout.interleave });
+    }
     match isa {
         // SAFETY (all arms): `is_available` confirmed the CPU supports the ISA.
         Isa::Scalar => unsafe { scalar::run(job, tiles, epi) },
@@ -334,6 +387,8 @@ fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut
         Isa::Avx2 => unsafe { x86_64::avx2::run(job, tiles, epi) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86_64::avx512::run(job, tiles, epi) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vbmi => unsafe { x86_64::avx512vbmi::run(job, tiles, epi) },
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         Isa::Neon => unsafe { aarch64::neon::run(job, tiles, epi) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -344,9 +399,9 @@ fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut
     Ok(())
 }
 
-/// `y = W·x` with the fastest kernel. `y.len() == rows`.
+/// `y = W·x` with the fastest kernel that reads the matrix's order. `y.len() == rows`.
 pub fn gemv<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
-    gemv_tiles(Isa::best(), m, tables, 0..m.layout().tiles(), y)
+    gemv_tiles(Isa::best_for(m.layout().interleave), m, tables, 0..m.layout().tiles(), y)
 }
 
 /// Rows of tiles `tiles` only (for splitting across threads): `y` holds exactly those
@@ -366,6 +421,12 @@ pub fn gemv_tiles<B: AsRef<[u8]>>(
     let rows = (tiles.end * TILE_ROWS).min(l.rows).saturating_sub(tiles.start * TILE_ROWS);
     if y.len() != rows {
         return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(l.interleave) {
+        // SAFETY: the ISA is available; job and `y` were validated above.
+        unsafe { x86_64::avx512vbmi::run_float(&job, tiles, y) };
+        return Ok(());
     }
     let mut epi = FloatOut { y, first_tile: tiles.start, acc: [0.0; TILE_ROWS] };
     dispatch(isa, &job, tiles, &mut epi)

@@ -255,6 +255,21 @@ impl PackedMatrix<crate::AlignedBytes> {
         Self::build(ternary_layout(rows, cols, group)?, |l, o| ternarize_into(w, l, o))
     }
 
+    /// The same matrix in another code order (e.g. for a kernel of another ISA).
+    pub fn repack<B: AsRef<[u8]>>(m: &PackedMatrix<B>, interleave: super::Interleave) -> Result<Self, Error> {
+        let layout = m.layout().with_interleave(interleave);
+        Self::build(layout, |l, o| {
+            pack(l, o, |row, g, gc| {
+                for (k, c) in gc.codes.iter_mut().enumerate() {
+                    *c = m.code(row, g * l.group + k);
+                }
+                let i = l.scale_index(row / crate::TILE_ROWS, g) + row % crate::TILE_ROWS;
+                (gc.scale, gc.min) = m.scale_and_min_bits(i);
+                Ok(())
+            })
+        })
+    }
+
     /// Import llama.cpp `Q4_0` blocks.
     pub fn from_q4_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q4_0_layout(rows, cols)?, |l, o| import_q4_0_into(blocks, l, o))

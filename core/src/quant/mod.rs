@@ -17,6 +17,20 @@
 //!     16 bytes; byte i: low nibble = index of (row i), high nibble = index of (row 16 + i)
 //! ```
 //!
+//! That is the `Interleave::Shuffle` order, for 16-entry shuffles (SSSE3, AVX2,
+//! AVX-512BW, NEON, simd128). `Interleave::Permute` is the order for AVX-512 VBMI's
+//! 64-entry `vpermb` and VNNI's `vpdpbusd`:
+//!
+//! ```text
+//! for quad:  for plane p:
+//!     64 bytes; byte 4r + l: low nibble  = index of (row r,      plane p, chunk 4·quad + l)
+//!                            high nibble = index of (row 16 + r, plane p, chunk 4·quad + l)
+//! ```
+//!
+//! so the four chunks' tables sit in one 64-byte register (index = nibble | l·16) and
+//! the four lookups of one row are adjacent bytes, summed straight into i32 by
+//! `vpdpbusd` with the plane's weight 2^p.
+//!
 //! An *index* is 4 bits: bit t = plane bit of column 4·chunk + t. Sixteen bytes that
 //! share one chunk are looked up with one 16-entry table (one shuffle per nibble half);
 //! in a pair slice the two planes of a row sit in adjacent bytes, so one
@@ -29,7 +43,7 @@ pub mod convert;
 pub use convert::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 use crate::f16::{f16_bits_finite, f16_bits_to_f32};
-use crate::{Error, TILE_ROWS};
+use crate::{Error, Isa, TILE_ROWS};
 
 /// How the per-group offset is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +57,22 @@ pub enum Offset {
     Symmetric,
 }
 
+/// Byte order of the codes inside a tile-group (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Interleave {
+    /// 16-entry tables, one per 128-bit lane: every ISA but AVX-512 VBMI.
+    Shuffle,
+    /// 64-entry tables (`vpermb`) and 4-byte dot products (`vpdpbusd`).
+    Permute,
+}
+
+impl Interleave {
+    /// The order the fastest kernel on this machine reads.
+    pub fn native() -> Interleave {
+        Isa::best().interleave()
+    }
+}
+
 /// Shape and format of a packed matrix; computes where everything lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -51,6 +81,7 @@ pub struct Layout {
     pub bits: u8,
     pub group: usize,
     pub offset: Offset,
+    pub interleave: Interleave,
 }
 
 pub const GROUP_SIZES: [usize; 4] = [32, 64, 128, 256];
@@ -74,13 +105,18 @@ impl Layout {
                 return Err(Error::BadZeroPoint { zero: z, bits });
             }
         }
-        let layout = Layout { rows, cols, bits, group, offset };
+        let layout = Layout { rows, cols, bits, group, offset, interleave: Interleave::native() };
         // Every size below is derived from these products; refuse shapes that overflow.
         rows.checked_next_multiple_of(TILE_ROWS)
             .and_then(|r| r.checked_mul(cols))
             .and_then(|n| n.checked_mul(8))
             .ok_or(Error::BadShape { rows, cols })?;
         Ok(layout)
+    }
+
+    /// The same layout with another code order.
+    pub fn with_interleave(self, interleave: Interleave) -> Layout {
+        Layout { interleave, ..self }
     }
 
     pub fn tiles(&self) -> usize {
@@ -181,6 +217,10 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
             &self.data.as_ref()[at..at + 2 * TILE_ROWS]
         })
     }
+    /// f16 bits of scale i and of minimum i (0 without minima).
+    pub(crate) fn scale_and_min_bits(&self, i: usize) -> (u16, u16) {
+        (self.scale_bits(i), if self.layout.offset == Offset::Min { self.min_bits(i) } else { 0 })
+    }
     fn scale_bits(&self, i: usize) -> u16 {
         let at = self.layout.scales_offset() + 2 * i;
         let d = self.data.as_ref();
@@ -203,13 +243,14 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
         let (quad, lane) = (chunk / 4, chunk % 4);
         let mut q = 0u8;
         for p in 0..l.bits as usize {
-            let pair = p / 2;
-            let (byte, high) = if pair < l.bits as usize / 2 {
-                let (h, rr) = (r / 16, r % 16);
-                let i = 2 * (rr % 8) + p % 2;
-                (base + pair * 8 * l.group + quad * 128 + h * 64 + lane * 16 + i, rr >= 8)
-            } else {
-                (base + (l.bits as usize / 2) * 8 * l.group + quad * 64 + lane * 16 + r % 16, r >= 16)
+            let (byte, high) = match l.interleave {
+                Interleave::Shuffle if p / 2 < l.bits as usize / 2 => {
+                    let (h, rr) = (r / 16, r % 16);
+                    let i = 2 * (rr % 8) + p % 2;
+                    (base + (p / 2) * 8 * l.group + quad * 128 + h * 64 + lane * 16 + i, rr >= 8)
+                }
+                Interleave::Shuffle => (base + (l.bits as usize / 2) * 8 * l.group + quad * 64 + lane * 16 + r % 16, r >= 16),
+                Interleave::Permute => (base + (quad * l.bits as usize + p) * 64 + 4 * (r % 16) + lane, r >= 16),
             };
             let nibble = if high { w[byte] >> 4 } else { w[byte] & 15 };
             q |= ((nibble >> t) & 1) << p;
@@ -302,7 +343,12 @@ where
                 }
             }
             let at = layout.tile_group_offset(tile, g);
-            pack_tile_group(&scratch[..TILE_ROWS * g_len], g_len, layout.bits, &mut out[at..at + layout.tile_group_bytes()]);
+            let codes = &scratch[..TILE_ROWS * g_len];
+            let out = &mut out[at..at + layout.tile_group_bytes()];
+            match layout.interleave {
+                Interleave::Shuffle => pack_shuffle(codes, g_len, layout.bits, out),
+                Interleave::Permute => pack_permute(codes, g_len, layout.bits, out),
+            }
         }
     }
     Ok(())
@@ -315,7 +361,23 @@ fn index(codes: &[u8], group: usize, r: usize, p: usize, c: usize) -> u8 {
     (0..4).fold(0u8, |acc, t| acc | (((row[t] >> p) & 1) << t))
 }
 
-fn pack_tile_group(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
+fn pack_permute(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
+    let mut o = 0;
+    for quad in 0..group / 16 {
+        for p in 0..bits as usize {
+            for r in 0..16 {
+                for lane in 0..4 {
+                    let c = 4 * quad + lane;
+                    out[o] = index(codes, group, r, p, c) | (index(codes, group, 16 + r, p, c) << 4);
+                    o += 1;
+                }
+            }
+        }
+    }
+    debug_assert_eq!(o, out.len());
+}
+
+fn pack_shuffle(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
     let bits = bits as usize;
     let mut o = 0;
     for j in 0..bits / 2 {

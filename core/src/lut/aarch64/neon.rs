@@ -3,7 +3,7 @@
 
 use core::arch::aarch64::*;
 
-use crate::{Block64, TILE_ROWS};
+use crate::{Block64, Interleave, TILE_ROWS};
 
 #[inline(always)]
 fn widen_into(acc: &mut [i32; TILE_ROWS], row: usize, v: int16x8_t, shift: usize) {
@@ -20,7 +20,7 @@ fn widen_into(acc: &mut [i32; TILE_ROWS], row: usize, v: int16x8_t, shift: usize
 /// tile-group of a layout with `quads.len()` quads.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut [i32; TILE_ROWS]) {
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
     let bits = bits as usize;
     debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
     let nibble = vdupq_n_u8(0x0f);

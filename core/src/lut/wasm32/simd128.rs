@@ -4,7 +4,7 @@
 
 use core::arch::wasm32::*;
 
-use crate::{Block64, TILE_ROWS};
+use crate::{Block64, Interleave, TILE_ROWS};
 
 #[inline(always)]
 fn widen_into(acc: &mut [i32; TILE_ROWS], row: usize, v: v128, shift: usize) {
@@ -28,7 +28,7 @@ fn widen_into(acc: &mut [i32; TILE_ROWS], row: usize, v: v128, shift: usize) {
 /// `quads.len()` quads.
 #[target_feature(enable = "simd128")]
 #[inline]
-pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut [i32; TILE_ROWS]) {
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
     let bits = bits as usize;
     debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
     let nibble = u8x16_splat(0x0f);

@@ -2,7 +2,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::{Block64, TILE_ROWS};
+use crate::{Block64, Interleave, TILE_ROWS};
 
 /// Sum the two 128-bit lanes (same rows, different chunks), widen to i32, scale by
 /// 2^shift and add to `acc[row..row + 8]`.
@@ -35,7 +35,7 @@ unsafe fn fold16(acc: &mut [i32; TILE_ROWS], row: usize, v: __m256i, shift: i32)
 /// The CPU must support AVX2; `w` is one tile-group of a layout with `quads.len()` quads.
 #[target_feature(enable = "avx2")]
 #[inline]
-pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut [i32; TILE_ROWS]) {
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
     let bits = bits as usize;
     debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
     let nibble = _mm256_set1_epi8(0x0f);

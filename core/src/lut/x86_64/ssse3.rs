@@ -2,7 +2,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::{Block64, TILE_ROWS};
+use crate::{Block64, Interleave, TILE_ROWS};
 
 /// Add the i16 lanes of `v` (8 rows starting at `row`) times 2^shift into `acc`.
 #[inline(always)]
@@ -22,7 +22,7 @@ fn lanes(v: __m128i) -> [i16; 8] {
 /// The CPU must support SSSE3; `w` is one tile-group of a layout with `quads.len()` quads.
 #[target_feature(enable = "ssse3")]
 #[inline]
-pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, acc: &mut [i32; TILE_ROWS]) {
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
     let bits = bits as usize;
     debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
     let nibble = _mm_set1_epi8(0x0f);

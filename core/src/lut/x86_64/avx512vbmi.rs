@@ -1,0 +1,153 @@
+//! AVX-512 VBMI + VNNI on `Interleave::Permute` matrices: the four chunk tables of a
+//! quad are one 64-entry `vpermb` table (index = nibble | lane·16), and the four
+//! lookups of a row are adjacent bytes that `vpdpbusd` sums straight into the row's
+//! i32 with the plane weight 2^p. No i16 stage, no lane folding: 7 instructions per
+//! 128 lookups, whatever the bit width.
+
+use core::arch::x86_64::*;
+
+use core::ops::Range;
+
+use crate::lut::Job;
+use crate::{Block64, Interleave, Offset, TILE_ROWS};
+
+/// `(a & b) | c` for `vpternlogd`.
+const AND_OR: i32 = 0xea;
+
+/// Integer accumulators of one tile-group: rows 0–16 and 16–32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m512i) {
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * BITS / 8);
+    let nibble = _mm512_set1_epi8(0x0f);
+    let lane_select = _mm512_set1_epi32(0x3020_1000);
+    let (mut rows_lo, mut rows_hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let mut p = w.as_ptr();
+    for quad in quads {
+        // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
+        unsafe {
+            let table = _mm512_load_si512(quad.0.as_ptr().cast());
+            for plane in 0..BITS {
+                let weight = _mm512_set1_epi8(1 << plane);
+                let v = _mm512_loadu_si512(p.cast());
+                p = p.add(64);
+                let lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
+                let hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
+                rows_lo = _mm512_dpbusd_epi32(rows_lo, weight, _mm512_permutexvar_epi8(lo, table));
+                rows_hi = _mm512_dpbusd_epi32(rows_hi, weight, _mm512_permutexvar_epi8(hi, table));
+            }
+        }
+    }
+    (rows_lo, rows_hi)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY: same contract as the caller's.
+    let (lo, hi) = unsafe { rows::<BITS>(w, quads) };
+    let dst = acc.as_mut_ptr().cast::<__m512i>();
+    // SAFETY: `acc` is 32 i32 = two 512-bit vectors.
+    unsafe {
+        _mm512_storeu_si512(dst, _mm512_add_epi32(_mm512_loadu_si512(dst), lo));
+        _mm512_storeu_si512(dst.add(1), _mm512_add_epi32(_mm512_loadu_si512(dst.add(1)), hi));
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VBMI and VNNI; `w` is one tile-group of a
+/// `Permute` layout with `quads.len()` quads.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY (all arms): same contract as this function.
+    unsafe {
+        match bits {
+            1 => tile_group_bits::<1>(w, quads, acc),
+            2 => tile_group_bits::<2>(w, quads, acc),
+            3 => tile_group_bits::<3>(w, quads, acc),
+            4 => tile_group_bits::<4>(w, quads, acc),
+            5 => tile_group_bits::<5>(w, quads, acc),
+            6 => tile_group_bits::<6>(w, quads, acc),
+            7 => tile_group_bits::<7>(w, quads, acc),
+            _ => tile_group_bits::<8>(w, quads, acc),
+        }
+    }
+}
+
+crate::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fma,f16c"; |b| super::avx512::f16x32(b));
+
+/// The float GEMV with the epilogue fused in registers: per group
+/// `acc += s·(I·α + β) [+ m·Σa]` as FMAs, the tile's 32 sums never leave registers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
+    let l = &job.layout;
+    let half_range = l.half_range();
+    let zero = match l.offset {
+        Offset::Zero(z) => z as f32,
+        Offset::Symmetric | Offset::Min => half_range,
+    };
+    let with_mins = l.offset == Offset::Min;
+    let bytes = job.bytes.as_ptr();
+    let f16x16 = |at: usize| {
+        // SAFETY: scale and minimum blocks are 64 bytes inside `job.bytes` (layout-checked).
+        unsafe {
+            let v = _mm512_loadu_si512(bytes.add(at).cast());
+            (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+        }
+    };
+    let first = tiles.start;
+    for tile in tiles {
+        let (mut f_lo, mut f_hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        for g in 0..job.groups() {
+            // SAFETY: the tile-group and the group's tables have the layout's lengths.
+            let (i_lo, i_hi) = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
+            let sum = job.tables.sum[g];
+            let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
+            let (s_lo, s_hi) = f16x16(l.scales_offset() + 2 * l.scale_index(tile, g));
+            if with_mins {
+                let beta = _mm512_set1_ps(half_range * sum);
+                let gamma = _mm512_set1_ps(sum);
+                let (m_lo, m_hi) = f16x16(l.mins_offset() + 2 * l.scale_index(tile, g));
+                f_lo = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f_lo));
+                f_hi = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f_hi));
+            } else {
+                let beta = _mm512_set1_ps((half_range - zero) * sum);
+                f_lo = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f_lo);
+                f_hi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f_hi);
+            }
+        }
+        let start = (tile - first) * TILE_ROWS;
+        let n = (l.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        let out = &mut y[start..start + n];
+        let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
+        // SAFETY: masked stores write only the `n` rows of `out`.
+        unsafe {
+            _mm512_mask_storeu_ps(out.as_mut_ptr(), mask(n), f_lo);
+            if n > 16 {
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(16), mask(n - 16), f_hi);
+            }
+        }
+    }
+}
+
+/// `y` rows of `tiles` (see `lut::gemv_tiles`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VBMI, VNNI and FMA; `job` is validated and `y`
+/// holds exactly the rows of `tiles`.
+pub(crate) unsafe fn run_float(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
+    // SAFETY (all arms): the caller's contract.
+    unsafe {
+        match job.layout.bits {
+            1 => run_float_bits::<1>(job, tiles, y),
+            2 => run_float_bits::<2>(job, tiles, y),
+            3 => run_float_bits::<3>(job, tiles, y),
+            4 => run_float_bits::<4>(job, tiles, y),
+            5 => run_float_bits::<5>(job, tiles, y),
+            6 => run_float_bits::<6>(job, tiles, y),
+            7 => run_float_bits::<7>(job, tiles, y),
+            _ => run_float_bits::<8>(job, tiles, y),
+        }
+    }
+}
