@@ -1,8 +1,8 @@
 //! Which kernel `Isa::best()` picks. CI sets `LUTRA_EXPECT_ISA` for each emulated CPU
 //! (qemu-x86_64 `-cpu Nehalem` → "ssse3", `-cpu Haswell` → "avx2", qemu-aarch64 →
-//! "neon", a native AVX-512BW host → "avx512"), so a run proves that the tier it was
-//! meant to test is the one that ran. Env vars do not reach wasm tests, so there the
-//! expectation is compiled in.
+//! "neon", a native AVX-512 host → "avx512" or, with VBMI + VNNI, "avx512vbmi"), so a
+//! run proves that the tier it was meant to test is the one that ran. Env vars do not
+//! reach wasm tests, so there the expectation is compiled in.
 
 use lutra_core::Isa;
 
@@ -11,7 +11,7 @@ use lutra_core::Isa;
 fn best_isa_is_the_expected_tier() {
     let best = Isa::best();
     assert!(best.is_available(), "{} is best but not available", best.name());
-    assert!(Isa::available().all(|i| i <= best || !matches!(i, Isa::Ssse3 | Isa::Avx2 | Isa::Avx512)));
+    assert!(Isa::available().all(|i| i <= best || !matches!(i, Isa::Ssse3 | Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi)));
 
     #[cfg(not(target_arch = "wasm32"))]
     match std::env::var("LUTRA_EXPECT_ISA") {
