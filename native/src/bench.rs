@@ -463,10 +463,28 @@ pub fn membw(threads: usize, mib: usize, samples: usize) -> f64 {
     (words * 8) as f64 / t
 }
 
-/// Sum with 8 independent accumulators so loads, not adds, set the pace.
+/// The widest loads this CPU has: with 16-byte loads too few cache lines are in
+/// flight to saturate DRAM (measured: 18 vs 24 GB/s on one core).
 fn read_sum(v: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    let chunks = v.chunks_exact(8);
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512 F detected at run time.
+        return unsafe { read_sum_avx512(v) };
+    }
+    read_sum_portable(v)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn read_sum_avx512(v: &[u64]) -> u64 {
+    read_sum_portable(v)
+}
+
+/// 32 independent accumulators (four 512-bit vectors) so loads, not adds, set the pace.
+#[inline(always)]
+fn read_sum_portable(v: &[u64]) -> u64 {
+    let mut acc = [0u64; 32];
+    let chunks = v.chunks_exact(32);
     let rest: u64 = chunks.remainder().iter().fold(0, |a, &b| a.wrapping_add(b));
     for c in chunks {
         for (a, &b) in acc.iter_mut().zip(c) {
@@ -474,4 +492,100 @@ fn read_sum(v: &[u64]) -> u64 {
         }
     }
     acc.iter().fold(rest, |a, &b| a.wrapping_add(b))
+}
+
+/// llama.cpp `quantize_row_q4_0_ref`, transcribed: blocks of 32, d = max/−8.
+pub fn quantize_q4_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / 32 * 18);
+    for b in x.chunks_exact(32) {
+        let max = b.iter().copied().fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&lutra_core::f16::f32_to_f16_bits(d).to_le_bytes());
+        let q = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
+        for j in 0..16 {
+            out.push(q(b[j]) | (q(b[j + 16]) << 4));
+        }
+    }
+    out
+}
+
+/// llama.cpp `quantize_row_q8_0_ref`, transcribed: blocks of 32, d = amax/127.
+pub fn quantize_q8_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / 32 * 34);
+    for b in x.chunks_exact(32) {
+        let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&lutra_core::f16::f32_to_f16_bits(d).to_le_bytes());
+        out.extend(b.iter().map(|&v| (v * id).round() as i8 as u8));
+    }
+    out
+}
+
+/// One accuracy row: NMSE of lutra's GEMV against f64 products with the dequantized
+/// weights (table error alone) and with the original f32 weights (total error).
+#[derive(Clone, Debug)]
+pub struct AccuracyRow {
+    pub format: String,
+    pub bits_per_weight: f64,
+    pub nmse_vs_dequantized: f64,
+    pub nmse_vs_f32: f64,
+    pub baseline_nmse_vs_dequantized: Option<f64>,
+}
+
+fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    let err: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
+    err / want.iter().map(|w| w * w).sum::<f64>()
+}
+
+fn matvec_f64(w: &[f32], x: &[f32]) -> Vec<f64> {
+    w.chunks_exact(x.len()).map(|row| row.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum()).collect()
+}
+
+/// `lutra bench accuracy`: every format on one random matrix (rows × cols) and vector.
+pub fn accuracy(rows: usize, cols: usize, group: usize) -> Result<Vec<AccuracyRow>, String> {
+    let w = normals(rows * cols, 3, 0.02);
+    let mut x = normals(cols, 4, 1.0);
+    // a few outlier activations, as real models have
+    for i in (0..cols).step_by(509) {
+        x[i] *= 12.0;
+    }
+    let exact = matvec_f64(&w, &x);
+    let formats: Vec<(String, PackedMatrix<lutra_core::AlignedBytes>)> = vec![
+        ("W1 symmetric".into(), PackedMatrix::quantize(&w, rows, cols, 1, group, Offset::Symmetric).map_err(|e| e.to_string())?),
+        ("W2 min".into(), PackedMatrix::quantize(&w, rows, cols, 2, group, Offset::Min).map_err(|e| e.to_string())?),
+        ("W3 min".into(), PackedMatrix::quantize(&w, rows, cols, 3, group, Offset::Min).map_err(|e| e.to_string())?),
+        ("W4 min".into(), PackedMatrix::quantize(&w, rows, cols, 4, group, Offset::Min).map_err(|e| e.to_string())?),
+        ("ternary".into(), PackedMatrix::ternarize(&w, rows, cols, group).map_err(|e| e.to_string())?),
+        ("Q4_0 import".into(), PackedMatrix::from_q4_0(&quantize_q4_0(&w), rows, cols).map_err(|e| e.to_string())?),
+        ("Q8_0 import".into(), PackedMatrix::from_q8_0(&quantize_q8_0(&w), rows, cols).map_err(|e| e.to_string())?),
+    ];
+    let mut out = Vec::new();
+    for (name, m) in formats {
+        let l = *m.layout();
+        let mut deq = vec![0.0f32; rows * cols];
+        for (r, row) in deq.chunks_exact_mut(cols).enumerate() {
+            m.dequantize_row(r, row).map_err(|e| e.to_string())?;
+        }
+        let want = matvec_f64(&deq, &x);
+        let mut t = OwnedTables::new(cols, l.group).map_err(|e| e.to_string())?;
+        let mut y = vec![0.0; rows];
+        lutra_core::gemv(&m, t.build(&x).map_err(|e| e.to_string())?, &mut y).map_err(|e| e.to_string())?;
+        let baseline = BaselineMatrix::from_packed(&m).ok().map(|b| {
+            let mut qa = QuantizedActivations::new(cols, l.group);
+            qa.quantize(&x);
+            let mut yb = vec![0.0; rows];
+            crate::baseline::gemv_rows(&b, &qa, 0..rows, &mut yb);
+            nmse(&yb, &want)
+        });
+        out.push(AccuracyRow {
+            format: name,
+            bits_per_weight: l.bits_per_weight(),
+            nmse_vs_dequantized: nmse(&y, &want),
+            nmse_vs_f32: nmse(&y, &exact),
+            baseline_nmse_vs_dequantized: baseline,
+        });
+    }
+    Ok(out)
 }

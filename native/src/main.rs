@@ -26,6 +26,18 @@ enum BenchCommand {
     Gemv(GemvArgs),
     /// DRAM read bandwidth (sum over a large buffer), the physical limit of a streaming GEMV
     Membw(MembwArgs),
+    /// GEMV accuracy per format: NMSE against f64 over the dequantized and the original weights
+    Accuracy(AccuracyArgs),
+}
+
+#[derive(Args)]
+struct AccuracyArgs {
+    #[arg(long, default_value = "1024x4096")]
+    shape: String,
+    #[arg(long, default_value_t = 128)]
+    group: usize,
+    #[arg(long)]
+    json: bool,
 }
 
 fn list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -129,6 +141,36 @@ fn run(cli: Cli) -> Result<(), String> {
                     bench::print_gemv_row(row);
                 }
             })?;
+        }
+        Command::Bench(BenchCommand::Accuracy(a)) => {
+            let (rows, cols) = parse_shape(&a.shape)?;
+            let rows_out = bench::accuracy(rows, cols, a.group)?;
+            if !a.json {
+                println!(
+                    "# GEMV accuracy, {rows}x{cols}, group {} (Q4_0/Q8_0: 32), weights N(0, 0.02²), activations N(0,1) with outliers",
+                    a.group
+                );
+                println!("{:>14} {:>6} {:>16} {:>14} {:>20}", "format", "bpw", "nmse_vs_dequant", "nmse_vs_f32", "baseline_vs_dequant");
+            }
+            for r in rows_out {
+                let b = r.baseline_nmse_vs_dequantized;
+                if a.json {
+                    println!(
+                        "{{\"format\":\"{}\",\"bpw\":{:.3},\"nmse_vs_dequantized\":{:.3e},\"nmse_vs_f32\":{:.3e}{}}}",
+                        r.format,
+                        r.bits_per_weight,
+                        r.nmse_vs_dequantized,
+                        r.nmse_vs_f32,
+                        b.map(|b| format!(",\"baseline_nmse_vs_dequantized\":{b:.3e}")).unwrap_or_default()
+                    );
+                } else {
+                    let b = b.map(|b| format!("{b:.2e}")).unwrap_or_else(|| "-".into());
+                    println!(
+                        "{:>14} {:>6.3} {:>16.2e} {:>14.2e} {:>20}",
+                        r.format, r.bits_per_weight, r.nmse_vs_dequantized, r.nmse_vs_f32, b
+                    );
+                }
+            }
         }
         Command::Bench(BenchCommand::Membw(a)) => {
             for t in list(&a.threads, |t| t.parse::<usize>().map_err(|_| format!("bad thread count {t:?}")))? {
