@@ -12,7 +12,7 @@ impl Default for Block64 {
     }
 }
 
-/// View a slice of blocks as bytes.
+/// View a slice of blocks as bytes (e.g. a static arena of blocks holding a packed matrix).
 pub fn blocks_as_bytes(blocks: &[Block64]) -> &[u8] {
     // SAFETY: Block64 is repr(C) over [u8; 64] with no padding; size 64, align 64.
     unsafe { core::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), blocks.len() * 64) }

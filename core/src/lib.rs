@@ -23,7 +23,7 @@ pub mod quant;
 
 #[cfg(feature = "alloc")]
 pub use aligned::AlignedBytes;
-pub use aligned::Block64;
+pub use aligned::{blocks_as_bytes, blocks_as_bytes_mut, Block64};
 pub use error::Error;
 pub use isa::Isa;
 #[cfg(feature = "alloc")]

@@ -230,7 +230,7 @@ fn quantize(w: &[f32], rows: usize, cols: usize, bits: Bits, group: usize, isa: 
 pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<GemvRow>, String> {
     let mut rows_out = Vec::new();
     for &(rows, cols) in &opts.shapes {
-        if cols % opts.group != 0 {
+        if !cols.is_multiple_of(opts.group) {
             return Err(format!("shape {rows}x{cols}: K={cols} is not a multiple of the group size {}", opts.group));
         }
         let w = normals(rows * cols, 1, 0.02);

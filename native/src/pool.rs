@@ -152,6 +152,32 @@ impl ChunkCounter {
     }
 }
 
+/// A mutable slice shared by the threads of one `Pool::run`, each writing ranges that
+/// a `ChunkCounter` handed to it alone.
+pub struct DisjointSlice<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: access goes through `range_mut`, whose contract makes ranges disjoint.
+unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
+
+impl<'a, T> DisjointSlice<'a, T> {
+    pub fn new(slice: &'a mut [T]) -> Self {
+        DisjointSlice { ptr: slice.as_mut_ptr(), len: slice.len(), _borrow: std::marker::PhantomData }
+    }
+
+    /// # Safety
+    /// No two live results may overlap (ranges from one `ChunkCounter` never do).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn range_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
+        assert!(range.start <= range.end && range.end <= self.len, "range within the slice");
+        // SAFETY: in bounds (checked above); exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,31 +210,5 @@ mod tests {
             }
         });
         assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1));
-    }
-}
-
-/// A mutable slice shared by the threads of one `Pool::run`, each writing ranges that
-/// a `ChunkCounter` handed to it alone.
-pub struct DisjointSlice<'a, T> {
-    ptr: *mut T,
-    len: usize,
-    _borrow: std::marker::PhantomData<&'a mut [T]>,
-}
-
-// SAFETY: access goes through `range_mut`, whose contract makes ranges disjoint.
-unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
-
-impl<'a, T> DisjointSlice<'a, T> {
-    pub fn new(slice: &'a mut [T]) -> Self {
-        DisjointSlice { ptr: slice.as_mut_ptr(), len: slice.len(), _borrow: std::marker::PhantomData }
-    }
-
-    /// # Safety
-    /// No two live results may overlap (ranges from one `ChunkCounter` never do).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn range_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
-        assert!(range.start <= range.end && range.end <= self.len, "range within the slice");
-        // SAFETY: in bounds (checked above); exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }
     }
 }

@@ -9,16 +9,19 @@
 //! Σ_k a_k·q_k = ½·Σ_i 2^i·(Σ_k a_k·t_ik) + ½·(2^bits − 1)·Σ_k a_k
 //! ```
 //!
-//! Each 4 activations form a table `T[idx] = Σ_t (bit t of idx ? +a_t : −a_t)`; only
-//! the 8 entries with the top bit set are computed, the other 8 are their negatives
-//! (mirror consolidation, `T[15 − idx] = −T[idx]`). Tables are quantized to int8 with
-//! one f32 scale per weight group (`scale_g = max_chunk Σ|a_t| / 127`, the exact
-//! absmax of the group's entries), so every entry is in −127..=127.
+//! Each 4 activations form a table `T[idx] = Σ_t (bit t of idx ? +a_t : −a_t)`. The
+//! signed sums are exact in their sign, so `T[15 − idx] = −T[idx]` holds bit for bit
+//! (mirror consolidation: 8 distinct magnitudes; the kernels keep all 16 entries in
+//! one 16-byte register, as T-MAC does). Tables are quantized to int8 with one f32
+//! scale per weight group (`scale_g = max_chunk Σ|a_t| / 127`, the exact absmax of the
+//! group's entries), so every entry is in −127..=127. Every table builder (portable,
+//! AVX2, AVX-512) follows the same operation order and produces identical bytes.
 //!
-//! The *integer accumulator* of (row, group) is `I = Σ_i 2^i·Σ_chunks Tq[idx]`. Every
-//! ISA computes it exactly: lookups are summed in i16, which cannot overflow (a pair
-//! of planes adds at most 3·127 per chunk, and a group has at most 64 chunks:
-//! 64·381 = 24 384 < 32 767), then widened to i32. The float output is
+//! The *integer accumulator* of (row, group) is `I = Σ_i 2^i·Σ_chunks Tq[idx]`, and
+//! every ISA computes it exactly. The shuffle kernels sum lookups in i16, which cannot
+//! overflow (a pair of planes adds at most 3·127 per chunk, a group has at most 64
+//! chunks: 64·381 = 24 384 < 32 767), then widen to i32; the VBMI kernel sums in i32
+//! directly (`vpdpbusd`). The float output is
 //!
 //! ```text
 //! y_row = Σ_g  s·(I·scale_g/2 + (half_range − z)·A_g)        (Offset::Zero(z); Symmetric: z = half_range)
@@ -26,7 +29,8 @@
 //! ```
 //!
 //! with `A_g` the f32 sum of the group's activations. The float epilogue is shared
-//! code, so outputs differ between ISAs only by the compiler's vectorization of it.
+//! code (the VBMI kernel fuses it into FMAs), so float outputs of different ISAs differ
+//! only by rounding: the tests hold them to 1e-5 relative.
 
 pub(crate) mod scalar;
 
@@ -70,7 +74,7 @@ impl<'a> TablesMut<'a> {
         if !crate::quant::GROUP_SIZES.contains(&self.group) {
             return Err(Error::UnsupportedGroup(self.group));
         }
-        if cols == 0 || cols % self.group != 0 {
+        if cols == 0 || !cols.is_multiple_of(self.group) {
             return Err(Error::ColsNotMultipleOfGroup { cols, group: self.group });
         }
         let groups = cols / self.group;
@@ -207,7 +211,7 @@ impl OwnedTables {
         if !crate::quant::GROUP_SIZES.contains(&group) {
             return Err(Error::UnsupportedGroup(group));
         }
-        if cols == 0 || cols % group != 0 {
+        if cols == 0 || !cols.is_multiple_of(group) {
             return Err(Error::ColsNotMultipleOfGroup { cols, group });
         }
         Ok(OwnedTables {

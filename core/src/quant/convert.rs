@@ -1,6 +1,8 @@
 //! Constructors: quantize f32 weights, ternarize, and import llama.cpp blocks losslessly.
 
-use super::{pack, GroupCodes, Layout, Offset, PackedMatrix};
+#[cfg(feature = "alloc")]
+use super::PackedMatrix;
+use super::{pack, GroupCodes, Layout, Offset};
 use crate::f16::{f16_bits_finite, f16_bits_to_f32, f32_to_f16_bits};
 use crate::Error;
 

@@ -97,7 +97,7 @@ impl Layout {
         if rows == 0 || cols == 0 {
             return Err(Error::BadShape { rows, cols });
         }
-        if cols % group != 0 {
+        if !cols.is_multiple_of(group) {
             return Err(Error::ColsNotMultipleOfGroup { cols, group });
         }
         if let Offset::Zero(z) = offset {
@@ -217,8 +217,9 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
             &self.data.as_ref()[at..at + 2 * TILE_ROWS]
         })
     }
-    /// f16 bits of scale i and of minimum i (0 without minima).
-    pub(crate) fn scale_and_min_bits(&self, i: usize) -> (u16, u16) {
+    /// f16 bits of scale `i` (index as `Layout::scale_index`) and of minimum `i` (0
+    /// without minima): what `pack` needs to re-lay the matrix.
+    pub fn scale_and_min_bits(&self, i: usize) -> (u16, u16) {
         (self.scale_bits(i), if self.layout.offset == Offset::Min { self.min_bits(i) } else { 0 })
     }
     fn scale_bits(&self, i: usize) -> u16 {

@@ -32,13 +32,13 @@ pub struct BaselineMatrix {
 /// Pack 32 codes of `bits` (1..=4) the way the unpackers expect.
 fn pack_block(codes: &[u8; 32], bits: u8, out: &mut [u8]) {
     let two_bit = |out: &mut [u8], c: &dyn Fn(usize) -> u8| {
-        for i in 0..8 {
-            out[i] = (0..4).fold(0, |a, j| a | ((c(8 * j + i) & 3) << (2 * j)));
+        for (i, o) in out[..8].iter_mut().enumerate() {
+            *o = (0..4).fold(0, |a, j| a | ((c(8 * j + i) & 3) << (2 * j)));
         }
     };
     let one_bit = |out: &mut [u8], c: &dyn Fn(usize) -> u8| {
-        for i in 0..4 {
-            out[i] = (0..8).fold(0, |a, j| a | ((c(8 * i + j) & 1) << j));
+        for (i, o) in out[..4].iter_mut().enumerate() {
+            *o = (0..8).fold(0, |a, j| a | ((c(8 * i + j) & 1) << j));
         }
     };
     match bits {
