@@ -24,25 +24,35 @@ unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m5
     debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * BITS / 8);
     let nibble = _mm512_set1_epi8(0x0f);
     let lane_select = _mm512_set1_epi32(0x3020_1000);
-    let (mut rows_lo, mut rows_hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    // vpdpbusd has 4-5 cycles of latency: one accumulator per row half would make the
+    // add chain, not the lookups, the limit. Four per half, used round-robin over
+    // (quad, plane), keep every chain at most one dpbusd per BITS/2 quads.
+    let mut lo = [_mm512_setzero_si512(); 4];
+    let mut hi = [_mm512_setzero_si512(); 4];
     let mut p = w.as_ptr();
-    for quad in quads {
-        // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
-        unsafe {
-            let table = _mm512_load_si512(quad.0.as_ptr().cast());
-            for plane in 0..BITS {
-                let weight = _mm512_set1_epi8(1 << plane);
-                let v = _mm512_loadu_si512(p.cast());
-                // Streaming from DRAM, the hardware prefetcher alone runs too close behind.
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast());
-                p = p.add(64);
-                let lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
-                let hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
-                rows_lo = _mm512_dpbusd_epi32(rows_lo, weight, _mm512_permutexvar_epi8(lo, table));
-                rows_hi = _mm512_dpbusd_epi32(rows_hi, weight, _mm512_permutexvar_epi8(hi, table));
+    // groups hold 2, 4, 8 or 16 quads: always whole pairs
+    for pair in quads.chunks_exact(2) {
+        for (qi, quad) in pair.iter().enumerate() {
+            // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
+            unsafe {
+                let table = _mm512_load_si512(quad.0.as_ptr().cast());
+                for plane in 0..BITS {
+                    let k = (qi * BITS + plane) % 4;
+                    let weight = _mm512_set1_epi8(1 << plane);
+                    let v = _mm512_loadu_si512(p.cast());
+                    // Streaming from DRAM, the hardware prefetcher alone runs too close behind.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast());
+                    p = p.add(64);
+                    let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
+                    let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
+                    lo[k] = _mm512_dpbusd_epi32(lo[k], weight, _mm512_permutexvar_epi8(i_lo, table));
+                    hi[k] = _mm512_dpbusd_epi32(hi[k], weight, _mm512_permutexvar_epi8(i_hi, table));
+                }
             }
         }
     }
+    let sum4 = |a: [__m512i; 4]| _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3]));
+    let (rows_lo, rows_hi) = (sum4(lo), sum4(hi));
     (rows_lo, rows_hi)
 }
 
