@@ -97,6 +97,12 @@ pub fn normals(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// One timed engine and what to do, untimed, after each of its sample batches.
+pub struct Engine<'a, 'b> {
+    pub run: &'a mut (dyn FnMut() + 'b),
+    pub settle: Option<&'a mut (dyn FnMut() + 'b)>,
+}
+
 /// Median of `samples` timings of `f`, after a warm-up; each sample repeats `f` enough
 /// times to last ≥ 1 ms, so timer resolution never matters.
 pub struct Sampler {
@@ -117,15 +123,39 @@ impl Sampler {
 
     /// Interleaved: round k samples every engine once, so noise hits all alike.
     pub fn medians(&self, engines: &mut [&mut dyn FnMut()]) -> Vec<f64> {
-        let reps: Vec<usize> = engines.iter_mut().map(|f| Self::inner_reps(*f)).collect();
+        let mut engines: Vec<Engine<'_, '_>> = engines.iter_mut().map(|f| Engine { run: &mut **f, settle: None }).collect();
+        self.medians_settled(&mut engines)
+    }
+
+    /// As `medians`, running each engine's `settle` (untimed) after its samples: ggml's
+    /// workers spin after a run and would otherwise steal the next engine's core.
+    pub fn medians_settled(&self, engines: &mut [Engine<'_, '_>]) -> Vec<f64> {
+        let reps: Vec<usize> = engines
+            .iter_mut()
+            .map(|e| {
+                let n = Self::inner_reps(e.run);
+                if let Some(settle) = e.settle.as_mut() {
+                    settle();
+                }
+                n
+            })
+            .collect();
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); engines.len()];
         for _ in 0..self.samples.max(5) {
-            for (i, f) in engines.iter_mut().enumerate() {
+            for (i, e) in engines.iter_mut().enumerate() {
+                // an untimed batch first: the other engines' data has just passed
+                // through the caches, and "hot" means this engine's weights are there
+                for _ in 0..reps[i] {
+                    (e.run)();
+                }
                 let start = Instant::now();
                 for _ in 0..reps[i] {
-                    f();
+                    (e.run)();
                 }
                 times[i].push(start.elapsed().as_secs_f64() * 1e9 / reps[i] as f64);
+                if let Some(settle) = e.settle.as_mut() {
+                    settle();
+                }
             }
         }
         times.into_iter().map(median).collect()
@@ -170,6 +200,8 @@ pub struct GemvRow {
     pub baseline_ns: Option<f64>,
     pub llamacpp: Option<(String, f64, bool)>,
     pub rayon_ns: Option<f64>,
+    /// Cold regime: DRAM read GB/s on the same threads, sampled in the same rounds.
+    pub dram_gbps: Option<f64>,
 }
 
 impl GemvRow {
@@ -204,6 +236,9 @@ impl GemvRow {
         }
         if let Some(r) = self.rayon_ns {
             let _ = write!(s, ",\"rayon_ns\":{r:.0}");
+        }
+        if let Some(d) = self.dram_gbps {
+            let _ = write!(s, ",\"dram_gbps\":{d:.2},\"dram_fraction\":{:.3}", self.gbps() / d);
         }
         s.push('}');
         s
@@ -315,22 +350,46 @@ fn gemv_one(
         return Err("this build has no llama.cpp: rebuild with `--features llamacpp`".into());
     }
 
+    // cold: the DRAM read bandwidth of these threads, sampled in the same rounds
+    let dram_words = if regime == Regime::Cold { COLD_BYTES / 8 } else { 0 };
+    let dram: Vec<u64> = (0..dram_words as u64).collect();
+    let mut read_dram = || {
+        let per = dram_words.div_ceil(threads);
+        let total = std::sync::atomic::AtomicU64::new(0);
+        pool.run(|i| {
+            let part = &dram[(i * per).min(dram_words)..((i + 1) * per).min(dram_words)];
+            total.fetch_add(read_sum(part), std::sync::atomic::Ordering::Relaxed);
+        });
+        black_box(total.into_inner());
+    };
     let sampler = Sampler { samples: opts.samples };
-    let mut engines: Vec<&mut dyn FnMut()> = vec![&mut lut];
+    let mut engines: Vec<Engine<'_, '_>> = vec![Engine { run: &mut lut, settle: None }];
+    if regime == Regime::Cold {
+        engines.push(Engine { run: &mut read_dram, settle: None });
+    }
     if !bases.is_empty() {
-        engines.push(&mut baseline);
+        engines.push(Engine { run: &mut baseline, settle: None });
     }
     if opts.rayon {
-        engines.push(&mut with_rayon);
+        engines.push(Engine { run: &mut with_rayon, settle: None });
     }
     #[cfg(feature = "llamacpp")]
-    let mut ggml_run = ggml.as_mut().map(|(_, g, _)| move || g.run().expect("ggml run"));
+    let ggml_cell = ggml.as_mut().map(|(_, g, _)| std::cell::RefCell::new(g));
     #[cfg(feature = "llamacpp")]
-    if let Some(f) = ggml_run.as_mut() {
-        engines.push(f);
+    let mut ggml_run = ggml_cell.as_ref().map(|g| move || g.borrow_mut().run().expect("ggml run"));
+    #[cfg(feature = "llamacpp")]
+    let mut ggml_pause = ggml_cell.as_ref().map(|g| move || g.borrow_mut().pause());
+    #[cfg(feature = "llamacpp")]
+    if let (Some(run), Some(pause)) = (ggml_run.as_mut(), ggml_pause.as_mut()) {
+        engines.push(Engine { run, settle: Some(pause) });
     }
-    let t = sampler.medians(&mut engines);
+    let t = sampler.medians_settled(&mut engines);
+    drop(engines);
     let mut i = 1;
+    let dram_gbps = (regime == Regime::Cold).then(|| {
+        i += 1;
+        COLD_BYTES as f64 / t[i - 1]
+    });
     let baseline_ns = (!bases.is_empty()).then(|| {
         i += 1;
         t[i - 1]
@@ -357,6 +416,7 @@ fn gemv_one(
         baseline_ns,
         llamacpp,
         rayon_ns,
+        dram_gbps,
     })
 }
 
@@ -400,6 +460,7 @@ fn best_llamacpp(
         } else {
             0.0
         };
+        g.pause();
         if best.as_ref().is_none_or(|b| t < b.0) {
             best = Some((t, ty.to_string(), g, copies));
         }
@@ -409,8 +470,8 @@ fn best_llamacpp(
 
 pub fn print_gemv_header() {
     println!(
-        "{:>12} {:>5} {:>4} {:>3} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>7} {:>11} {:>7}",
-        "shape", "regime", "bits", "thr", "isa", "ns", "GMAC/s", "GB/s", "baseline_ns", "x_base", "type", "llama_ns", "x_llama"
+        "{:>12} {:>5} {:>4} {:>3} {:>10} {:>10} {:>8} {:>8} {:>11} {:>7} {:>7} {:>11} {:>7} {:>9}",
+        "shape", "regime", "bits", "thr", "isa", "ns", "GMAC/s", "GB/s", "baseline_ns", "x_base", "type", "llama_ns", "x_llama", "%DRAM"
     );
 }
 
@@ -423,8 +484,9 @@ pub fn print_gemv_row(r: &GemvRow) {
         Some((t, ns, _)) => (t.clone(), format!("{ns:.0}"), format!("{:.2}", ns / r.ns)),
         None => ("-".into(), "-".into(), "-".into()),
     };
+    let dram = r.dram_gbps.map_or("-".into(), |d| format!("{:.0}% of {d:.1}", 100.0 * r.gbps() / d));
     println!(
-        "{:>12} {:>5} {:>4} {:>3} {:>7} {:>10.0} {:>8.1} {:>8.1} {:>11} {:>7} {:>7} {:>11} {:>7}",
+        "{:>12} {:>5} {:>4} {:>3} {:>10} {:>10.0} {:>8.1} {:>8.1} {:>11} {:>7} {:>7} {:>11} {:>7} {:>9}",
         format!("{}x{}", r.shape.0, r.shape.1),
         r.regime.name(),
         r.bits.label(),
@@ -437,7 +499,8 @@ pub fn print_gemv_row(r: &GemvRow) {
         xb,
         ty,
         ln,
-        xl
+        xl,
+        dram
     );
     if let Some(rn) = r.rayon_ns {
         println!("{:>12} rayon: {rn:.0} ns ({:.2}x the lutra pool)", "", rn / r.ns);
@@ -477,14 +540,25 @@ fn read_sum(v: &[u64]) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn read_sum_avx512(v: &[u64]) -> u64 {
-    read_sum_portable(v)
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_si512(); 4];
+    let blocks = v.chunks_exact(32);
+    let rest = read_sum_portable(blocks.remainder());
+    for b in blocks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `b` holds 32 u64 = four 64-byte vectors.
+            *a = _mm512_add_epi64(*a, unsafe { _mm512_loadu_si512(b.as_ptr().add(8 * k).cast()) });
+        }
+    }
+    let sum = _mm512_add_epi64(_mm512_add_epi64(acc[0], acc[1]), _mm512_add_epi64(acc[2], acc[3]));
+    (_mm512_reduce_add_epi64(sum) as u64).wrapping_add(rest)
 }
 
-/// 32 independent accumulators (four 512-bit vectors) so loads, not adds, set the pace.
+/// Eight independent accumulators so loads, not adds, set the pace.
 #[inline(always)]
 fn read_sum_portable(v: &[u64]) -> u64 {
-    let mut acc = [0u64; 32];
-    let chunks = v.chunks_exact(32);
+    let mut acc = [0u64; 8];
+    let chunks = v.chunks_exact(8);
     let rest: u64 = chunks.remainder().iter().fold(0, |a, &b| a.wrapping_add(b));
     for c in chunks {
         for (a, &b) in acc.iter_mut().zip(c) {

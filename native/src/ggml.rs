@@ -30,7 +30,7 @@ use llama_cpp_sys_2 as sys;
 
 /// Weights are uniform in [-WEIGHT_RANGE, WEIGHT_RANGE).
 const WEIGHT_RANGE: f32 = 0.05;
-/// Seed of copy 0's weights; copy `c` uses `WEIGHT_SEED + c`.
+/// Seed of the weights (every copy holds the same values).
 const WEIGHT_SEED: u64 = 0x6c75_7472_612d_7700;
 /// Seed of the input vector.
 const INPUT_SEED: u64 = 0x6c75_7472_612d_7800;
@@ -41,7 +41,7 @@ const MAX_COPIES: usize = 1 << 16;
 /// At most this many f32 weights are generated at once per quantizing thread.
 const GEN_CHUNK: usize = 1 << 20;
 
-/// One llama.cpp GEMV configuration: `copies` distinct weight matrices of `rows x cols`
+/// One llama.cpp GEMV configuration: `copies` weight matrices of `rows x cols` (same values, distinct memory)
 /// quantized to one ggml type, multiplied by one f32 vector each run (a graph of
 /// `copies` independent `ggml_mul_mat` nodes), on a persistent ggml threadpool.
 ///
@@ -194,9 +194,11 @@ impl GgmlGemv {
         // SAFETY: weight_buf is a live buffer.
         unsafe { sys::ggml_backend_buffer_set_usage(gemv.weight_buf, sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) };
 
+        // Copies hold the same values in distinct memory: what the cold regime needs
+        // (weights streamed from DRAM), without quantizing 256 MiB per configuration.
         let mut quantized = vec![0u8; weight_bytes];
+        quantize_copy(ty, rows, cols, row_bytes, 0, threads, &mut quantized);
         for (c, &w) in weights.iter().enumerate() {
-            quantize_copy(ty, rows, cols, row_bytes, c, threads, &mut quantized);
             if c == 0 && gemv.repacked {
                 REPACK_CAPTURE.with(|cap| *cap.borrow_mut() = Some(String::new()));
             }

@@ -235,7 +235,6 @@ impl OwnedTables {
 
 /// Everything a kernel needs, validated once.
 pub(crate) struct Job<'a> {
-    pub weights: &'a [u8],
     pub bytes: &'a [u8],
     pub layout: Layout,
     pub tables: Tables<'a>,
@@ -247,7 +246,7 @@ impl<'a> Job<'a> {
         if t.cols != l.cols || t.group != l.group {
             return Err(Error::TablesMismatch { tables_cols: t.cols, tables_group: t.group, cols: l.cols, group: l.group });
         }
-        Ok(Job { weights: m.weights(), bytes: m.as_bytes(), layout: l, tables: t })
+        Ok(Job { bytes: m.as_bytes(), layout: l, tables: t })
     }
     #[inline(always)]
     pub fn groups(&self) -> usize {
@@ -256,8 +255,7 @@ impl<'a> Job<'a> {
     /// Codes of tile-group (tile, g).
     #[inline(always)]
     pub fn tile_group(&self, tile: usize, g: usize) -> &'a [u8] {
-        let n = self.layout.tile_group_bytes();
-        &self.weights[(tile * self.layout.groups() + g) * n..][..n]
+        &self.bytes[self.layout.tile_group_offset(tile, g)..][..self.layout.tile_group_bytes()]
     }
     /// Table blocks of group g.
     #[inline(always)]
@@ -300,7 +298,7 @@ impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
         let l = &job.layout;
-        let scales = f16x32(job.f16_block(l.scales_offset() + 2 * l.scale_index(tile, g)));
+        let scales = f16x32(job.f16_block(l.scale_block_offset(tile, g)));
         let alpha = job.tables.scale[g] * 0.5;
         let sum = job.tables.sum[g];
         match l.offset {
@@ -315,7 +313,7 @@ impl Epilogue for FloatOut<'_> {
                 }
             }
             Offset::Min => {
-                let mins = f16x32(job.f16_block(l.mins_offset() + 2 * l.scale_index(tile, g)));
+                let mins = f16x32(job.f16_block(l.min_block_offset(tile, g)));
                 let beta = l.half_range() * sum;
                 for r in 0..TILE_ROWS {
                     self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta) + mins[r] * sum;

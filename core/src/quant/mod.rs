@@ -31,7 +31,10 @@
 //! the four lookups of one row are adjacent bytes, summed straight into i32 by
 //! `vpdpbusd` with the plane's weight 2^p.
 //!
-//! An *index* is 4 bits: bit t = plane bit of column 4·chunk + t. Sixteen bytes that
+//! An *index* is 4 bits: bit t = plane bit of column 4·chunk + t.
+//!
+//! Each tile-group's codes are followed by its 32 f16 scales and (with `Offset::Min`)
+//! its 32 f16 minima: one record, so a GEMV streams the matrix front to back. Sixteen bytes that
 //! share one chunk are looked up with one 16-entry table (one shuffle per nibble half);
 //! in a pair slice the two planes of a row sit in adjacent bytes, so one
 //! multiply-add-pairs (`pmaddubsw` with weights 1, 2) combines the planes and widens
@@ -130,23 +133,20 @@ impl Layout {
     pub fn tile_group_bytes(&self) -> usize {
         TILE_ROWS * self.group * self.bits as usize / 8
     }
-    pub fn weight_bytes(&self) -> usize {
-        self.tiles() * self.groups() * self.tile_group_bytes()
-    }
     /// Number of (row, group) scales, rows padded to whole tiles.
     pub fn scale_count(&self) -> usize {
         self.tiles() * self.groups() * TILE_ROWS
     }
-    pub fn scales_offset(&self) -> usize {
-        self.weight_bytes()
-    }
-    pub fn mins_offset(&self) -> usize {
-        self.scales_offset() + 2 * self.scale_count()
+    /// Bytes of one tile-group record: its codes, then its 32 f16 scales, then (with
+    /// `Offset::Min`) its 32 f16 minima. Records follow each other tile by tile, group
+    /// by group, so a GEMV reads the matrix as one sequential stream.
+    pub fn record_bytes(&self) -> usize {
+        let mins = if self.offset == Offset::Min { 2 * TILE_ROWS } else { 0 };
+        self.tile_group_bytes() + 2 * TILE_ROWS + mins
     }
     /// Total bytes of the packed representation.
     pub fn total_bytes(&self) -> usize {
-        let mins = if self.offset == Offset::Min { 2 * self.scale_count() } else { 0 };
-        self.mins_offset() + mins
+        self.tiles() * self.groups() * self.record_bytes()
     }
     /// Bits per weight including scales (and minima), for the unpadded rows.
     pub fn bits_per_weight(&self) -> f64 {
@@ -157,9 +157,17 @@ impl Layout {
     pub fn half_range(&self) -> f32 {
         ((1u32 << self.bits) - 1) as f32 * 0.5
     }
-    /// Byte offset of tile-group (tile, g) within the weights.
+    /// Byte offset of the codes of tile-group (tile, g).
     pub fn tile_group_offset(&self, tile: usize, g: usize) -> usize {
-        (tile * self.groups() + g) * self.tile_group_bytes()
+        (tile * self.groups() + g) * self.record_bytes()
+    }
+    /// Byte offset of the 32 f16 scales of tile-group (tile, g).
+    pub fn scale_block_offset(&self, tile: usize, g: usize) -> usize {
+        self.tile_group_offset(tile, g) + self.tile_group_bytes()
+    }
+    /// Byte offset of the 32 f16 minima of tile-group (tile, g) (`Offset::Min` only).
+    pub fn min_block_offset(&self, tile: usize, g: usize) -> usize {
+        self.scale_block_offset(tile, g) + 2 * TILE_ROWS
     }
     /// Index of the first of the 32 scales of tile-group (tile, g).
     pub fn scale_index(&self, tile: usize, g: usize) -> usize {
@@ -202,18 +210,15 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     pub fn as_bytes(&self) -> &[u8] {
         self.data.as_ref()
     }
-    pub fn weights(&self) -> &[u8] {
-        &self.data.as_ref()[..self.layout.weight_bytes()]
-    }
     /// The 64 bytes of f16 scales for tile-group (tile, g).
     pub fn scales(&self, tile: usize, g: usize) -> &[u8] {
-        let at = self.layout.scales_offset() + 2 * self.layout.scale_index(tile, g);
+        let at = self.layout.scale_block_offset(tile, g);
         &self.data.as_ref()[at..at + 2 * TILE_ROWS]
     }
     /// The 64 bytes of f16 minima for tile-group (tile, g); `None` for zero-point matrices.
     pub fn mins(&self, tile: usize, g: usize) -> Option<&[u8]> {
         (self.layout.offset == Offset::Min).then(|| {
-            let at = self.layout.mins_offset() + 2 * self.layout.scale_index(tile, g);
+            let at = self.layout.min_block_offset(tile, g);
             &self.data.as_ref()[at..at + 2 * TILE_ROWS]
         })
     }
@@ -222,15 +227,19 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     pub fn scale_and_min_bits(&self, i: usize) -> (u16, u16) {
         (self.scale_bits(i), if self.layout.offset == Offset::Min { self.min_bits(i) } else { 0 })
     }
-    fn scale_bits(&self, i: usize) -> u16 {
-        let at = self.layout.scales_offset() + 2 * i;
+    fn f16_at(&self, at: usize) -> u16 {
         let d = self.data.as_ref();
         u16::from_le_bytes([d[at], d[at + 1]])
     }
+    fn scale_bits(&self, i: usize) -> u16 {
+        let tg = i / TILE_ROWS;
+        let groups = self.layout.groups();
+        self.f16_at(self.layout.scale_block_offset(tg / groups, tg % groups) + 2 * (i % TILE_ROWS))
+    }
     fn min_bits(&self, i: usize) -> u16 {
-        let at = self.layout.mins_offset() + 2 * i;
-        let d = self.data.as_ref();
-        u16::from_le_bytes([d[at], d[at + 1]])
+        let tg = i / TILE_ROWS;
+        let groups = self.layout.groups();
+        self.f16_at(self.layout.min_block_offset(tg / groups, tg % groups) + 2 * (i % TILE_ROWS))
     }
 
     /// The code of (row, col), read back from the planes.
@@ -239,7 +248,7 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
         let (tile, r) = (row / TILE_ROWS, row % TILE_ROWS);
         let (g, k) = (col / l.group, col % l.group);
         let base = l.tile_group_offset(tile, g);
-        let w = self.weights();
+        let w = self.as_bytes();
         let (chunk, t) = (k / 4, k % 4);
         let (quad, lane) = (chunk / 4, chunk % 4);
         let mut q = 0u8;
@@ -319,7 +328,6 @@ where
     let g_len = layout.group;
     for tile in 0..layout.tiles() {
         for g in 0..layout.groups() {
-            let si = layout.scale_index(tile, g);
             for r in 0..TILE_ROWS {
                 let row = tile * TILE_ROWS + r;
                 let codes = &mut scratch[r * g_len..(r + 1) * g_len];
@@ -336,10 +344,10 @@ where
                         *c &= mask;
                     }
                 }
-                let at = layout.scales_offset() + 2 * (si + r);
+                let at = layout.scale_block_offset(tile, g) + 2 * r;
                 out[at..at + 2].copy_from_slice(&scale.to_le_bytes());
                 if layout.offset == Offset::Min {
-                    let at = layout.mins_offset() + 2 * (si + r);
+                    let at = layout.min_block_offset(tile, g) + 2 * r;
                     out[at..at + 2].copy_from_slice(&min.to_le_bytes());
                 }
             }

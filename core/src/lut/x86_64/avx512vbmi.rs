@@ -12,7 +12,7 @@ use crate::lut::Job;
 use crate::{Block64, Interleave, Offset, TILE_ROWS};
 
 /// How far ahead of the loads the weight stream is prefetched.
-const PREFETCH_BYTES: usize = 2048;
+const PREFETCH_BYTES: usize = 4096;
 
 /// `(a & b) | c` for `vpternlogd`.
 const AND_OR: i32 = 0xea;
@@ -119,11 +119,11 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
             let (i_lo, i_hi) = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
             let sum = job.tables.sum[g];
             let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
-            let (s_lo, s_hi) = f16x16(l.scales_offset() + 2 * l.scale_index(tile, g));
+            let (s_lo, s_hi) = f16x16(l.scale_block_offset(tile, g));
             if with_mins {
                 let beta = _mm512_set1_ps(half_range * sum);
                 let gamma = _mm512_set1_ps(sum);
-                let (m_lo, m_hi) = f16x16(l.mins_offset() + 2 * l.scale_index(tile, g));
+                let (m_lo, m_hi) = f16x16(l.min_block_offset(tile, g));
                 f_lo = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f_lo));
                 f_hi = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f_hi));
             } else {
