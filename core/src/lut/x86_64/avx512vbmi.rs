@@ -11,9 +11,6 @@ use core::ops::Range;
 use crate::lut::Job;
 use crate::{Block64, Interleave, Offset, TILE_ROWS};
 
-/// How far ahead of the loads the weight stream is prefetched.
-const PREFETCH_BYTES: usize = 4096;
-
 /// `(a & b) | c` for `vpternlogd`.
 const AND_OR: i32 = 0xea;
 
@@ -40,8 +37,6 @@ unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m5
                     let k = (qi * BITS + plane) % 4;
                     let weight = _mm512_set1_epi8(1 << plane);
                     let v = _mm512_loadu_si512(p.cast());
-                    // Streaming from DRAM, the hardware prefetcher alone runs too close behind.
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast());
                     p = p.add(64);
                     let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
                     let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
