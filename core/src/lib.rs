@@ -17,9 +17,12 @@ extern crate alloc;
 mod aligned;
 mod error;
 pub mod f16;
+pub mod gguf;
 pub mod isa;
+pub mod llama2c;
 pub mod lut;
 pub mod quant;
+pub mod tokenizer;
 
 #[cfg(feature = "alloc")]
 pub use aligned::AlignedBytes;
