@@ -58,11 +58,33 @@ fn quantize_group(w: &[f32], bits: u8, offset: Offset, out: &mut GroupCodes<'_>)
     Ok(())
 }
 
-/// Codes for `w ≈ s·q + m` (f16 `s`, `m`), then a few least-squares refits of
-/// (s, m) to the assigned codes (Lloyd iterations on a uniform grid): for 1–2 bits
-/// this roughly halves the error of plain min/max. Keeps the best fit seen.
+/// Lloyd iterations on a uniform grid: assign codes for the current parameters, refit
+/// the parameters to the codes by least squares, and keep going while the squared
+/// error falls. `assign(p, codes)` writes codes and returns their error; `refit(codes)`
+/// returns the next parameters (None: no valid fit). Keeps the best seen.
+fn refine<P: Copy>(codes: &mut [u8], start: P, assign: impl Fn(P, &mut [u8]) -> f32, refit: impl Fn(&[u8]) -> Option<P>) -> P {
+    let mut best = start;
+    let mut best_err = assign(best, codes);
+    let mut trial = [0u8; 256];
+    let trial = &mut trial[..codes.len()];
+    trial.copy_from_slice(codes);
+    for _ in 0..6 {
+        let Some(cand) = refit(trial) else { break };
+        let err = assign(cand, trial);
+        if err >= best_err {
+            break;
+        }
+        best_err = err;
+        best = cand;
+        codes.copy_from_slice(trial);
+    }
+    best
+}
+
+/// Codes for `w ≈ s·q + m` (f16 `s`, `m`) from the group's range, then refits of
+/// (s, m): for 1–2 bits this roughly halves the error of plain min/max.
 fn refine_min_scale(w: &[f32], lo: f32, step: f32, qmax: i32, codes: &mut [u8]) -> (u16, u16) {
-    let assign = |s_bits: u16, m_bits: u16, codes: &mut [u8]| -> f32 {
+    let assign = |(s_bits, m_bits): (u16, u16), codes: &mut [u8]| -> f32 {
         let (s, m) = (f16_bits_to_f32(s_bits), f16_bits_to_f32(m_bits));
         let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
         let mut err = 0.0f32;
@@ -73,16 +95,11 @@ fn refine_min_scale(w: &[f32], lo: f32, step: f32, qmax: i32, codes: &mut [u8]) 
         }
         err
     };
-    let mut best = (f32_to_f16_bits(step), f32_to_f16_bits(lo));
-    let mut best_err = assign(best.0, best.1, codes);
-    let mut trial = [0u8; 256];
-    let trial = &mut trial[..codes.len()];
-    trial.copy_from_slice(codes);
-    for _ in 0..6 {
-        // least squares of w on [q, 1]
+    // least squares of w on [q, 1]
+    let refit = |codes: &[u8]| {
         let n = w.len() as f32;
         let (mut sq, mut sqq, mut sw, mut sqw) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
-        for (&c, &x) in trial.iter().zip(w) {
+        for (&c, &x) in codes.iter().zip(w) {
             let q = c as f32;
             sq += q;
             sqq += q * q;
@@ -90,29 +107,15 @@ fn refine_min_scale(w: &[f32], lo: f32, step: f32, qmax: i32, codes: &mut [u8]) 
             sqw += q * x;
         }
         let det = n * sqq - sq * sq;
-        if det <= 0.0 {
-            break;
-        }
         let s = (n * sqw - sq * sw) / det;
         let m = (sw - s * sq) / n;
-        if !(s > 0.0) || !m.is_finite() {
-            break;
-        }
-        let cand = (f32_to_f16_bits(s), f32_to_f16_bits(m));
-        let err = assign(cand.0, cand.1, trial);
-        if err < best_err {
-            best_err = err;
-            best = cand;
-            codes.copy_from_slice(trial);
-        } else {
-            break;
-        }
-    }
-    best
+        (det > 0.0 && s > 0.0 && m.is_finite()).then(|| (f32_to_f16_bits(s), f32_to_f16_bits(m)))
+    };
+    refine(codes, (f32_to_f16_bits(step), f32_to_f16_bits(lo)), assign, refit)
 }
 
 /// Codes for `w ≈ s·(q − qmax/2)`: start from the range (largest |w| at the outermost
-/// grid point), then least-squares refits of s to the assigned codes.
+/// grid point), then least-squares refits of s.
 fn refine_symmetric_scale(w: &[f32], qmax: i32, codes: &mut [u8]) -> u16 {
     let half = qmax as f32 * 0.5;
     let assign = |s_bits: u16, codes: &mut [u8]| -> f32 {
@@ -126,33 +129,17 @@ fn refine_symmetric_scale(w: &[f32], qmax: i32, codes: &mut [u8]) -> u16 {
         }
         err
     };
-    let amax = w.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-    let mut best = f32_to_f16_bits(amax / half);
-    let mut best_err = assign(best, codes);
-    let mut trial = [0u8; 256];
-    let trial = &mut trial[..codes.len()];
-    trial.copy_from_slice(codes);
-    for _ in 0..6 {
+    let refit = |codes: &[u8]| {
         let (mut num, mut den) = (0.0f32, 0.0f32);
-        for (&c, &x) in trial.iter().zip(w) {
+        for (&c, &x) in codes.iter().zip(w) {
             let t = c as f32 - half;
             num += t * x;
             den += t * t;
         }
-        if !(den > 0.0) || !(num > 0.0) {
-            break;
-        }
-        let cand = f32_to_f16_bits(num / den);
-        let err = assign(cand, trial);
-        if err < best_err {
-            best_err = err;
-            best = cand;
-            codes.copy_from_slice(trial);
-        } else {
-            break;
-        }
-    }
-    best
+        (den > 0.0 && num > 0.0).then(|| f32_to_f16_bits(num / den))
+    };
+    let amax = w.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    refine(codes, f32_to_f16_bits(amax / half), assign, refit)
 }
 
 /// Quantize row-major f32 weights into `out` (`layout.total_bytes()`).
