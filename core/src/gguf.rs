@@ -106,10 +106,10 @@ impl fmt::Display for GgufError {
                 write!(f, ")")
             }
             GgufError::CountTooLarge { at, what, count, left } => {
-                write!(f, "impossible GGUF: {count} {what} at byte {at} cannot fit in the {left} bytes left")
+                write!(f, "truncated or corrupt GGUF: {count} {what} at byte {at} cannot fit in the {left} bytes left")
             }
             GgufError::StringTooLong { at, len, left } => {
-                write!(f, "impossible GGUF: string of {len} bytes at byte {at}, only {left} bytes left")
+                write!(f, "truncated or corrupt GGUF: string of {len} bytes at byte {at}, only {left} bytes left")
             }
             GgufError::InvalidUtf8 { at, what } => write!(f, "bad GGUF: {what} at byte {at} is not UTF-8"),
             GgufError::UnknownValueType { at, type_id } => {
@@ -700,6 +700,39 @@ fn read_value<'a>(cur: &mut Cursor<'a>, ty: ValueType, depth: u32, known_end: Op
     })
 }
 
+/// The position after `count` strings starting at `cur.pos`: the hot loop of a parse
+/// (a 262 144-token vocabulary), so a tight loop of length reads. On a bad length it
+/// re-reads with the generic reader, which names the error.
+fn skip_strings(cur: &Cursor<'_>, count: u64) -> Result<usize> {
+    let buf = cur.buf;
+    let mut pos = cur.pos;
+    let mut ok = true;
+    for _ in 0..count {
+        let len = match buf.get(pos..).and_then(|rest| rest.first_chunk::<8>()) {
+            Some(b) => u64::from_le_bytes(*b),
+            None => {
+                ok = false;
+                break;
+            }
+        };
+        // pos + 8 <= buf.len() here, so neither subtraction nor addition overflows.
+        let rest = (buf.len() - pos - 8) as u64;
+        if len > rest {
+            ok = false;
+            break;
+        }
+        pos += 8 + len as usize;
+    }
+    if ok {
+        return Ok(pos);
+    }
+    let mut slow = cur.clone();
+    for _ in 0..count {
+        slow.string("string value")?;
+    }
+    Ok(slow.pos)
+}
+
 fn read_array<'a>(cur: &mut Cursor<'a>, depth: u32, known_end: Option<usize>) -> Result<Array<'a>> {
     let at = cur.at();
     if depth >= MAX_ARRAY_DEPTH {
@@ -722,6 +755,7 @@ fn read_array<'a>(cur: &mut Cursor<'a>, depth: u32, known_end: Option<usize>) ->
             }
         }
         (None, Some(end)) if end >= start && end <= cur.buf.len() => cur.pos = end,
+        (None, _) if elem_type == ValueType::String => cur.pos = skip_strings(cur, len)?,
         (None, _) => {
             for _ in 0..len {
                 read_value(cur, elem_type, depth + 1, None)?;
