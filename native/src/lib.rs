@@ -8,5 +8,6 @@ pub mod baseline;
 pub mod bench;
 #[cfg(feature = "llamacpp")]
 pub mod ggml;
+pub mod inspect;
 pub mod parallel;
 pub mod pool;

@@ -18,6 +18,17 @@ enum Command {
     /// Benchmarks (tables on stdout; --json for one JSON object per line)
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// What a GGUF model file holds: architecture, hyperparameters, tensor types and their bytes
+    Inspect(InspectArgs),
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// GGUF model file
+    file: std::path::PathBuf,
+    /// One JSON object instead of a table
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -106,6 +117,14 @@ struct MembwArgs {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
+        Command::Inspect(a) => {
+            let report = lutra::inspect::inspect(&a.file).map_err(|e| e.to_string())?;
+            if a.json {
+                println!("{}", report.json());
+            } else {
+                print!("{}", report.text());
+            }
+        }
         Command::Bench(BenchCommand::Gemv(a)) => {
             let isa = match &a.isa {
                 None => Isa::best(),

@@ -1,0 +1,381 @@
+//! `lutra inspect FILE`: what a GGUF model file holds — format version, architecture,
+//! hyperparameters (every `{arch}.*` key), vocabulary size, and per tensor type the
+//! number of tensors and their bytes. The file is memory-mapped and read by
+//! `lutra_core::gguf`, so only the header pages are touched.
+
+use std::fmt::{self, Write as _};
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use lutra_core::gguf::{Array, GgmlType, Gguf, GgufError, Value};
+use memmap2::Mmap;
+
+/// Why a model file could not be inspected.
+#[derive(Debug)]
+pub enum InspectError {
+    /// The file could not be opened, sized or mapped.
+    Io { path: PathBuf, source: io::Error },
+    /// The file has no bytes.
+    Empty { path: PathBuf },
+    /// The bytes are not a well-formed GGUF file.
+    Gguf { path: PathBuf, source: GgufError },
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InspectError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            InspectError::Empty { path } => write!(f, "{}: empty file, not a GGUF model", path.display()),
+            InspectError::Gguf { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InspectError::Io { source, .. } => Some(source),
+            InspectError::Gguf { source, .. } => Some(source),
+            InspectError::Empty { .. } => None,
+        }
+    }
+}
+
+/// Map a whole file read-only. An empty file is refused (it cannot be mapped, and no
+/// model file is empty).
+pub fn map_file(path: &Path) -> Result<Mmap, InspectError> {
+    let io_err = |source| InspectError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io_err)?;
+    let len = file.metadata().map_err(io_err)?.len();
+    if len == 0 {
+        return Err(InspectError::Empty { path: path.to_path_buf() });
+    }
+    // SAFETY: the map is read-only and only read through `&[u8]`. Another process
+    // truncating or rewriting the file while it is mapped would change those bytes under
+    // us (or fault on access); like every mmap-based model loader we accept that the
+    // user does not modify a model file while lutra reads it.
+    unsafe { Mmap::map(&file) }.map_err(io_err)
+}
+
+/// Tensors of one ggml type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeStats {
+    pub ggml_type: GgmlType,
+    pub tensors: u64,
+    /// Bytes of tensor data; `None` for a type this build does not know.
+    pub bytes: Option<u64>,
+}
+
+/// One metadata entry shown in the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub key: String,
+    /// As text (strings quoted, long arrays as `[type; len]`).
+    pub text: String,
+    /// As a JSON value.
+    pub json: String,
+}
+
+/// What `lutra inspect` reports about a GGUF file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub path: String,
+    pub file_bytes: u64,
+    pub version: u32,
+    pub architecture: Option<String>,
+    pub name: Option<String>,
+    /// `general.file_type` (llama.cpp's `llama_ftype`).
+    pub file_type: Option<u32>,
+    pub alignment: u64,
+    pub data_offset: u64,
+    pub metadata_count: u64,
+    /// Length of `tokenizer.ggml.tokens`, else `{arch}.vocab_size`.
+    pub vocab_size: Option<u64>,
+    pub tokenizer_model: Option<String>,
+    /// Every `{arch}.*` metadata entry, in file order.
+    pub hyperparameters: Vec<Entry>,
+    pub tensor_count: u64,
+    /// Per type, in ggml type id order.
+    pub types: Vec<TypeStats>,
+    /// Bytes of all tensors of known types.
+    pub total_bytes: u64,
+    /// Elements of all tensors.
+    pub parameters: u64,
+}
+
+/// Map and read `path`.
+pub fn inspect(path: &Path) -> Result<Report, InspectError> {
+    let map = map_file(path)?;
+    inspect_bytes(path, &map)
+}
+
+/// Read the GGUF file `bytes` (named `path` in messages).
+pub fn inspect_bytes(path: &Path, bytes: &[u8]) -> Result<Report, InspectError> {
+    let g = Gguf::parse(bytes).map_err(|source| InspectError::Gguf { path: path.to_path_buf(), source })?;
+    let architecture = g.get_str("general.architecture").map(str::to_owned);
+    let prefix = architecture.as_deref().map(|a| format!("{a}."));
+    let hyperparameters = match &prefix {
+        Some(p) => g
+            .metadata()
+            .filter(|(k, _)| k.starts_with(p.as_str()))
+            .map(|(k, v)| Entry { key: k.to_owned(), text: value_text(&v), json: value_json(&v) })
+            .collect(),
+        None => Vec::new(),
+    };
+    let vocab_size = g
+        .get_array("tokenizer.ggml.tokens")
+        .map(|a| a.len())
+        .or_else(|| prefix.as_ref().and_then(|p| g.get_u64(&format!("{p}vocab_size"))));
+
+    let mut types: Vec<TypeStats> = Vec::new();
+    let mut parameters = 0u64;
+    for t in g.tensors() {
+        parameters = parameters.saturating_add(t.n_elements().unwrap_or(0));
+        let bytes = t.byte_size().ok();
+        match types.iter_mut().find(|s| s.ggml_type == t.ggml_type) {
+            Some(s) => {
+                s.tensors += 1;
+                s.bytes = s.bytes.zip(bytes).map(|(a, b)| a.saturating_add(b));
+            }
+            None => types.push(TypeStats { ggml_type: t.ggml_type, tensors: 1, bytes }),
+        }
+    }
+    types.sort_by_key(|s| s.ggml_type.id());
+    let total_bytes = types.iter().filter_map(|s| s.bytes).fold(0u64, u64::saturating_add);
+
+    Ok(Report {
+        path: path.display().to_string(),
+        file_bytes: bytes.len() as u64,
+        version: g.version(),
+        name: g.get_str("general.name").map(str::to_owned),
+        file_type: g.get_u32("general.file_type"),
+        architecture,
+        alignment: g.alignment(),
+        data_offset: g.data_start() as u64,
+        metadata_count: g.metadata_count(),
+        vocab_size,
+        tokenizer_model: g.get_str("tokenizer.ggml.model").map(str::to_owned),
+        hyperparameters,
+        tensor_count: g.tensor_count(),
+        types,
+        total_bytes,
+        parameters,
+    })
+}
+
+/// llama.cpp's name for a `general.file_type` (`enum llama_ftype` in llama.h).
+pub fn file_type_name(ftype: u32) -> Option<&'static str> {
+    Some(match ftype {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        39 => "NVFP4",
+        40 => "Q1_0",
+        41 => "Q2_0",
+        _ => return None,
+    })
+}
+
+/// Arrays of numbers up to this length are listed in full; longer ones and arrays of
+/// strings or arrays are summarized as `[type; len]`.
+const LIST_MAX: u64 = 64;
+
+fn listable<'a>(v: &Value<'a>) -> Option<Array<'a>> {
+    v.as_array().filter(|a| a.len() <= LIST_MAX && a.elem_type().fixed_size().is_some())
+}
+
+fn value_text(v: &Value<'_>) -> String {
+    match listable(v) {
+        Some(a) => {
+            let items: Vec<String> = a.iter().map(|x| x.to_string()).collect();
+            format!("[{}]", items.join(", "))
+        }
+        None => v.to_string(),
+    }
+}
+
+fn value_json(v: &Value<'_>) -> String {
+    match *v {
+        // f32 printed as f32 (shortest round-trip digits), not widened to f64.
+        Value::F32(x) if x.is_finite() => x.to_string(),
+        Value::F32(_) => "null".into(),
+        Value::F64(x) => json_float(x),
+        Value::Bool(b) => b.to_string(),
+        Value::String(s) => json_string(&String::from_utf8_lossy(s)),
+        Value::Array(a) => match listable(v) {
+            Some(a) => format!("[{}]", a.iter().map(|x| value_json(&x)).collect::<Vec<_>>().join(",")),
+            None => format!("{{\"type\":{},\"len\":{}}}", json_string(a.elem_type().name()), a.len()),
+        },
+        _ => v.to_string(), // integers
+    }
+}
+
+fn json_float(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".into()
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_opt_str(s: &Option<String>) -> String {
+    s.as_deref().map_or_else(|| "null".into(), json_string)
+}
+
+fn json_opt<T: fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".into(), |v| v.to_string())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+impl Report {
+    /// The human-readable report.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let na = "-";
+        let _ = writeln!(s, "file            {} ({} bytes, {:.1} MiB)", self.path, self.file_bytes, mib(self.file_bytes));
+        let _ = writeln!(
+            s,
+            "format          GGUF v{}, alignment {}, {} metadata entries, tensor data from byte {}",
+            self.version, self.alignment, self.metadata_count, self.data_offset
+        );
+        let _ = writeln!(s, "architecture    {}", self.architecture.as_deref().unwrap_or(na));
+        let _ = writeln!(s, "name            {}", self.name.as_deref().unwrap_or(na));
+        if let Some(ft) = self.file_type {
+            let _ = writeln!(s, "file type       {} ({ft})", file_type_name(ft).unwrap_or("unknown"));
+        }
+        let _ = write!(s, "vocab size      {}", json_opt(self.vocab_size).replace("null", na));
+        if let Some(m) = &self.tokenizer_model {
+            let _ = write!(s, " (tokenizer model {m:?})");
+        }
+        s.push('\n');
+        if !self.hyperparameters.is_empty() {
+            let _ = writeln!(s, "hyperparameters");
+            let width = self.hyperparameters.iter().map(|e| e.key.len()).max().unwrap_or(0);
+            for e in &self.hyperparameters {
+                let _ = writeln!(s, "  {:width$}  {}", e.key, e.text);
+            }
+        }
+        let _ = writeln!(s, "tensors         {} ({} parameters)", self.tensor_count, self.parameters);
+        let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10} {:>6}", "type", "tensors", "bytes", "MiB", "%");
+        for t in &self.types {
+            let name = t.ggml_type.to_string();
+            match t.bytes {
+                Some(b) => {
+                    let pct = if self.total_bytes > 0 { 100.0 * b as f64 / self.total_bytes as f64 } else { 0.0 };
+                    let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10.1} {:>6.1}", name, t.tensors, b, mib(b), pct);
+                }
+                None => {
+                    let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10} {:>6}", name, t.tensors, "?", "?", "?");
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  {:<10} {:>8} {:>14} {:>10.1} {:>6.1}",
+            "total",
+            self.tensor_count,
+            self.total_bytes,
+            mib(self.total_bytes),
+            100.0
+        );
+        if self.types.iter().any(|t| t.bytes.is_none()) {
+            let _ = writeln!(s, "  (? = ggml type unknown to this build; its bytes are not counted)");
+        }
+        s
+    }
+
+    /// The report as one JSON object (one line).
+    pub fn json(&self) -> String {
+        let hyper: Vec<String> = self.hyperparameters.iter().map(|e| format!("{}:{}", json_string(&e.key), e.json)).collect();
+        let types: Vec<String> = self
+            .types
+            .iter()
+            .map(|t| {
+                format!(
+                    "{{\"type\":{},\"id\":{},\"tensors\":{},\"bytes\":{}}}",
+                    json_string(&t.ggml_type.to_string()),
+                    t.ggml_type.id(),
+                    t.tensors,
+                    json_opt(t.bytes)
+                )
+            })
+            .collect();
+        format!(
+            concat!(
+                "{{\"file\":{},\"file_bytes\":{},\"version\":{},\"architecture\":{},\"name\":{},\"file_type\":{},",
+                "\"alignment\":{},\"data_offset\":{},\"metadata_count\":{},\"vocab_size\":{},\"tokenizer_model\":{},",
+                "\"hyperparameters\":{{{}}},\"tensor_count\":{},\"types\":[{}],\"total_bytes\":{},\"parameters\":{}}}"
+            ),
+            json_string(&self.path),
+            self.file_bytes,
+            self.version,
+            json_opt_str(&self.architecture),
+            json_opt_str(&self.name),
+            json_opt(self.file_type),
+            self.alignment,
+            self.data_offset,
+            self.metadata_count,
+            json_opt(self.vocab_size),
+            json_opt_str(&self.tokenizer_model),
+            hyper.join(","),
+            self.tensor_count,
+            types.join(","),
+            self.total_bytes,
+            self.parameters,
+        )
+    }
+}

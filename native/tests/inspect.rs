@@ -1,0 +1,182 @@
+//! `lutra inspect` as a user runs it: the built binary on a generated GGUF file, and on
+//! broken, empty, missing and non-GGUF files (a clear error and a non-zero exit, never
+//! a panic).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend(v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend(v.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u64(out, s.len() as u64);
+    out.extend(s.as_bytes());
+}
+
+/// A tiny llama GGUF v3: a few hyperparameters, a 5-token vocabulary, and tensors of
+/// F32 (1), Q8_0 (1) and Q4_0 (2), data aligned to 32 bytes.
+fn tiny_llama() -> Vec<u8> {
+    // (name, dims, ggml type id, bytes)
+    let tensors: [(&str, &[u64], u32, usize); 4] = [
+        ("token_embd.weight", &[64, 5], 8, 5 * 2 * 34),
+        ("blk.0.attn_norm.weight", &[64], 0, 64 * 4),
+        ("blk.0.attn_q.weight", &[64, 64], 2, 64 * 2 * 18),
+        ("blk.0.attn_k.weight", &[64, 64], 2, 64 * 2 * 18),
+    ];
+    let mut out = b"GGUF".to_vec();
+    put_u32(&mut out, 3);
+    put_u64(&mut out, tensors.len() as u64);
+    put_u64(&mut out, 8);
+    let kv_str = |out: &mut Vec<u8>, k: &str, v: &str| {
+        put_str(out, k);
+        put_u32(out, 8);
+        put_str(out, v);
+    };
+    let kv_u32 = |out: &mut Vec<u8>, k: &str, v: u32| {
+        put_str(out, k);
+        put_u32(out, 4);
+        put_u32(out, v);
+    };
+    kv_str(&mut out, "general.architecture", "llama");
+    kv_str(&mut out, "general.name", "tiny \"test\" llama");
+    kv_u32(&mut out, "llama.context_length", 128);
+    kv_u32(&mut out, "llama.embedding_length", 64);
+    kv_u32(&mut out, "llama.block_count", 1);
+    put_str(&mut out, "llama.rope.freq_base");
+    put_u32(&mut out, 6);
+    out.extend(10000.0f32.to_le_bytes());
+    kv_str(&mut out, "tokenizer.ggml.model", "llama");
+    put_str(&mut out, "tokenizer.ggml.tokens");
+    put_u32(&mut out, 9);
+    put_u32(&mut out, 8);
+    put_u64(&mut out, 5);
+    for t in ["<unk>", "<s>", "</s>", "a", "b"] {
+        put_str(&mut out, t);
+    }
+    let mut offset = 0;
+    for (name, dims, ty, bytes) in tensors {
+        put_str(&mut out, name);
+        put_u32(&mut out, dims.len() as u32);
+        for &d in dims {
+            put_u64(&mut out, d);
+        }
+        put_u32(&mut out, ty);
+        put_u64(&mut out, offset as u64);
+        offset = (offset + bytes).next_multiple_of(32);
+    }
+    out.resize(out.len().next_multiple_of(32), 0);
+    let data_start = out.len();
+    let mut offset = 0;
+    for (_, _, _, bytes) in tensors {
+        out.resize(data_start + offset, 0);
+        out.extend((0..bytes).map(|i| i as u8));
+        offset = (offset + bytes).next_multiple_of(32);
+    }
+    out
+}
+
+fn write(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("inspect-{}-{name}", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn lutra(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lutra")).arg("inspect").args(args).output().unwrap()
+}
+
+/// A refused file: non-zero exit, one `lutra: error:` line naming `needle`, no panic.
+fn assert_refused(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit status {:?}, stderr {stderr}", out.status);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("lutra: error: "), "{stderr}");
+    assert!(stderr.contains(needle), "expected {needle:?} in {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn reports_a_valid_file() {
+    let path = write("ok.gguf", &tiny_llama());
+    let out = lutra(&[path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("GGUF v3, alignment 32, 8 metadata entries"), "{stdout}");
+    assert!(stdout.contains("architecture    llama"), "{stdout}");
+    assert!(stdout.contains("vocab size      5"), "{stdout}");
+    assert!(stdout.contains("llama.context_length"), "{stdout}");
+    assert!(stdout.contains("tensors         4 (8576 parameters)"), "{stdout}");
+    let row = |ty: &str| stdout.lines().find(|l| l.trim_start().starts_with(ty)).unwrap_or_else(|| panic!("no {ty} row in {stdout}"));
+    let cols = |ty: &str| row(ty).split_whitespace().skip(1).take(2).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(cols("F32"), ["1", "256"]);
+    assert_eq!(cols("Q4_0"), ["2", "4608"]);
+    assert_eq!(cols("Q8_0"), ["1", "340"]);
+    assert_eq!(cols("total"), ["4", "5204"]);
+
+    let out = lutra(&["--json", path.to_str().unwrap()]);
+    assert!(out.status.success());
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(json.lines().count(), 1);
+    for part in [
+        "\"version\":3",
+        "\"architecture\":\"llama\"",
+        "\"name\":\"tiny \\\"test\\\" llama\"",
+        "\"vocab_size\":5",
+        "\"llama.context_length\":128",
+        "\"llama.rope.freq_base\":10000",
+        "\"tensor_count\":4",
+        "{\"type\":\"Q4_0\",\"id\":2,\"tensors\":2,\"bytes\":4608}",
+        "\"total_bytes\":5204",
+    ] {
+        assert!(json.contains(part), "expected {part} in {json}");
+    }
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn refuses_truncated_files() {
+    let bytes = tiny_llama();
+    for (i, len) in [bytes.len() - 1, bytes.len() / 2, 100, 30, 3].into_iter().enumerate() {
+        let path = write(&format!("cut{i}.gguf"), &bytes[..len]);
+        assert_refused(&lutra(&[path.to_str().unwrap()]), "truncated");
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[test]
+fn refuses_missing_empty_and_foreign_files() {
+    let missing = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no-such-model.gguf");
+    assert_refused(&lutra(&[missing.to_str().unwrap()]), "no-such-model.gguf");
+
+    let empty = write("empty.gguf", &[]);
+    assert_refused(&lutra(&[empty.to_str().unwrap()]), "empty file");
+    std::fs::remove_file(empty).unwrap();
+
+    let text = write("text.bin", b"just some text, not a model\n");
+    assert_refused(&lutra(&[text.to_str().unwrap()]), "not a GGUF file");
+    std::fs::remove_file(text).unwrap();
+
+    // A directory is not a model either.
+    assert_refused(&lutra(&[env!("CARGO_TARGET_TMPDIR")]), "lutra: error:");
+}
+
+#[test]
+fn refuses_hostile_headers() {
+    let mut bytes = tiny_llama();
+    bytes[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    let path = write("count.gguf", &bytes);
+    assert_refused(&lutra(&[path.to_str().unwrap()]), "cannot fit");
+    std::fs::remove_file(path).unwrap();
+
+    let mut bytes = tiny_llama();
+    bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let path = write("v1.gguf", &bytes);
+    assert_refused(&lutra(&[path.to_str().unwrap()]), "unsupported GGUF version 1");
+    std::fs::remove_file(path).unwrap();
+}
