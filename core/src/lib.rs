@@ -21,6 +21,8 @@ pub mod gguf;
 pub mod isa;
 pub mod llama2c;
 pub mod lut;
+#[cfg(feature = "alloc")]
+pub mod model;
 pub mod quant;
 pub mod tokenizer;
 

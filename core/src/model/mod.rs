@@ -1,0 +1,1 @@
+//! Transformer models (Llama, Gemma 3) over the LUT kernels.
