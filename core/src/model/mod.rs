@@ -1,1 +1,73 @@
-//! Transformer models (Llama, Gemma 3) over the LUT kernels.
+//! Transformer models over the LUT kernels. Each forward pass reads top to bottom like
+//! llama2.c's `run.c`: norm, qkv, rope, attention, output, residual, ffn.
+
+pub mod llama;
+
+use core::fmt;
+
+use crate::lut::Tables;
+use crate::{Error, PackedMatrix};
+
+/// Why a model could not be built or run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelError {
+    /// A kernel or format error.
+    Kernel(Error),
+    /// The llama2.c checkpoint is malformed.
+    Checkpoint(crate::llama2c::Llama2cError),
+    /// A token id outside the vocabulary.
+    TokenOutOfRange { token: u32, vocab_size: usize },
+    /// A position at or beyond the context length.
+    ContextFull { pos: usize, context: usize },
+    /// A dimension no supported group size divides.
+    NoGroupFits { cols: usize },
+    /// Bits per weight outside 1..=8.
+    UnsupportedBits(u8),
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::Kernel(e) => write!(f, "{e}"),
+            ModelError::Checkpoint(e) => write!(f, "{e}"),
+            ModelError::TokenOutOfRange { token, vocab_size } => write!(f, "token {token} outside the vocabulary of {vocab_size}"),
+            ModelError::ContextFull { pos, context } => write!(f, "position {pos} is beyond the context of {context} tokens"),
+            ModelError::NoGroupFits { cols } => write!(f, "no group size of 32, 64, 128 or 256 divides {cols} columns"),
+            ModelError::UnsupportedBits(b) => write!(f, "unsupported bits per weight {b} (supported: 1..=8)"),
+        }
+    }
+}
+
+impl core::error::Error for ModelError {}
+
+impl From<Error> for ModelError {
+    fn from(e: Error) -> Self {
+        ModelError::Kernel(e)
+    }
+}
+
+impl From<crate::llama2c::Llama2cError> for ModelError {
+    fn from(e: crate::llama2c::Llama2cError) -> Self {
+        ModelError::Checkpoint(e)
+    }
+}
+
+/// How matrix-vector products run: on the calling thread (`SingleThread`), or split
+/// across a pool (the `lutra` crate's `PoolGemv`).
+pub trait Gemv {
+    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error>;
+}
+
+/// Every product on the calling thread, with the fastest kernel for the matrix.
+pub struct SingleThread;
+
+impl Gemv for SingleThread {
+    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
+        crate::gemv(m, tables, y)
+    }
+}
+
+/// The largest group size (≤ `max`) that divides `cols`.
+pub fn group_for(cols: usize, max: usize) -> Result<usize, ModelError> {
+    [256, 128, 64, 32].into_iter().find(|&g| g <= max && cols.is_multiple_of(g)).ok_or(ModelError::NoGroupFits { cols })
+}

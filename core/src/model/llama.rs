@@ -1,0 +1,323 @@
+//! The Llama architecture, from llama2.c checkpoints: f32 weights quantized on load to
+//! `bits` (1–8) with per-group scales and minima; every matrix product, the classifier
+//! included, is a LUT GEMV; RMSNorm, RoPE, softmax and SiLU in f32 via libm; the KV
+//! cache in f16. `State` holds all working memory, allocated once: `forward` never
+//! allocates.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::{group_for, Gemv, ModelError};
+use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::llama2c::{Checkpoint, F32Tensor};
+use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
+
+/// Hyperparameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LlamaConfig {
+    pub dim: usize,
+    pub hidden_dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub vocab_size: usize,
+    pub seq_len: usize,
+    pub rope_theta: f32,
+    pub norm_eps: f32,
+}
+
+impl LlamaConfig {
+    pub fn head_size(&self) -> usize {
+        self.dim / self.n_heads
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.head_size() * self.n_kv_heads
+    }
+}
+
+type Matrix = PackedMatrix<AlignedBytes>;
+
+/// One transformer block.
+pub struct LlamaLayer {
+    pub rms_att: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    pub rms_ffn: Vec<f32>,
+    pub w1: Matrix,
+    pub w2: Matrix,
+    pub w3: Matrix,
+}
+
+pub struct Llama {
+    pub config: LlamaConfig,
+    /// f32 rows: the input of the network is a lookup, not a product.
+    pub token_embedding: Vec<f32>,
+    pub layers: Vec<LlamaLayer>,
+    pub rms_final: Vec<f32>,
+    pub classifier: Matrix,
+    /// Group size of the matrices whose input has `dim` / `hidden_dim` columns.
+    pub group_dim: usize,
+    pub group_hidden: usize,
+}
+
+fn read(t: &F32Tensor<'_>) -> Result<Vec<f32>, ModelError> {
+    let mut v = vec![0.0; t.len()];
+    t.read_all(&mut v)?;
+    Ok(v)
+}
+
+/// Quantize one matrix; the f32 copy lives only for the call.
+fn quantize(t: &F32Tensor<'_>, bits: u8, group: usize) -> Result<Matrix, ModelError> {
+    let w = read(t)?;
+    Ok(PackedMatrix::quantize(&w, t.rows(), t.cols(), bits, group, Offset::Min)?)
+}
+
+impl Llama {
+    /// Quantize a llama2.c checkpoint to `bits` per weight (group sizes up to 128).
+    pub fn from_llama2c(ckpt: &Checkpoint<'_>, bits: u8) -> Result<Llama, ModelError> {
+        Self::from_llama2c_with_progress(ckpt, bits, |_, _| {})
+    }
+
+    /// As `from_llama2c`, calling `progress(done, total)` after each matrix.
+    pub fn from_llama2c_with_progress(
+        ckpt: &Checkpoint<'_>,
+        bits: u8,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Llama, ModelError> {
+        if !(1..=8).contains(&bits) {
+            return Err(ModelError::UnsupportedBits(bits));
+        }
+        let c = ckpt.config();
+        let config = LlamaConfig {
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            n_layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            vocab_size: c.vocab_size,
+            seq_len: c.seq_len,
+            rope_theta: 10_000.0,
+            norm_eps: 1e-5,
+        };
+        let group_dim = group_for(c.dim, 128)?;
+        let group_hidden = group_for(c.hidden_dim, 128)?;
+        let total = 7 * c.n_layers + 1;
+        let mut done = 0;
+        let mut step = |done: &mut usize| {
+            *done += 1;
+            progress(*done, total);
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let t = ckpt.layer(l)?;
+            let mut q = |m: &F32Tensor<'_>, g: usize| {
+                let r = quantize(m, bits, g);
+                step(&mut done);
+                r
+            };
+            layers.push(LlamaLayer {
+                rms_att: read(&t.rms_att)?,
+                wq: q(&t.wq, group_dim)?,
+                wk: q(&t.wk, group_dim)?,
+                wv: q(&t.wv, group_dim)?,
+                wo: q(&t.wo, group_dim)?,
+                rms_ffn: read(&t.rms_ffn)?,
+                w1: q(&t.w1, group_dim)?,
+                w2: q(&t.w2, group_hidden)?,
+                w3: q(&t.w3, group_dim)?,
+            });
+        }
+        let classifier = quantize(&ckpt.classifier()?, bits, group_dim)?;
+        step(&mut done);
+        Ok(Llama {
+            config,
+            token_embedding: read(&ckpt.token_embedding()?)?,
+            layers,
+            rms_final: read(&ckpt.rms_final()?)?,
+            classifier,
+            group_dim,
+            group_hidden,
+        })
+    }
+
+    /// Bytes of the quantized matrices (the classifier included).
+    pub fn matrix_bytes(&self) -> usize {
+        let layer = |l: &LlamaLayer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3].iter().map(|m| m.as_bytes().len()).sum::<usize>();
+        self.layers.iter().map(layer).sum::<usize>() + self.classifier.as_bytes().len()
+    }
+
+    /// Logits for `token` at position `pos`; positions must be fed in order from 0.
+    pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        let c = &self.config;
+        if token as usize >= c.vocab_size {
+            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
+        }
+        if pos >= s.context {
+            return Err(ModelError::ContextFull { pos, context: s.context });
+        }
+        let (dim, kv_dim, head_size) = (c.dim, c.kv_dim(), c.head_size());
+        let kv_per_head = c.n_heads / c.n_kv_heads;
+        s.x.copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            // attention: norm, qkv, rope
+            rmsnorm(&mut s.xb, &s.x, &layer.rms_att, c.norm_eps);
+            let t = s.tables_dim.build(&s.xb)?;
+            gemv.gemv(&layer.wq, t, &mut s.q)?;
+            gemv.gemv(&layer.wk, t, &mut s.k)?;
+            gemv.gemv(&layer.wv, t, &mut s.v)?;
+            rope(&mut s.q, &mut s.k, pos, head_size, c.rope_theta);
+
+            // the new key and value into the f16 cache
+            let at = (l * s.context + pos) * kv_dim;
+            for (dst, &v) in s.key_cache[at..at + kv_dim].iter_mut().zip(&s.k) {
+                *dst = f32_to_f16_bits(v);
+            }
+            for (dst, &v) in s.value_cache[at..at + kv_dim].iter_mut().zip(&s.v) {
+                *dst = f32_to_f16_bits(v);
+            }
+
+            // attention over positions 0..=pos, head by head
+            let scale = 1.0 / libm::sqrtf(head_size as f32);
+            let layer_cache = l * s.context * kv_dim;
+            for h in 0..c.n_heads {
+                let q = &s.q[h * head_size..(h + 1) * head_size];
+                let kv_off = (h / kv_per_head) * head_size;
+                let att = &mut s.att[..pos + 1];
+                for (t, a) in att.iter_mut().enumerate() {
+                    let k = &s.key_cache[layer_cache + t * kv_dim + kv_off..][..head_size];
+                    *a = q.iter().zip(k).map(|(&q, &k)| q * f16_bits_to_f32(k)).sum::<f32>() * scale;
+                }
+                softmax(att);
+                let out = &mut s.xb[h * head_size..(h + 1) * head_size];
+                out.fill(0.0);
+                for (t, &a) in att.iter().enumerate() {
+                    let v = &s.value_cache[layer_cache + t * kv_dim + kv_off..][..head_size];
+                    for (o, &v) in out.iter_mut().zip(v) {
+                        *o += a * f16_bits_to_f32(v);
+                    }
+                }
+            }
+
+            // output projection and residual
+            let t = s.tables_dim.build(&s.xb)?;
+            gemv.gemv(&layer.wo, t, &mut s.xb2)?;
+            add(&mut s.x, &s.xb2);
+
+            // ffn: norm, gate and up, SiLU, down, residual
+            rmsnorm(&mut s.xb, &s.x, &layer.rms_ffn, c.norm_eps);
+            let t = s.tables_dim.build(&s.xb)?;
+            gemv.gemv(&layer.w1, t, &mut s.hb)?;
+            gemv.gemv(&layer.w3, t, &mut s.hb2)?;
+            for (h, &up) in s.hb.iter_mut().zip(&s.hb2) {
+                *h = *h / (1.0 + libm::expf(-*h)) * up;
+            }
+            let t = s.tables_hidden.build(&s.hb)?;
+            gemv.gemv(&layer.w2, t, &mut s.xb)?;
+            add(&mut s.x, &s.xb);
+        }
+
+        // final norm and classifier
+        rmsnorm(&mut s.xb, &s.x, &self.rms_final, c.norm_eps);
+        let t = s.tables_dim.build(&s.xb)?;
+        gemv.gemv(&self.classifier, t, &mut s.logits)?;
+        Ok(&s.logits)
+    }
+}
+
+/// Working memory of one sequence: activations, tables, the f16 KV cache.
+pub struct State {
+    context: usize,
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    xb2: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    logits: Vec<f32>,
+    key_cache: Vec<u16>,
+    value_cache: Vec<u16>,
+    tables_dim: OwnedTables,
+    tables_hidden: OwnedTables,
+}
+
+impl State {
+    /// For up to `context` positions (at most the model's `seq_len`).
+    pub fn new(model: &Llama, context: usize) -> Result<State, ModelError> {
+        let c = &model.config;
+        let context = context.min(c.seq_len);
+        let cache = c.n_layers * context * c.kv_dim();
+        Ok(State {
+            context,
+            x: vec![0.0; c.dim],
+            xb: vec![0.0; c.dim],
+            xb2: vec![0.0; c.dim],
+            hb: vec![0.0; c.hidden_dim],
+            hb2: vec![0.0; c.hidden_dim],
+            q: vec![0.0; c.dim],
+            k: vec![0.0; c.kv_dim()],
+            v: vec![0.0; c.kv_dim()],
+            att: vec![0.0; context],
+            logits: vec![0.0; c.vocab_size],
+            key_cache: vec![0; cache],
+            value_cache: vec![0; cache],
+            tables_dim: OwnedTables::new(c.dim, model.group_dim)?,
+            tables_hidden: OwnedTables::new(c.hidden_dim, model.group_hidden)?,
+        })
+    }
+
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_cache_bytes(&self) -> usize {
+        2 * (self.key_cache.len() + self.value_cache.len())
+    }
+}
+
+fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let ss = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32 + eps;
+    let inv = 1.0 / libm::sqrtf(ss);
+    for ((o, &x), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = w * (x * inv);
+    }
+}
+
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - max);
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// llama2.c's RoPE: rotate adjacent pairs (i, i+1), frequency by position within the head.
+fn rope(q: &mut [f32], k: &mut [f32], pos: usize, head_size: usize, theta: f32) {
+    for i in (0..q.len()).step_by(2) {
+        let freq = 1.0 / libm::powf(theta, (i % head_size) as f32 / head_size as f32);
+        let (sin, cos) = libm::sincosf(pos as f32 * freq);
+        for v in [&mut *q, &mut *k] {
+            if i + 1 < v.len() {
+                let (a, b) = (v[i], v[i + 1]);
+                v[i] = a * cos - b * sin;
+                v[i + 1] = a * sin + b * cos;
+            }
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! `lutra run`: load a model, stream generated text to stdout, timings to stderr.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lutra_core::llama2c::Checkpoint;
+use lutra_core::lut::Tables;
+use lutra_core::model::llama::{Llama, State};
+use lutra_core::model::Gemv;
+use lutra_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
+use lutra_core::{Error, Isa, PackedMatrix};
+
+use crate::pool::Pool;
+
+/// Matrix-vector products split across a thread pool.
+pub struct PoolGemv<'p>(pub &'p Pool);
+
+impl Gemv for PoolGemv<'_> {
+    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
+        crate::parallel::gemv(self.0, Isa::best_for(m.layout().interleave), m, tables, y)
+    }
+}
+
+pub struct RunOptions {
+    pub model: PathBuf,
+    pub tokenizer: Option<PathBuf>,
+    pub prompt: String,
+    pub tokens: usize,
+    pub threads: usize,
+    pub bits: u8,
+    pub sampler: SamplerConfig,
+}
+
+/// The model's `tokenizer.bin`: given, or beside the checkpoint.
+fn tokenizer_path(opts: &RunOptions) -> PathBuf {
+    opts.tokenizer.clone().unwrap_or_else(|| opts.model.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"))
+}
+
+fn read(path: &Path, what: &str) -> Result<memmap2::Mmap, String> {
+    crate::inspect::map_file(path).map_err(|e| format!("{what}: {e}"))
+}
+
+/// Generate from a llama2.c checkpoint.
+pub fn run(opts: &RunOptions) -> Result<(), String> {
+    let t_load = Instant::now();
+    let bytes = read(&opts.model, "model")?;
+    let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", opts.model.display()))?;
+    let tok_path = tokenizer_path(opts);
+    let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;
+    let tok = Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let model = Llama::from_llama2c_with_progress(&ckpt, opts.bits, |done, total| {
+        eprint!("\rquantizing to {} bits: {done}/{total} matrices", opts.bits);
+    })
+    .map_err(|e| e.to_string())?;
+    eprintln!();
+    let c = model.config;
+    let mut prompt = Vec::new();
+    tok.encode(&opts.prompt, true, &mut prompt).map_err(|e| e.to_string())?;
+    if prompt.len() > c.seq_len {
+        return Err(format!("the prompt is {} tokens; the model's context is {}", prompt.len(), c.seq_len));
+    }
+    let total = (prompt.len() + opts.tokens).min(c.seq_len);
+    let mut state = State::new(&model, total).map_err(|e| e.to_string())?;
+    let mut sampler = Sampler::new(opts.sampler).map_err(|e| e.to_string())?;
+    let mut scratch = vec![Candidate::default(); scratch_len(c.vocab_size)];
+    let pool = Pool::new(opts.threads);
+    let gemv = PoolGemv(&pool);
+    eprintln!(
+        "loaded {} in {:.2} s: dim {}, {} layers, {} heads, vocab {}, {:.1} MiB of {}-bit matrices, {} threads, kernel {}",
+        opts.model.display(),
+        t_load.elapsed().as_secs_f64(),
+        c.dim,
+        c.n_layers,
+        c.n_heads,
+        c.vocab_size,
+        model.matrix_bytes() as f64 / (1 << 20) as f64,
+        opts.bits,
+        opts.threads,
+        Isa::best().name()
+    );
+
+    let mut out = std::io::stdout().lock();
+    let mut tokens: Vec<u32> = prompt.clone();
+    let mut text = Vec::new();
+    tok.decode(&prompt, &mut text).map_err(|e| e.to_string())?;
+    out.write_all(&text).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
+    let (mut t_prompt, mut t_gen) = (0.0f64, 0.0f64);
+    let mut generated = 0usize;
+    for pos in 0..total - 1 {
+        let t = Instant::now();
+        let logits = model.forward(&gemv, &mut state, tokens[pos], pos).map_err(|e| e.to_string())?;
+        if pos + 1 < prompt.len() {
+            t_prompt += t.elapsed().as_secs_f64();
+            continue;
+        }
+        let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
+        t_gen += t.elapsed().as_secs_f64();
+        generated += 1;
+        if Some(next) == tok.eos() || Some(next) == tok.bos() {
+            break;
+        }
+        let piece = tok.decode_piece(Some(tokens[pos]), next).map_err(|e| e.to_string())?;
+        out.write_all(piece).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
+        tokens.push(next);
+    }
+    writeln!(out).map_err(|e| e.to_string())?;
+    let prefill = prompt.len().saturating_sub(1);
+    eprintln!(
+        "prompt: {prefill} tokens at {:.1} tokens/s; generation: {generated} tokens at {:.1} tokens/s",
+        prefill as f64 / t_prompt.max(1e-9),
+        generated as f64 / t_gen.max(1e-9)
+    );
+    Ok(())
+}
