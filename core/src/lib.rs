@@ -24,6 +24,7 @@ pub mod lut;
 #[cfg(feature = "alloc")]
 pub mod model;
 pub mod quant;
+pub mod sampler;
 pub mod tokenizer;
 
 #[cfg(feature = "alloc")]
