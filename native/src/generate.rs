@@ -114,3 +114,96 @@ pub fn run(opts: &RunOptions) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// A llama2.c model and tokenizer loaded for evaluation.
+pub struct Loaded {
+    pub model: Llama,
+    pub tokenizer: Llama2cTokenizer,
+}
+
+/// Load and quantize a llama2.c checkpoint (tokenizer beside it unless given).
+pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, String> {
+    let bytes = read(model, "model")?;
+    let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
+    let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;
+    let tokenizer =
+        Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let model = Llama::from_llama2c(&ckpt, bits).map_err(|e| e.to_string())?;
+    Ok(Loaded { model, tokenizer })
+}
+
+/// Perplexity by llama.cpp's `llama-perplexity` method: the text's tokens (with BOS) cut
+/// into non-overlapping chunks of `ctx`, the first token of each chunk set to BOS, and
+/// only the second half of each chunk scored.
+#[derive(Clone, Copy, Debug)]
+pub struct Perplexity {
+    pub ppl: f64,
+    pub chunks: usize,
+    pub ctx: usize,
+    pub scored: usize,
+}
+
+pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Result<Perplexity, String> {
+    let c = loaded.model.config;
+    if ctx < 4 || ctx > c.seq_len {
+        return Err(format!("--ctx {ctx} must be between 4 and the model's context {}", c.seq_len));
+    }
+    let mut tokens = Vec::new();
+    loaded.tokenizer.encode(text, true, &mut tokens).map_err(|e| e.to_string())?;
+    let chunks = tokens.len() / ctx;
+    if chunks == 0 {
+        return Err(format!("the text is {} tokens, fewer than one chunk of {ctx}", tokens.len()));
+    }
+    let bos = loaded.tokenizer.bos().unwrap_or(1);
+    let pool = Pool::new(threads);
+    let gemv = PoolGemv(&pool);
+    let mut state = State::new(&loaded.model, ctx).map_err(|e| e.to_string())?;
+    let (mut nll, mut scored) = (0.0f64, 0usize);
+    for chunk in tokens.chunks_exact(ctx).take(chunks) {
+        let first = ctx / 2;
+        for pos in 0..ctx - 1 {
+            let input = if pos == 0 { bos } else { chunk[pos] };
+            let logits = loaded.model.forward(&gemv, &mut state, input, pos).map_err(|e| e.to_string())?;
+            if pos >= first {
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+                nll += max + sum.ln() - logits[chunk[pos + 1] as usize] as f64;
+                scored += 1;
+            }
+        }
+    }
+    Ok(Perplexity { ppl: (nll / scored as f64).exp(), chunks, ctx, scored })
+}
+
+/// `lutra bench model`: prompt processing (`pp` tokens fed one by one from position 0)
+/// and generation (`tg` greedy tokens), tokens/s, medians of `runs`.
+pub fn bench_model(loaded: &Loaded, threads: usize, pp: usize, tg: usize, runs: usize) -> Result<(f64, f64), String> {
+    let c = loaded.model.config;
+    let (pp, tg) = (pp.min(c.seq_len), tg.min(c.seq_len - 1));
+    let pool = Pool::new(threads);
+    let gemv = PoolGemv(&pool);
+    let mut state = State::new(&loaded.model, c.seq_len).map_err(|e| e.to_string())?;
+    let mut pp_tps = Vec::new();
+    let mut tg_tps = Vec::new();
+    for run in 0..runs.max(5) + 1 {
+        let t = Instant::now();
+        for pos in 0..pp {
+            loaded.model.forward(&gemv, &mut state, ((pos * 7919) % c.vocab_size) as u32, pos).map_err(|e| e.to_string())?;
+        }
+        let pp_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let mut token = 1u32;
+        for pos in 0..tg {
+            let logits = loaded.model.forward(&gemv, &mut state, token, pos).map_err(|e| e.to_string())?;
+            token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
+        }
+        let tg_s = t.elapsed().as_secs_f64();
+        if run > 0 {
+            // the first run warms caches and the pool
+            pp_tps.push(pp as f64 / pp_s);
+            tg_tps.push(tg as f64 / tg_s);
+        }
+    }
+    Ok((crate::bench::median(pp_tps), crate::bench::median(tg_tps)))
+}

@@ -22,6 +22,50 @@ enum Command {
     Inspect(InspectArgs),
     /// Generate text from a model (llama2.c checkpoints for now), streaming to stdout
     Run(RunArgs),
+    /// Perplexity of a text, by llama-perplexity's method (chunks of --ctx, second halves scored)
+    Perplexity(PerplexityArgs),
+}
+
+#[derive(Args)]
+struct PerplexityArgs {
+    #[arg(short, long)]
+    model: std::path::PathBuf,
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
+    /// Text file
+    #[arg(short, long)]
+    file: std::path::PathBuf,
+    #[arg(long, default_value_t = 256)]
+    ctx: usize,
+    #[arg(long, default_value_t = 4)]
+    bits: u8,
+    #[arg(short, long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    threads: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchModelArgs {
+    #[arg(short, long)]
+    model: std::path::PathBuf,
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
+    /// Thread counts
+    #[arg(short, long, default_value = "1,2")]
+    threads: String,
+    #[arg(long, default_value_t = 4)]
+    bits: u8,
+    /// Prompt tokens (capped at the context)
+    #[arg(long, default_value_t = 256)]
+    pp: usize,
+    /// Generated tokens
+    #[arg(long, default_value_t = 128)]
+    tg: usize,
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -81,6 +125,8 @@ enum BenchCommand {
     Membw(MembwArgs),
     /// GEMV accuracy per format: NMSE against f64 over the dequantized and the original weights
     Accuracy(AccuracyArgs),
+    /// Model speed: prompt processing and generation tokens/s (medians)
+    Model(BenchModelArgs),
 }
 
 #[derive(Args)]
@@ -181,6 +227,32 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
             };
             lutra::generate::run(&opts)?;
+        }
+        Command::Perplexity(a) => {
+            let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+            let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
+            let p = lutra::generate::perplexity(&loaded, &text, a.ctx, a.threads.max(1))?;
+            if a.json {
+                println!("{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{}}}", p.ppl, p.chunks, p.ctx);
+            } else {
+                println!("perplexity {:.4} over {} chunks of {} tokens ({} scored)", p.ppl, p.chunks, p.ctx, p.scored);
+            }
+        }
+        Command::Bench(BenchCommand::Model(a)) => {
+            let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
+            for t in list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))? {
+                let (pp, tg) = lutra::generate::bench_model(&loaded, t, a.pp, a.tg, a.runs)?;
+                let name = a.model.display();
+                if a.json {
+                    println!("{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"pp_tps\":{pp:.1},\"tg_tps\":{tg:.1}}}", a.bits);
+                } else {
+                    println!(
+                        "{name}, {}-bit, {t} thread(s): prompt {pp:.1} tokens/s, generation {tg:.1} tokens/s (medians of {})",
+                        a.bits,
+                        a.runs.max(5)
+                    );
+                }
+            }
         }
         Command::Inspect(a) => {
             let report = lutra::inspect::inspect(&a.file).map_err(|e| e.to_string())?;

@@ -1,0 +1,85 @@
+//! `lutra run` / `perplexity` / `bench model` end to end on stories15M (fetched by
+//! `cargo xtask models`, the `models` step of CI), and refusals of bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn models() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/stories15M");
+    assert!(dir.join("model.bin").exists(), "{} missing: run `cargo xtask models` first", dir.display());
+    dir
+}
+
+fn lutra(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lutra")).args(args).output().expect("run lutra")
+}
+
+fn failed_with(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, stderr: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(stderr.contains(needle), "stderr {stderr:?} lacks {needle:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn run_writes_a_story_and_reports_speed() {
+    let m = models().join("model.bin");
+    let out = lutra(&["run", "-m", m.to_str().unwrap(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "-t", "1"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.starts_with("Once upon a time"), "{stdout}");
+    assert!(stdout.split_whitespace().count() > 25, "{stdout}");
+    assert!(stderr.contains("tokens/s") && stderr.contains("loaded"), "{stderr}");
+    // greedy is deterministic
+    let again = lutra(&["run", "-m", m.to_str().unwrap(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "-t", "2"]);
+    assert_eq!(again.stdout, out.stdout);
+}
+
+#[test]
+fn perplexity_and_bench_model_print_json() {
+    let m = models().join("model.bin");
+    let dir = std::env::temp_dir().join(format!("lutra-ppl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.join("story.txt");
+    let story = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park. ";
+    std::fs::write(&text, story.repeat(12)).unwrap();
+    let out = lutra(&["perplexity", "-m", m.to_str().unwrap(), "-f", text.to_str().unwrap(), "--ctx", "128", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.starts_with("{\"ppl\":") && line.contains("\"ctx\":128"), "{line}");
+    let ppl: f64 = line.split(['{', ':', ',']).nth(2).unwrap().parse().unwrap();
+    // an in-domain, repeated story: the model predicts it well
+    assert!(ppl > 1.0 && ppl < 10.0, "ppl {ppl}");
+    let out = lutra(&["bench", "model", "-m", m.to_str().unwrap(), "-t", "1", "--pp", "32", "--tg", "16", "--runs", "5", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.contains("\"pp_tps\":") && line.contains("\"tg_tps\":"), "{line}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("lutra-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read(models().join("model.bin")).unwrap();
+    // truncated checkpoint (tokenizer copied beside it)
+    let truncated = dir.join("model.bin");
+    std::fs::write(&truncated, &good[..good.len() / 3]).unwrap();
+    std::fs::copy(models().join("tokenizer.bin"), dir.join("tokenizer.bin")).unwrap();
+    failed_with(&lutra(&["run", "-m", truncated.to_str().unwrap(), "-n", "4"]), "model.bin");
+    // missing model, missing tokenizer
+    failed_with(&lutra(&["run", "-m", dir.join("nope.bin").to_str().unwrap()]), "nope.bin");
+    let alone = dir.join("alone");
+    std::fs::create_dir_all(&alone).unwrap();
+    std::fs::copy(models().join("model.bin"), alone.join("model.bin")).unwrap();
+    failed_with(&lutra(&["run", "-m", alone.join("model.bin").to_str().unwrap(), "-n", "4"]), "tokenizer");
+    // a prompt longer than the 256-token context
+    let m = models().join("model.bin");
+    let long = "the cat sat on the mat and ".repeat(60);
+    failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "-p", &long, "-n", "4"]), "context");
+    // unsupported bits, invalid sampling
+    failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--bits", "9", "-n", "4"]), "bits");
+    failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--top-p", "1.5", "-n", "4"]), "top");
+    std::fs::remove_dir_all(&dir).ok();
+}
