@@ -1,7 +1,7 @@
 //! Every kernel against the scalar reference (integer accumulators bit for bit), and
 //! the GEMV against f32 arithmetic over the dequantized weights.
 
-use lutra_core::quant::convert::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+use lutra_core::quant::convert::{Q4_0_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES};
 use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix};
 
 #[cfg(target_arch = "wasm32")]
@@ -334,4 +334,70 @@ fn every_table_builder_matches_the_portable_one() {
             }
         }
     }
+}
+
+/// llama.cpp `dequantize_row_q5_0`, transcribed.
+fn ggml_dequant_q5_0(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q5_0_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        let mut out = [0.0f32; 32];
+        for j in 0..16 {
+            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+            out[j] = (((b[6 + j] & 0x0f) | xh_0) as i32 - 16) as f32 * d;
+            out[j + 16] = (((b[6 + j] >> 4) | xh_1) as i32 - 16) as f32 * d;
+        }
+        y.extend_from_slice(&out);
+    }
+    y
+}
+
+/// llama.cpp `dequantize_row_tq2_0`, transcribed.
+fn ggml_dequant_tq2_0(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(TQ2_0_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[64], b[65]]).to_f32();
+        for j in (0..64).step_by(32) {
+            for l in 0..4 {
+                for m in 0..32 {
+                    let q = ((b[j + m] >> (l * 2)) & 3) as i8;
+                    y.push((q - 1) as f32 * d);
+                }
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn q5_0_and_tq2_0_import_losslessly() {
+    let mut rng = Rng(13);
+    let (rows, cols) = (40, 512);
+    let mut q5 = Vec::new();
+    let mut tq2 = Vec::new();
+    for _ in 0..rows * cols / 32 {
+        q5.extend_from_slice(&f16(0.001 + rng.uniform() * 0.01));
+        q5.extend((0..20).map(|_| rng.next() as u8));
+    }
+    for _ in 0..rows * cols / 256 {
+        tq2.extend((0..64).map(|_| rng.next() as u8));
+        tq2.extend_from_slice(&f16(0.01 + rng.uniform() * 0.02));
+    }
+    let x = rng.vec(cols, 1.0);
+    for (name, m, reference) in [
+        ("Q5_0", PackedMatrix::from_q5_0(&q5, rows, cols).unwrap(), ggml_dequant_q5_0(&q5)),
+        ("TQ2_0", PackedMatrix::from_tq2_0(&tq2, rows, cols).unwrap(), ggml_dequant_tq2_0(&tq2)),
+    ] {
+        let deq = dequantized(&m);
+        assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} dequantization differs");
+        let want = matvec_f64(&reference, &x, rows);
+        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
+            let e = nmse(&gemv_with(isa, &m, &x), &want);
+            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
+        }
+    }
+    assert!(matches!(PackedMatrix::from_q5_0(&q5[1..], rows, cols), Err(Error::BufferSize { .. })));
+    assert!(matches!(PackedMatrix::from_tq2_0(&tq2, rows, 100), Err(Error::ColsNotMultipleOfGroup { .. })));
 }

@@ -10,6 +10,10 @@ use crate::Error;
 pub const Q4_0_BLOCK_BYTES: usize = 18;
 /// llama.cpp `block_q8_0`: f16 d, 32 signed bytes.
 pub const Q8_0_BLOCK_BYTES: usize = 34;
+/// llama.cpp `block_q5_0`: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles.
+pub const Q5_0_BLOCK_BYTES: usize = 22;
+/// llama.cpp `block_tq2_0`: 64 bytes of 2-bit codes, then f16 d; 256 elements.
+pub const TQ2_0_BLOCK_BYTES: usize = 66;
 
 /// Round half away from zero without libm (vectorizes; `as` saturates).
 #[inline(always)]
@@ -226,6 +230,52 @@ pub fn import_q8_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
     })
 }
 
+/// Layout of an imported Q5_0 matrix: 5 bits, group 32, zero point 16.
+pub fn q5_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 5, 32, Offset::Zero(16))
+}
+
+/// Import llama.cpp Q5_0 rows without loss: element j of a block is
+/// `(qs[j] & 15) | bit j of qh << 4`, element j + 16 is `(qs[j] >> 4) | bit j + 16 of qh << 4`.
+pub fn import_q5_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q5_0 bytes", layout.rows * (layout.cols / 32) * Q5_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 32;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q5_0_BLOCK_BYTES..][..Q5_0_BLOCK_BYTES];
+        gc.scale = block_scale(b, row, g)?;
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        for j in 0..16 {
+            gc.codes[j] = (b[6 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+            gc.codes[j + 16] = (b[6 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+        }
+        Ok(())
+    })
+}
+
+/// Layout of an imported TQ2_0 matrix: 2 bits, group 256, zero point 1.
+pub fn tq2_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 2, 256, Offset::Zero(1))
+}
+
+/// Import llama.cpp TQ2_0 rows without loss: element `128c + 32l + m` of a block is
+/// `(qs[32c + m] >> 2l) & 3`, weight `(q − 1)·d`.
+pub fn import_tq2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("TQ2_0 bytes", layout.rows * (layout.cols / 256) * TQ2_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 256;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * TQ2_0_BLOCK_BYTES..][..TQ2_0_BLOCK_BYTES];
+        gc.scale = block_scale(&b[64..], row, g)?;
+        for c in 0..2 {
+            for l in 0..4 {
+                for m in 0..32 {
+                    gc.codes[128 * c + 32 * l + m] = (b[32 * c + m] >> (2 * l)) & 3;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(feature = "alloc")]
 impl PackedMatrix<crate::AlignedBytes> {
     fn build(layout: Layout, f: impl FnOnce(&Layout, &mut [u8]) -> Result<(), Error>) -> Result<Self, Error> {
@@ -262,6 +312,16 @@ impl PackedMatrix<crate::AlignedBytes> {
     /// Import llama.cpp `Q4_0` blocks.
     pub fn from_q4_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q4_0_layout(rows, cols)?, |l, o| import_q4_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q5_0` blocks.
+    pub fn from_q5_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q5_0_layout(rows, cols)?, |l, o| import_q5_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `TQ2_0` blocks (ternary, 256 per block).
+    pub fn from_tq2_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(tq2_0_layout(rows, cols)?, |l, o| import_tq2_0_into(blocks, l, o))
     }
 
     /// Import llama.cpp `Q8_0` blocks.
