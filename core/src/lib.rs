@@ -25,6 +25,8 @@ pub mod lut;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+#[cfg(feature = "alloc")]
+pub mod spm;
 pub mod tokenizer;
 
 #[cfg(feature = "alloc")]

@@ -1,0 +1,797 @@
+//! SentencePiece-style BPE from GGUF metadata (`tokenizer.ggml.model` = `"llama"`):
+//! llama.cpp's SPM tokenizer (`llm_tokenizer_spm` in `llama-vocab.cpp`), used by
+//! Gemma 3 and llama GGUFs, and the Gemma chat format.
+//!
+//! What encoding does, step for step as llama.cpp's `llama_tokenize`:
+//! 1. **Special tokens first.** Tokens of type CONTROL, USER_DEFINED and UNKNOWN are
+//!    found in the raw text, longest first, each claiming its leftmost non-overlapping
+//!    occurrences in what is still unclaimed; they become tokens as they are. CONTROL and
+//!    UNKNOWN tokens only when `parse_special` is set; USER_DEFINED ones always (Gemma 3's
+//!    `<start_of_turn>` is CONTROL; its `<b>`, `\n` runs and tabs are USER_DEFINED).
+//!    Among special tokens of equal length the lower id goes first (llama.cpp leaves
+//!    that order to `std::sort`); the LSTRIP/RSTRIP attributes llama.cpp sets for a few
+//!    named models (phi-3, jina, modern-bert) are not modelled.
+//! 2. **Each remaining piece of text** gets a space in front if `add_space_prefix` is set
+//!    and it is the first piece or follows a special token; every space becomes U+2581
+//!    ("▁"); the text is split into UTF-8 characters; then the adjacent pair whose
+//!    concatenation is a vocabulary entry with the highest score is merged, the leftmost
+//!    among equal scores, until no pair is in the vocabulary (a max-heap of candidate
+//!    pairs, stale ones recognised by their byte length as llama.cpp does).
+//! 3. **Byte fallback:** a final symbol that is not a vocabulary entry becomes, byte by
+//!    byte, the token `<0xXX>` (or, without one, the one-byte piece).
+//! 4. BOS first when asked; [`SpmTokenizer::encode_llama`] also appends EOS when
+//!    `add_special` and the file's `tokenizer.ggml.add_eos_token` say so.
+//!
+//! Decoding (as llama.cpp's `token_to_piece` with `special = false`): NORMAL tokens with
+//! "▁" turned back into spaces, BYTE tokens as their byte, USER_DEFINED tokens as their
+//! text, CONTROL, UNKNOWN, UNUSED and UNDEFINED tokens as nothing. With
+//! `add_space_prefix` the leading space of the first piece (at the start or after BOS)
+//! is dropped, as SentencePiece does.
+//!
+//! Metadata is checked once, with typed errors ([`SpmError`]) where llama.cpp would
+//! throw, abort or silently substitute: array lengths, element types, duplicate pieces,
+//! out-of-range special ids, malformed byte tokens. An empty piece is renamed
+//! `[EMPTY_<id>]` as llama.cpp does.
+
+use alloc::{
+    collections::{BTreeMap, BinaryHeap},
+    string::String,
+    vec::Vec,
+};
+use core::fmt;
+
+use crate::gguf::{Array, Gguf, ValueType};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+
+/// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TokenType {
+    Undefined = 0,
+    Normal = 1,
+    Unknown = 2,
+    Control = 3,
+    UserDefined = 4,
+    Unused = 5,
+    Byte = 6,
+}
+
+impl TokenType {
+    /// As llama.cpp: any value it does not know is UNDEFINED.
+    pub fn from_i64(v: i64) -> TokenType {
+        match v {
+            1 => TokenType::Normal,
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            4 => TokenType::UserDefined,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            _ => TokenType::Undefined,
+        }
+    }
+
+    /// Matched in the raw text before BPE (CONTROL and UNKNOWN only with `parse_special`).
+    fn is_special(self) -> bool {
+        matches!(self, TokenType::Control | TokenType::UserDefined | TokenType::Unknown)
+    }
+}
+
+/// Why GGUF tokenizer metadata was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpmError {
+    /// A required key is absent.
+    MissingKey(&'static str),
+    /// A key holds another type (for arrays: another element type) than expected.
+    WrongType { key: &'static str, found: ValueType, expected: &'static str },
+    /// `tokenizer.ggml.model` names another tokenizer than SentencePiece's `"llama"`.
+    WrongModel { found: String },
+    /// The vocabulary is empty, or has more tokens than an `i32` id can name.
+    BadVocabSize { tokens: u64 },
+    /// A per-token array whose length differs from the number of tokens.
+    LengthMismatch { key: &'static str, len: u64, tokens: u64 },
+    /// A NaN or infinite score.
+    NonFiniteScore { token: u32 },
+    /// Two tokens with the same piece (llama.cpp aborts on this).
+    DuplicatePiece { first: u32, second: u32 },
+    /// A special-token id at or past the vocabulary size.
+    BadSpecialId { key: &'static str, id: u64, vocab_size: usize },
+    /// A token of type BYTE whose piece is not `<0xXX>`.
+    BadByteToken { token: u32 },
+}
+
+impl fmt::Display for SpmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpmError::MissingKey(key) => write!(f, "GGUF tokenizer: missing key {key}"),
+            SpmError::WrongType { key, found, expected } => {
+                write!(f, "GGUF tokenizer: {key} holds {}, expected {expected}", found.name())
+            }
+            SpmError::WrongModel { found } => {
+                write!(f, "GGUF tokenizer: tokenizer.ggml.model is {found:?}, only \"llama\" (SentencePiece) is supported")
+            }
+            SpmError::BadVocabSize { tokens } => write!(f, "GGUF tokenizer: vocabulary of {tokens} tokens"),
+            SpmError::LengthMismatch { key, len, tokens } => {
+                write!(f, "GGUF tokenizer: {key} has {len} entries for {tokens} tokens")
+            }
+            SpmError::NonFiniteScore { token } => write!(f, "GGUF tokenizer: token {token} has a NaN or infinite score"),
+            SpmError::DuplicatePiece { first, second } => {
+                write!(f, "GGUF tokenizer: tokens {first} and {second} have the same piece")
+            }
+            SpmError::BadSpecialId { key, id, vocab_size } => {
+                write!(f, "GGUF tokenizer: {key} = {id} is outside the vocabulary of {vocab_size}")
+            }
+            SpmError::BadByteToken { token } => write!(f, "GGUF tokenizer: byte token {token} is not written <0xXX>"),
+        }
+    }
+}
+
+impl core::error::Error for SpmError {}
+
+pub const KEY_MODEL: &str = "tokenizer.ggml.model";
+pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+pub const KEY_SCORES: &str = "tokenizer.ggml.scores";
+pub const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+pub const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
+pub const KEY_EOS: &str = "tokenizer.ggml.eos_token_id";
+pub const KEY_EOT: &str = "tokenizer.ggml.eot_token_id";
+pub const KEY_UNK: &str = "tokenizer.ggml.unknown_token_id";
+pub const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+pub const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+pub const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+pub const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
+
+/// "▁", SentencePiece's visible space.
+const SPACE_MARK: &[u8] = "\u{2581}".as_bytes();
+const NONE: u32 = u32::MAX;
+
+/// Every byte once, so a byte token decodes to a slice of static data.
+static ALL_BYTES: [u8; 256] = {
+    let mut a = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        a[i] = i as u8;
+        i += 1;
+    }
+    a
+};
+
+/// A SentencePiece BPE vocabulary from GGUF metadata, indexed once for encoding.
+#[derive(Debug, Clone)]
+pub struct SpmTokenizer {
+    /// All pieces back to back; token `i` is `text[starts[i]..starts[i + 1]]`.
+    text: Vec<u8>,
+    starts: Vec<usize>,
+    /// What each token decodes to, laid out the same way (byte tokens: empty here).
+    shown: Vec<u8>,
+    shown_starts: Vec<usize>,
+    scores: Vec<f32>,
+    types: Vec<TokenType>,
+    /// Token ids sorted by piece bytes (pieces are unique).
+    sorted: Vec<u32>,
+    /// Special tokens in matching order: longest piece first, then lowest id.
+    special: Vec<u32>,
+    /// A byte trie over the special pieces: node -> rank in `special` (or NONE) ...
+    trie_rank: Vec<u32>,
+    /// ... and (node, byte) -> child node. Node 0 is the root.
+    trie_edges: BTreeMap<(u32, u8), u32>,
+    /// `<0xXX>` token of each byte, or the one-byte piece, as llama.cpp's `byte_to_token`.
+    byte_tokens: [u32; 256],
+    /// The byte each BYTE token stands for.
+    byte_of: BTreeMap<u32, u8>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    unk: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+    parse_special: bool,
+    chat_template: Option<String>,
+}
+
+/// A per-token array: checked to exist with one entry per token.
+fn token_array<'a>(g: &Gguf<'a>, key: &'static str, n: u64, expected: &'static str) -> Result<Option<Array<'a>>, SpmError> {
+    let Some(v) = g.get(key) else { return Ok(None) };
+    let a = v.as_array().ok_or(SpmError::WrongType { key, found: v.value_type(), expected })?;
+    if a.len() != n {
+        return Err(SpmError::LengthMismatch { key, len: a.len(), tokens: n });
+    }
+    Ok(Some(a))
+}
+
+fn opt_bool(g: &Gguf<'_>, key: &'static str, default: bool) -> Result<bool, SpmError> {
+    match g.get(key) {
+        None => Ok(default),
+        Some(v) => v.as_bool().ok_or(SpmError::WrongType { key, found: v.value_type(), expected: "bool" }),
+    }
+}
+
+fn opt_id(g: &Gguf<'_>, key: &'static str, default: Option<u32>, n: usize) -> Result<Option<u32>, SpmError> {
+    match g.get(key) {
+        None => Ok(default.filter(|&d| (d as usize) < n)),
+        Some(v) => {
+            let id = v.as_u64().ok_or(SpmError::WrongType { key, found: v.value_type(), expected: "a token id" })?;
+            match u32::try_from(id) {
+                Ok(id) if (id as usize) < n => Ok(Some(id)),
+                _ => Err(SpmError::BadSpecialId { key, id, vocab_size: n }),
+            }
+        }
+    }
+}
+
+/// The byte of a `<0xXX>` piece (either case of hex digits).
+fn parse_byte_piece(piece: &[u8]) -> Option<u8> {
+    if let [b'<', b'0', b'x', hi, lo, b'>'] = *piece {
+        let hex = |c: u8| (c as char).to_digit(16);
+        return Some((hex(hi)? * 16 + hex(lo)?) as u8);
+    }
+    None
+}
+
+impl SpmTokenizer {
+    /// Read the tokenizer of a GGUF file whose `tokenizer.ggml.model` is `"llama"`.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Self, SpmError> {
+        match g.get(KEY_MODEL) {
+            None => return Err(SpmError::MissingKey(KEY_MODEL)),
+            Some(v) => match v.as_str() {
+                Some("llama") => {}
+                Some(other) => return Err(SpmError::WrongModel { found: other.into() }),
+                None => return Err(SpmError::WrongType { key: KEY_MODEL, found: v.value_type(), expected: "string" }),
+            },
+        }
+        let tokens = g.get(KEY_TOKENS).ok_or(SpmError::MissingKey(KEY_TOKENS))?;
+        let tokens =
+            tokens.as_array().ok_or(SpmError::WrongType { key: KEY_TOKENS, found: tokens.value_type(), expected: "array of strings" })?;
+        if tokens.elem_type() != ValueType::String {
+            return Err(SpmError::WrongType { key: KEY_TOKENS, found: tokens.elem_type(), expected: "array of strings" });
+        }
+        let n64 = tokens.len();
+        if n64 == 0 || n64 > i32::MAX as u64 {
+            return Err(SpmError::BadVocabSize { tokens: n64 });
+        }
+        let n = n64 as usize; // <= i32::MAX
+        let scores = token_array(g, KEY_SCORES, n64, "array of f32")?.ok_or(SpmError::MissingKey(KEY_SCORES))?;
+        if !matches!(scores.elem_type(), ValueType::F32 | ValueType::I32) {
+            return Err(SpmError::WrongType { key: KEY_SCORES, found: scores.elem_type(), expected: "array of f32" });
+        }
+        let types = token_array(g, KEY_TOKEN_TYPE, n64, "array of i32")?;
+        if let Some(t) = types {
+            if !matches!(t.elem_type(), ValueType::I32 | ValueType::U32 | ValueType::I8 | ValueType::U8 | ValueType::I16 | ValueType::U16) {
+                return Err(SpmError::WrongType { key: KEY_TOKEN_TYPE, found: t.elem_type(), expected: "array of i32" });
+            }
+        }
+
+        // pieces (an empty one renamed as llama.cpp does)
+        let mut text = Vec::with_capacity(tokens.bytes().len().saturating_sub(n.saturating_mul(8)));
+        let mut starts = Vec::with_capacity(n + 1);
+        starts.push(0);
+        for (i, v) in tokens.iter().enumerate() {
+            let piece = match v {
+                crate::gguf::Value::String(s) => s,
+                _ => &[],
+            };
+            if piece.is_empty() {
+                text.extend_from_slice(alloc::format!("[EMPTY_{i}]").as_bytes());
+            } else {
+                text.extend_from_slice(piece);
+            }
+            starts.push(text.len());
+        }
+        if starts.len() != n + 1 {
+            return Err(SpmError::LengthMismatch { key: KEY_TOKENS, len: starts.len() as u64 - 1, tokens: n64 });
+        }
+
+        let mut score_vec = Vec::with_capacity(n);
+        for (i, v) in scores.iter().enumerate() {
+            let s = match v {
+                crate::gguf::Value::F32(s) => s,
+                crate::gguf::Value::I32(s) => s as f32,
+                _ => f32::NAN,
+            };
+            if !s.is_finite() {
+                return Err(SpmError::NonFiniteScore { token: i as u32 });
+            }
+            // -0.0 and 0.0 tie in llama.cpp's `<`; the heap orders by total_cmp.
+            score_vec.push(s + 0.0);
+        }
+        let type_vec: Vec<TokenType> = match types {
+            Some(t) => t.iter().map(|v| TokenType::from_i64(v.as_i64().unwrap_or(0))).collect(),
+            None => alloc::vec![TokenType::Normal; n],
+        };
+        if score_vec.len() != n || type_vec.len() != n {
+            return Err(SpmError::LengthMismatch { key: KEY_SCORES, len: score_vec.len() as u64, tokens: n64 });
+        }
+
+        let mut t = SpmTokenizer {
+            text,
+            starts,
+            shown: Vec::new(),
+            shown_starts: Vec::new(),
+            scores: score_vec,
+            types: type_vec,
+            sorted: Vec::new(),
+            special: Vec::new(),
+            trie_rank: Vec::new(),
+            trie_edges: BTreeMap::new(),
+            byte_tokens: [NONE; 256],
+            byte_of: BTreeMap::new(),
+            bos: None,
+            eos: None,
+            eot: None,
+            unk: None,
+            add_bos: true,
+            add_eos: false,
+            add_space_prefix: true,
+            parse_special: false,
+            chat_template: None,
+        };
+
+        // piece -> id index
+        let mut sorted: Vec<u32> = (0..n as u32).collect();
+        sorted.sort_unstable_by(|&a, &b| t.piece_unchecked(a).cmp(t.piece_unchecked(b)));
+        for w in sorted.windows(2) {
+            if t.piece_unchecked(w[0]) == t.piece_unchecked(w[1]) {
+                return Err(SpmError::DuplicatePiece { first: w[0].min(w[1]), second: w[0].max(w[1]) });
+            }
+        }
+        t.sorted = sorted;
+
+        // byte tokens, both ways
+        for id in 0..n as u32 {
+            if t.types[id as usize] == TokenType::Byte {
+                let b = parse_byte_piece(t.piece_unchecked(id)).ok_or(SpmError::BadByteToken { token: id })?;
+                t.byte_of.insert(id, b);
+            }
+        }
+        for b in 0..=255u8 {
+            let hex = b"0123456789ABCDEF";
+            let name = [b'<', b'0', b'x', hex[(b >> 4) as usize], hex[(b & 15) as usize], b'>'];
+            t.byte_tokens[b as usize] = t.lookup(&name).or_else(|| t.lookup(&[b])).unwrap_or(NONE);
+        }
+
+        // what each token prints as
+        let mut shown = Vec::with_capacity(t.text.len());
+        let mut shown_starts = Vec::with_capacity(n + 1);
+        shown_starts.push(0);
+        for id in 0..n as u32 {
+            let piece = t.piece_unchecked(id);
+            match t.types[id as usize] {
+                TokenType::Normal => {
+                    let mut rest = piece;
+                    while !rest.is_empty() {
+                        if rest.starts_with(SPACE_MARK) {
+                            shown.push(b' ');
+                            rest = &rest[SPACE_MARK.len()..];
+                        } else {
+                            shown.push(rest[0]);
+                            rest = &rest[1..];
+                        }
+                    }
+                }
+                TokenType::UserDefined => shown.extend_from_slice(piece),
+                _ => {}
+            }
+            shown_starts.push(shown.len());
+        }
+        t.shown = shown;
+        t.shown_starts = shown_starts;
+
+        // special tokens and their trie
+        let mut special: Vec<u32> = (0..n as u32).filter(|&id| t.types[id as usize].is_special()).collect();
+        special.sort_by(|&a, &b| t.piece_unchecked(b).len().cmp(&t.piece_unchecked(a).len()).then(a.cmp(&b)));
+        let mut trie_rank = alloc::vec![NONE];
+        let mut edges = BTreeMap::new();
+        for (rank, &id) in special.iter().enumerate() {
+            let mut node = 0u32;
+            for &byte in t.piece_unchecked(id) {
+                node = match edges.get(&(node, byte)) {
+                    Some(&c) => c,
+                    None => {
+                        let c = trie_rank.len() as u32;
+                        trie_rank.push(NONE);
+                        edges.insert((node, byte), c);
+                        c
+                    }
+                };
+            }
+            trie_rank[node as usize] = rank as u32;
+        }
+        t.special = special;
+        t.trie_rank = trie_rank;
+        t.trie_edges = edges;
+
+        // special ids and flags (defaults of llama.cpp's "llama" model)
+        t.bos = opt_id(g, KEY_BOS, Some(1), n)?;
+        t.eos = opt_id(g, KEY_EOS, Some(2), n)?;
+        t.unk = opt_id(g, KEY_UNK, Some(0), n)?;
+        t.eot = match opt_id(g, KEY_EOT, None, n)? {
+            Some(id) => Some(id),
+            None => ["<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>"]
+                .iter()
+                .find_map(|s| t.lookup(s.as_bytes()))
+                .filter(|&id| t.types[id as usize] == TokenType::Control),
+        };
+        t.add_bos = opt_bool(g, KEY_ADD_BOS, true)?;
+        t.add_eos = opt_bool(g, KEY_ADD_EOS, false)?;
+        t.add_space_prefix = opt_bool(g, KEY_ADD_SPACE_PREFIX, true)?;
+        t.chat_template = match g.get(KEY_CHAT_TEMPLATE) {
+            None => None,
+            Some(v) => {
+                Some(v.as_str().ok_or(SpmError::WrongType { key: KEY_CHAT_TEMPLATE, found: v.value_type(), expected: "string" })?.into())
+            }
+        };
+        Ok(t)
+    }
+
+    fn piece_unchecked(&self, token: u32) -> &[u8] {
+        let i = token as usize;
+        match (self.starts.get(i), self.starts.get(i + 1)) {
+            (Some(&s), Some(&e)) => self.text.get(s..e).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    fn out_of_range(&self, token: u32) -> TokenizerError {
+        TokenizerError::TokenOutOfRange { token, vocab_size: self.scores.len() }
+    }
+
+    /// The stored piece of `token` (spaces as "▁").
+    pub fn piece(&self, token: u32) -> Result<&[u8], TokenizerError> {
+        if (token as usize) < self.scores.len() {
+            Ok(self.piece_unchecked(token))
+        } else {
+            Err(self.out_of_range(token))
+        }
+    }
+
+    pub fn score(&self, token: u32) -> Result<f32, TokenizerError> {
+        self.scores.get(token as usize).copied().ok_or(self.out_of_range(token))
+    }
+
+    pub fn token_type(&self, token: u32) -> Result<TokenType, TokenizerError> {
+        self.types.get(token as usize).copied().ok_or(self.out_of_range(token))
+    }
+
+    /// The id whose piece is exactly `piece`.
+    pub fn lookup(&self, piece: &[u8]) -> Option<u32> {
+        let i = self.sorted.partition_point(|&t| self.piece_unchecked(t) < piece);
+        self.sorted.get(i).copied().filter(|&t| self.piece_unchecked(t) == piece)
+    }
+
+    /// `tokenizer.ggml.unknown_token_id` (default 0).
+    pub fn unk(&self) -> Option<u32> {
+        self.unk
+    }
+
+    /// End of turn: `tokenizer.ggml.eot_token_id`, or the CONTROL token `<end_of_turn>`
+    /// (Gemma), `<|eot_id|>`, `<|im_end|>` or `<|end|>`.
+    pub fn eot(&self) -> Option<u32> {
+        self.eot
+    }
+
+    /// Does generation stop at `token` (EOS or end of turn)?
+    pub fn is_eog(&self, token: u32) -> bool {
+        Some(token) == self.eos || Some(token) == self.eot
+    }
+
+    /// `tokenizer.ggml.add_bos_token` (default true): pass this as `bos` to `encode`.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// `tokenizer.ggml.add_eos_token` (default false).
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    /// `tokenizer.ggml.add_space_prefix` (default true; false in Gemma 3's file).
+    pub fn add_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
+
+    /// `tokenizer.chat_template`, if the file has one (Gemma 3 270M's has none).
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// Whether [`Tokenizer::encode`] matches CONTROL tokens (`<start_of_turn>`, `<bos>`,
+    /// ...) written in the text, as llama.cpp's `parse_special`. Off by default.
+    pub fn parse_special(&self) -> bool {
+        self.parse_special
+    }
+
+    pub fn set_parse_special(&mut self, on: bool) {
+        self.parse_special = on;
+    }
+
+    /// The token of byte `b` (`<0xXX>`, else the one-byte piece).
+    fn byte_token(&self, b: u8) -> Result<u32, TokenizerError> {
+        match self.byte_tokens[b as usize] {
+            NONE => Err(TokenizerError::NoByteToken { byte: b }),
+            t => Ok(t),
+        }
+    }
+
+    /// Exactly llama.cpp's `llama_tokenize(vocab, text, add_special, parse_special)`:
+    /// BOS first if `add_special` and the file's add_bos_token, EOS last if
+    /// `add_special` and add_eos_token. Appends to `out`.
+    pub fn encode_llama(&self, text: &str, add_special: bool, parse_special: bool, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        self.encode_impl(text, add_special && self.add_bos, parse_special, out)?;
+        if add_special && self.add_eos {
+            out.push(self.eos.ok_or(self.out_of_range(2))?);
+        }
+        Ok(())
+    }
+
+    fn encode_impl(&self, text: &str, bos: bool, parse_special: bool, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        if bos {
+            out.push(self.bos.ok_or(self.out_of_range(1))?);
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        let bytes = text.as_bytes();
+        let specials = self.find_special(bytes, parse_special);
+        let mut buf = Vec::new();
+        let mut prev_special = true;
+        let mut at = 0;
+        for (pos, id) in specials.iter().copied().chain(core::iter::once((bytes.len(), NONE))) {
+            if pos > at {
+                // raw text at..pos, as bytes: a special piece that is not UTF-8 may
+                // have split a character, which BPE then sees as its bytes
+                buf.clear();
+                if self.add_space_prefix && prev_special {
+                    buf.extend_from_slice(SPACE_MARK);
+                }
+                for &b in &bytes[at..pos] {
+                    if b == b' ' {
+                        buf.extend_from_slice(SPACE_MARK);
+                    } else {
+                        buf.push(b);
+                    }
+                }
+                self.bpe(&buf, out)?;
+            }
+            if id != NONE {
+                out.push(id);
+                prev_special = true;
+                at = pos + self.piece_unchecked(id).len();
+            } else {
+                prev_special = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// (position, id) of the special tokens claimed in `text`, by position.
+    fn find_special(&self, text: &[u8], parse_special: bool) -> Vec<(usize, u32)> {
+        let mut found = Vec::new(); // (rank, position)
+        for p in 0..text.len() {
+            let mut node = 0u32;
+            for &b in &text[p..] {
+                match self.trie_edges.get(&(node, b)) {
+                    None => break,
+                    Some(&c) => {
+                        node = c;
+                        let rank = self.trie_rank[c as usize];
+                        if rank != NONE {
+                            let ty = self.types[self.special[rank as usize] as usize];
+                            if parse_special || ty == TokenType::UserDefined {
+                                found.push((rank, p));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return Vec::new();
+        }
+        // In rank order, each special token takes its leftmost occurrences that lie
+        // wholly in text no earlier token claimed: llama.cpp's fragment splitting.
+        found.sort_unstable();
+        let mut claimed = alloc::vec![false; text.len()];
+        let mut taken = Vec::new();
+        for (rank, p) in found {
+            let id = self.special[rank as usize];
+            let span = p..p + self.piece_unchecked(id).len();
+            if claimed[span.clone()].iter().all(|&c| !c) {
+                claimed[span].iter_mut().for_each(|c| *c = true);
+                taken.push((p, id));
+            }
+        }
+        taken.sort_unstable();
+        taken
+    }
+
+    /// llama.cpp's `llm_tokenizer_spm_session::tokenize` of escaped text.
+    fn bpe(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        // symbols: one per UTF-8 character; `len` 0 once merged into the left neighbour
+        let mut start = Vec::new();
+        let mut len = Vec::new();
+        let mut offs = 0;
+        while offs < text.len() {
+            let lead = text[offs];
+            let l = match lead {
+                0x00..=0x7f => 1,
+                0xf0..=0xff => 4,
+                0xe0..=0xef => 3,
+                0xc0..=0xdf => 2,
+                _ => 1,
+            };
+            let l = l.min(text.len() - offs);
+            start.push(offs);
+            len.push(l);
+            offs += l;
+        }
+        let n = start.len();
+        let mut next: Vec<usize> = (1..=n).collect(); // n = none
+        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect(); // usize::MAX = none
+        let mut heap = BinaryHeap::with_capacity(n);
+        let candidate = |left: usize, right: usize, len: &[usize]| -> Option<Bigram> {
+            let size = len[left] + len[right];
+            let id = self.lookup(&text[start[left]..start[left] + size])?;
+            Some(Bigram { score: self.scores[id as usize], left, right, size })
+        };
+        for i in 1..n {
+            heap.extend(candidate(i - 1, i, &len));
+        }
+        while let Some(b) = heap.pop() {
+            if len[b.left] == 0 || len[b.right] == 0 || len[b.left] + len[b.right] != b.size {
+                continue;
+            }
+            len[b.left] += len[b.right];
+            len[b.right] = 0;
+            let after = next[b.right];
+            next[b.left] = after;
+            if after < n {
+                prev[after] = b.left;
+            }
+            if prev[b.left] < n {
+                heap.extend(candidate(prev[b.left], b.left, &len));
+            }
+            if after < n {
+                heap.extend(candidate(b.left, after, &len));
+            }
+        }
+        let mut i = 0;
+        while i < n {
+            let s = &text[start[i]..start[i] + len[i]];
+            match self.lookup(s) {
+                Some(t) => out.push(t),
+                None => {
+                    for &b in s {
+                        out.push(self.byte_token(b)?);
+                    }
+                }
+            }
+            i = next[i];
+        }
+        Ok(())
+    }
+}
+
+/// A possible merge of the symbols at `left` and `right`, `size` bytes together.
+#[derive(Debug, Clone, Copy)]
+struct Bigram {
+    score: f32,
+    left: usize,
+    right: usize,
+    size: usize,
+}
+
+impl Ord for Bigram {
+    /// Higher score first, then the leftmost (llama.cpp's `llm_bigram_spm::comparator`).
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        self.score.total_cmp(&other.score).then(other.left.cmp(&self.left))
+    }
+}
+
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == core::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Bigram {}
+
+impl Tokenizer for SpmTokenizer {
+    fn vocab_size(&self) -> usize {
+        self.scores.len()
+    }
+
+    fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// BOS if `bos` (pass [`SpmTokenizer::add_bos`] to follow the file), then the text
+    /// as llama.cpp tokenizes it with `parse_special` = [`SpmTokenizer::parse_special`].
+    /// Never appends EOS (see [`SpmTokenizer::encode_llama`]).
+    fn encode(&self, text: &str, bos: bool, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        self.encode_impl(text, bos, self.parse_special, out)
+    }
+
+    fn decode_piece(&self, prev: Option<u32>, token: u32) -> Result<&[u8], TokenizerError> {
+        let i = token as usize;
+        if i >= self.scores.len() {
+            return Err(self.out_of_range(token));
+        }
+        if let Some(&b) = self.byte_of.get(&token) {
+            return Ok(core::slice::from_ref(&ALL_BYTES[b as usize]));
+        }
+        let mut s = self.shown.get(self.shown_starts[i]..self.shown_starts[i + 1]).unwrap_or(&[]);
+        if self.add_space_prefix && (prev.is_none() || prev == self.bos) {
+            if let [b' ', rest @ ..] = s {
+                s = rest;
+            }
+        }
+        Ok(s)
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Gemma chat format
+
+/// Who says a turn of a chat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatRole {
+    System,
+    User,
+    /// The assistant ("model" in Gemma's format; "assistant" in HF terms).
+    Model,
+}
+
+/// Append Gemma's chat format of `turns` to `out`, as the Jinja chat template shipped
+/// with Gemma 3 (HF `tokenizer_config.json`; the 270M GGUF carries no template) renders
+/// it, minus the leading `{{ bos_token }}`, which [`Tokenizer::encode`] adds with
+/// `bos = true`: each turn is `<start_of_turn>ROLE\n` + trimmed content +
+/// `<end_of_turn>\n`, ROLE `user` or `model`; a leading system turn's content plus
+/// `"\n\n"` is put in front of the first user turn's content; with
+/// `add_generation_prompt`, `<start_of_turn>model\n` ends the prompt. Encode the result
+/// with `parse_special` on. (The template also rejects non-alternating roles; this
+/// function formats whatever it is given.)
+pub fn format_gemma_chat(turns: &[(ChatRole, &str)], add_generation_prompt: bool, out: &mut String) {
+    let (system, turns) = match turns {
+        [(ChatRole::System, s), rest @ ..] => (Some(s.trim()), rest),
+        _ => (None, turns),
+    };
+    let mut pending_system = system;
+    for (i, &(role, content)) in turns.iter().enumerate() {
+        let role = match role {
+            ChatRole::Model => "model",
+            ChatRole::User | ChatRole::System => "user",
+        };
+        out.push_str("<start_of_turn>");
+        out.push_str(role);
+        out.push('\n');
+        if i == 0 {
+            if let Some(s) = pending_system.take() {
+                out.push_str(s);
+                out.push_str("\n\n");
+            }
+        }
+        out.push_str(content.trim());
+        out.push_str("<end_of_turn>\n");
+    }
+    if add_generation_prompt {
+        out.push_str("<start_of_turn>model\n");
+    }
+}
+
+/// One user message as a Gemma prompt: `<start_of_turn>user\n{message}<end_of_turn>\n`
+/// `<start_of_turn>model\n` (encode with BOS and `parse_special`).
+pub fn gemma_chat_prompt(message: &str) -> String {
+    let mut s = String::with_capacity(message.len() + 64);
+    format_gemma_chat(&[(ChatRole::User, message)], true, &mut s);
+    s
+}
