@@ -185,6 +185,8 @@ pub struct GemvOptions {
     pub rayon: bool,
     pub baseline: bool,
     pub llamacpp: bool,
+    /// Weight copies in huge-page-advised memory (as the model loader allocates them).
+    pub huge_pages: bool,
 }
 
 /// One measured row.
@@ -275,7 +277,18 @@ pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<Ge
             let base = if opts.baseline { BaselineMatrix::from_packed(&m).ok() } else { None };
             for &regime in &opts.regimes {
                 let copies = regime.copies(m.layout().total_bytes());
-                let ms: Vec<_> = (0..copies).map(|_| m.clone()).collect();
+                let ms: Vec<PackedMatrix<Weights>> = (0..copies)
+                    .map(|_| {
+                        let bytes = if opts.huge_pages {
+                            Weights::Huge(crate::hugepage::HugeBytes::copy_of(m.as_bytes()).map_err(|e| e.to_string())?)
+                        } else {
+                            let mut heap = lutra_core::AlignedBytes::zeroed(m.as_bytes().len());
+                            heap.as_mut().copy_from_slice(m.as_bytes());
+                            Weights::Heap(heap)
+                        };
+                        PackedMatrix::from_bytes(*m.layout(), bytes).map_err(|e| e.to_string())
+                    })
+                    .collect::<Result<_, String>>()?;
                 let bases: Vec<_> = base.iter().flat_map(|b| (0..copies).map(move |_| b.clone())).collect();
                 for &threads in &opts.threads {
                     let row = gemv_one(opts, &ms, &bases, &x, bits, regime, threads)?;
@@ -288,10 +301,25 @@ pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<Ge
     Ok(rows_out)
 }
 
+/// Where the bench keeps its weight copies.
+pub enum Weights {
+    Heap(lutra_core::AlignedBytes),
+    Huge(crate::hugepage::HugeBytes),
+}
+
+impl AsRef<[u8]> for Weights {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Weights::Heap(v) => v.as_ref(),
+            Weights::Huge(h) => h.as_ref(),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn gemv_one(
     opts: &GemvOptions,
-    ms: &[PackedMatrix<lutra_core::AlignedBytes>],
+    ms: &[PackedMatrix<Weights>],
     bases: &[BaselineMatrix],
     x: &[f32],
     bits: Bits,
@@ -350,18 +378,10 @@ fn gemv_one(
         return Err("this build has no llama.cpp: rebuild with `--features llamacpp`".into());
     }
 
-    // cold: the DRAM read bandwidth of these threads, sampled in the same rounds
-    let dram_words = if regime == Regime::Cold { COLD_BYTES / 8 } else { 0 };
-    let dram: Vec<u64> = (0..dram_words as u64).collect();
-    let mut read_dram = || {
-        let per = dram_words.div_ceil(threads);
-        let total = std::sync::atomic::AtomicU64::new(0);
-        pool.run(|i| {
-            let part = &dram[(i * per).min(dram_words)..((i + 1) * per).min(dram_words)];
-            total.fetch_add(read_sum(part), std::sync::atomic::Ordering::Relaxed);
-        });
-        black_box(total.into_inner());
-    };
+    // cold: the DRAM read bandwidth of these threads, sampled in the same rounds, from
+    // memory allocated like the weights
+    let dram = DramReader::new(if regime == Regime::Cold { COLD_BYTES } else { 0 }, opts.huge_pages)?;
+    let mut read_dram = || dram.read(&pool);
     let sampler = Sampler { samples: opts.samples };
     let mut engines: Vec<Engine<'_, '_>> = vec![Engine { run: &mut lut, settle: None }];
     if regime == Regime::Cold {
@@ -507,28 +527,50 @@ pub fn print_gemv_row(r: &GemvRow) {
     }
 }
 
-/// DRAM read bandwidth: sum of u64 over a large buffer, split across threads.
-pub fn membw(threads: usize, mib: usize, samples: usize) -> f64 {
-    let words = (mib << 20) / 8;
-    let buf: Vec<u64> = (0..words as u64).collect();
-    let pool = Pool::new(threads);
-    let per = words.div_ceil(threads);
-    let mut run = || {
+/// A large buffer whose full read measures DRAM bandwidth.
+pub struct DramReader {
+    bytes: crate::bench::Weights,
+}
+
+impl DramReader {
+    pub fn new(len: usize, huge_pages: bool) -> Result<DramReader, String> {
+        let pattern: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let bytes = if huge_pages {
+            Weights::Huge(crate::hugepage::HugeBytes::copy_of(&pattern).map_err(|e| e.to_string())?)
+        } else {
+            let mut heap = lutra_core::AlignedBytes::zeroed(len);
+            heap.as_mut().copy_from_slice(&pattern);
+            Weights::Heap(heap)
+        };
+        Ok(DramReader { bytes })
+    }
+
+    /// Read every byte once, split across the pool's threads.
+    pub fn read(&self, pool: &Pool) {
+        let b = self.bytes.as_ref();
+        let per = b.len().div_ceil(pool.threads()).next_multiple_of(256);
         let total = std::sync::atomic::AtomicU64::new(0);
         pool.run(|i| {
-            let part = &buf[(i * per).min(words)..((i + 1) * per).min(words)];
+            let part = &b[(i * per).min(b.len())..((i + 1) * per).min(b.len())];
             total.fetch_add(read_sum(part), std::sync::atomic::Ordering::Relaxed);
         });
         black_box(total.into_inner());
-    };
+    }
+}
+
+/// DRAM read bandwidth in GB/s: a sum over `mib` MiB, split across threads.
+pub fn membw(threads: usize, mib: usize, samples: usize, huge_pages: bool) -> Result<f64, String> {
+    let reader = DramReader::new(mib << 20, huge_pages)?;
+    let pool = Pool::new(threads);
+    let mut run = || reader.read(&pool);
     run();
     let t = Sampler { samples }.medians(&mut [&mut run])[0];
-    (words * 8) as f64 / t
+    Ok((mib << 20) as f64 / t)
 }
 
 /// The widest loads this CPU has: with 16-byte loads too few cache lines are in
 /// flight to saturate DRAM (measured: 18 vs 24 GB/s on one core).
-fn read_sum(v: &[u64]) -> u64 {
+fn read_sum(v: &[u8]) -> u64 {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512 F detected at run time.
@@ -539,15 +581,15 @@ fn read_sum(v: &[u64]) -> u64 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn read_sum_avx512(v: &[u64]) -> u64 {
+unsafe fn read_sum_avx512(v: &[u8]) -> u64 {
     use std::arch::x86_64::*;
     let mut acc = [_mm512_setzero_si512(); 4];
-    let blocks = v.chunks_exact(32);
+    let blocks = v.chunks_exact(256);
     let rest = read_sum_portable(blocks.remainder());
     for b in blocks {
         for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `b` holds 32 u64 = four 64-byte vectors.
-            *a = _mm512_add_epi64(*a, unsafe { _mm512_loadu_si512(b.as_ptr().add(8 * k).cast()) });
+            // SAFETY: `b` holds 256 bytes = four 64-byte vectors.
+            *a = _mm512_add_epi64(*a, unsafe { _mm512_loadu_si512(b.as_ptr().add(64 * k).cast()) });
         }
     }
     let sum = _mm512_add_epi64(_mm512_add_epi64(acc[0], acc[1]), _mm512_add_epi64(acc[2], acc[3]));
@@ -555,14 +597,13 @@ unsafe fn read_sum_avx512(v: &[u64]) -> u64 {
 }
 
 /// Eight independent accumulators so loads, not adds, set the pace.
-#[inline(always)]
-fn read_sum_portable(v: &[u64]) -> u64 {
+fn read_sum_portable(v: &[u8]) -> u64 {
     let mut acc = [0u64; 8];
-    let chunks = v.chunks_exact(8);
-    let rest: u64 = chunks.remainder().iter().fold(0, |a, &b| a.wrapping_add(b));
+    let chunks = v.chunks_exact(64);
+    let rest: u64 = chunks.remainder().iter().fold(0, |a, &b| a.wrapping_add(b as u64));
     for c in chunks {
-        for (a, &b) in acc.iter_mut().zip(c) {
-            *a = a.wrapping_add(b);
+        for (a, w) in acc.iter_mut().zip(c.chunks_exact(8)) {
+            *a = a.wrapping_add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
         }
     }
     acc.iter().fold(rest, |a, &b| a.wrapping_add(b))

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod generate;
 #[cfg(feature = "llamacpp")]
 pub mod ggml;
+pub mod hugepage;
 pub mod inspect;
 pub mod parallel;
 pub mod pool;

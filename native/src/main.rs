@@ -188,6 +188,9 @@ struct GemvArgs {
     /// One JSON object per line instead of a table
     #[arg(long)]
     json: bool,
+    /// Keep weights on 4 KiB pages (default: transparent huge pages advised)
+    #[arg(long)]
+    no_huge_pages: bool,
 }
 
 #[derive(Args)]
@@ -201,6 +204,9 @@ struct MembwArgs {
     samples: usize,
     #[arg(long)]
     json: bool,
+    /// Use 4 KiB pages (default: transparent huge pages advised, as for weights)
+    #[arg(long)]
+    no_huge_pages: bool,
 }
 
 fn run(cli: Cli) -> Result<(), String> {
@@ -285,6 +291,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 rayon: a.rayon,
                 baseline: !a.no_baseline,
                 llamacpp: a.llamacpp,
+                huge_pages: !a.no_huge_pages,
             };
             if !a.json {
                 print_context();
@@ -330,7 +337,7 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Bench(BenchCommand::Membw(a)) => {
             for t in list(&a.threads, |t| t.parse::<usize>().map_err(|_| format!("bad thread count {t:?}")))? {
-                let gbps = bench::membw(t.max(1), a.mib, a.samples);
+                let gbps = bench::membw(t.max(1), a.mib, a.samples, !a.no_huge_pages)?;
                 if a.json {
                     println!("{{\"bench\":\"membw\",\"threads\":{t},\"mib\":{},\"gbps\":{gbps:.2}}}", a.mib);
                 } else {
