@@ -5,7 +5,7 @@ use core::fmt;
 pub enum Error {
     /// Bits per weight outside what the packed format supports (1..=8).
     UnsupportedBits(u8),
-    /// Group size not one of 32, 64, 128, 256.
+    /// Group size not one of 16, 32, 64, 128, 256.
     UnsupportedGroup(usize),
     /// The number of columns is not a multiple of the group size.
     ColsNotMultipleOfGroup { cols: usize, group: usize },
@@ -31,7 +31,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Error::UnsupportedBits(b) => write!(f, "unsupported bits per weight {b} (supported: 1..=8)"),
-            Error::UnsupportedGroup(g) => write!(f, "unsupported group size {g} (supported: 32, 64, 128, 256)"),
+            Error::UnsupportedGroup(g) => write!(f, "unsupported group size {g} (supported: 16, 32, 64, 128, 256)"),
             Error::ColsNotMultipleOfGroup { cols, group } => {
                 write!(f, "{cols} columns is not a multiple of the group size {group}")
             }

@@ -1,8 +1,10 @@
 //! Every kernel against the scalar reference (integer accumulators bit for bit), and
 //! the GEMV against f32 arithmetic over the dequantized weights.
 
-use lutra_core::quant::convert::{Q4_0_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES};
-use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix};
+use lutra_core::quant::convert::{
+    Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
+};
+use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -76,7 +78,7 @@ fn every_isa_equals_scalar_for_every_format() {
     let isas: Vec<Isa> = Isa::available().collect();
     assert!(isas.contains(&Isa::Scalar));
     for bits in 1..=8u8 {
-        for group in [32, 64, 128, 256] {
+        for group in [16, 32, 64, 128, 256] {
             for offset in [Offset::Min, Offset::Symmetric, Offset::Zero(((1u16 << bits) / 2) as u8)] {
                 let cols = group * if group == 256 { 1 } else { 2 };
                 let w = rng.vec(ROWS * cols, 0.05);
@@ -85,8 +87,14 @@ fn every_isa_equals_scalar_for_every_format() {
                 x[3] *= 20.0;
                 let packed = PackedMatrix::quantize(&w, ROWS, cols, bits, group, offset).unwrap();
                 let mut reference = None;
-                for interleave in [Interleave::Shuffle, Interleave::Permute] {
-                    let m = PackedMatrix::repack(&packed, interleave).unwrap();
+                for (interleave, scales) in [
+                    (Interleave::Shuffle, ScaleFormat::F16),
+                    (Interleave::Permute, ScaleFormat::F16),
+                    (Interleave::Shuffle, ScaleFormat::F32),
+                    (Interleave::Permute, ScaleFormat::F32),
+                ] {
+                    let layout = packed.layout().with_interleave(interleave).with_scales(scales);
+                    let m = PackedMatrix::relayout(&packed, layout).unwrap();
                     for r in (0..ROWS).step_by(7) {
                         for c in (0..cols).step_by(5) {
                             assert_eq!(m.code(r, c), packed.code(r, c));
@@ -122,7 +130,7 @@ fn extreme_tables_do_not_overflow_i16() {
         let mut data = lutra_core::AlignedBytes::zeroed(layout.total_bytes());
         lutra_core::quant::pack(&layout, data.as_mut(), |_, _, gc| {
             gc.codes.fill(u8::MAX);
-            gc.scale = 0x3c00;
+            gc.scale = 1.0;
             Ok(())
         })
         .unwrap();
@@ -400,4 +408,93 @@ fn q5_0_and_tq2_0_import_losslessly() {
     }
     assert!(matches!(PackedMatrix::from_q5_0(&q5[1..], rows, cols), Err(Error::BufferSize { .. })));
     assert!(matches!(PackedMatrix::from_tq2_0(&tq2, rows, 100), Err(Error::ColsNotMultipleOfGroup { .. })));
+}
+
+/// llama.cpp `dequantize_row_q4_K` (with `get_scale_min_k4`), transcribed.
+fn ggml_dequant_q4_k(blocks: &[u8]) -> Vec<f32> {
+    let scale_min = |j: usize, q: &[u8]| -> (u8, u8) {
+        if j < 4 {
+            (q[j] & 63, q[j + 4] & 63)
+        } else {
+            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        }
+    };
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q4_K_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let min = half::f16::from_le_bytes([b[2], b[3]]).to_f32();
+        let (scales, qs) = (&b[4..16], &b[16..]);
+        let mut is = 0;
+        for j in (0..256).step_by(64) {
+            let q = &qs[j / 2..j / 2 + 32];
+            let (sc, m) = scale_min(is, scales);
+            let (d1, m1) = (d * sc as f32, min * m as f32);
+            let (sc, m) = scale_min(is + 1, scales);
+            let (d2, m2) = (d * sc as f32, min * m as f32);
+            y.extend(q.iter().map(|&q| d1 * (q & 0xF) as f32 - m1));
+            y.extend(q.iter().map(|&q| d2 * (q >> 4) as f32 - m2));
+            is += 2;
+        }
+    }
+    y
+}
+
+/// llama.cpp `dequantize_row_q6_K`, transcribed.
+fn ggml_dequant_q6_k(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q6_K_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[208], b[209]]).to_f32();
+        let mut out = [0.0f32; 256];
+        for n in 0..2 {
+            let (ql, qh, sc) = (&b[64 * n..], &b[128 + 32 * n..], &b[192 + 8 * n..]);
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                out[128 * n + l] = d * sc[is] as i8 as f32 * q1 as f32;
+                out[128 * n + l + 32] = d * sc[is + 2] as i8 as f32 * q2 as f32;
+                out[128 * n + l + 64] = d * sc[is + 4] as i8 as f32 * q3 as f32;
+                out[128 * n + l + 96] = d * sc[is + 6] as i8 as f32 * q4 as f32;
+            }
+        }
+        y.extend_from_slice(&out);
+    }
+    y
+}
+
+#[test]
+fn q4_k_and_q6_k_import_losslessly() {
+    let mut rng = Rng(17);
+    let (rows, cols) = (36, 512);
+    let mut q4k = Vec::new();
+    let mut q6k = Vec::new();
+    for _ in 0..rows * cols / 256 {
+        q4k.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+        q4k.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+        q4k.extend((0..140).map(|_| rng.next() as u8));
+        q6k.extend((0..208).map(|_| rng.next() as u8));
+        q6k.extend_from_slice(&f16(0.0001 + rng.uniform() * 0.0005));
+    }
+    let x = rng.vec(cols, 1.0);
+    for (name, m, reference) in [
+        ("Q4_K", PackedMatrix::from_q4_k(&q4k, rows, cols).unwrap(), ggml_dequant_q4_k(&q4k)),
+        ("Q6_K", PackedMatrix::from_q6_k(&q6k, rows, cols).unwrap(), ggml_dequant_q6_k(&q6k)),
+    ] {
+        let deq = dequantized(&m);
+        let diffs = deq.iter().zip(&reference).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(diffs, 0, "{name}: {diffs} dequantized values differ from llama.cpp's");
+        let want = matvec_f64(&reference, &x, rows);
+        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
+            let e = nmse(&gemv_with(isa, &m, &x), &want);
+            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
+        }
+        for interleave in [Interleave::Shuffle, Interleave::Permute] {
+            let r = PackedMatrix::repack(&m, interleave).unwrap();
+            assert_eq!(dequantized(&r), deq, "{name} {interleave:?}");
+        }
+    }
+    assert!(matches!(PackedMatrix::from_q4_k(&q4k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
+    assert!(matches!(PackedMatrix::from_q6_k(&q6k[..100], rows, cols), Err(Error::BufferSize { .. })));
 }

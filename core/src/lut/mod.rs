@@ -44,7 +44,7 @@ pub(crate) mod x86_64;
 use core::ops::Range;
 
 use crate::f16::f16_bits_to_f32;
-use crate::{Block64, Error, Isa, Layout, Offset, PackedMatrix, TILE_ROWS};
+use crate::{Block64, Error, Isa, Layout, Offset, PackedMatrix, ScaleFormat, TILE_ROWS};
 
 /// Borrowed activation tables for one activation vector.
 #[derive(Clone, Copy, Debug)]
@@ -263,9 +263,19 @@ impl<'a> Job<'a> {
         let n = self.layout.group / 16;
         &self.tables.quads[g * n..][..n]
     }
+    /// The 32 values of the scale (or minimum) block at `at`, as f32.
     #[inline(always)]
-    fn f16_block(&self, at: usize) -> &'a [u8; 64] {
-        self.bytes[at..at + 64].try_into().expect("64-byte scale block")
+    fn scale_block<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&self, at: usize, f16x32: &C) -> [f32; TILE_ROWS] {
+        match self.layout.scales {
+            ScaleFormat::F16 => f16x32(self.bytes[at..at + 64].try_into().expect("64-byte scale block")),
+            ScaleFormat::F32 => {
+                let mut out = [0.0; TILE_ROWS];
+                for (o, b) in out.iter_mut().zip(self.bytes[at..at + 128].chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+                out
+            }
+        }
     }
 }
 
@@ -298,7 +308,7 @@ impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
         let l = &job.layout;
-        let scales = f16x32(job.f16_block(l.scale_block_offset(tile, g)));
+        let scales = job.scale_block(l.scale_block_offset(tile, g), &f16x32);
         let alpha = job.tables.scale[g] * 0.5;
         let sum = job.tables.sum[g];
         match l.offset {
@@ -313,7 +323,7 @@ impl Epilogue for FloatOut<'_> {
                 }
             }
             Offset::Min => {
-                let mins = f16x32(job.f16_block(l.min_block_offset(tile, g)));
+                let mins = job.scale_block(l.min_block_offset(tile, g), &f16x32);
                 let beta = l.half_range() * sum;
                 for r in 0..TILE_ROWS {
                     self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta) + mins[r] * sum;

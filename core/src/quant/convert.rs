@@ -2,7 +2,7 @@
 
 #[cfg(feature = "alloc")]
 use super::PackedMatrix;
-use super::{pack, GroupCodes, Layout, Offset};
+use super::{pack, GroupCodes, Layout, Offset, ScaleFormat};
 use crate::f16::{f16_bits_finite, f16_bits_to_f32, f32_to_f16_bits};
 use crate::Error;
 
@@ -14,6 +14,10 @@ pub const Q8_0_BLOCK_BYTES: usize = 34;
 pub const Q5_0_BLOCK_BYTES: usize = 22;
 /// llama.cpp `block_tq2_0`: 64 bytes of 2-bit codes, then f16 d; 256 elements.
 pub const TQ2_0_BLOCK_BYTES: usize = 66;
+/// llama.cpp `block_q4_K`: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles.
+pub const Q4_K_BLOCK_BYTES: usize = 144;
+/// llama.cpp `block_q6_K`: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 i8 scales, f16 d.
+pub const Q6_K_BLOCK_BYTES: usize = 210;
 
 /// Round half away from zero without libm (vectorizes; `as` saturates).
 #[inline(always)]
@@ -26,6 +30,15 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), Erro
         return Err(Error::BufferSize { what, expected, got });
     }
     Ok(())
+}
+
+/// Scales past the f16 range (weights beyond ±65504) are refused, not stored as inf.
+fn finite_f16(bits: &[u16]) -> Result<(), Error> {
+    if bits.iter().all(|&b| f16_bits_finite(b)) {
+        Ok(())
+    } else {
+        Err(Error::NonFiniteInput)
+    }
 }
 
 /// Round-to-nearest quantization of one group. `Offset::Min`: per-group min/max.
@@ -41,23 +54,26 @@ fn quantize_group(w: &[f32], bits: u8, offset: Offset, out: &mut GroupCodes<'_>)
             let lo = w.iter().copied().fold(f32::INFINITY, f32::min);
             let hi = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let (s_bits, m_bits) = refine_min_scale(w, lo, (hi - lo) / qmax as f32, qmax, out.codes);
-            out.scale = s_bits;
-            out.min = m_bits;
+            finite_f16(&[s_bits, m_bits])?;
+            out.scale = f16_bits_to_f32(s_bits);
+            out.min = f16_bits_to_f32(m_bits);
         }
         Offset::Zero(z) => {
             let extreme = w.iter().copied().fold(0.0f32, |a, v| if v.abs() > a.abs() { v } else { a });
             let s_bits = f32_to_f16_bits(extreme / -(z.max(1) as f32));
+            finite_f16(&[s_bits])?;
             let s = f16_bits_to_f32(s_bits);
             let inv = if s != 0.0 { 1.0 / s } else { 0.0 };
             for (c, &x) in out.codes.iter_mut().zip(w) {
                 *c = (round_to_i32(x * inv) + z as i32).clamp(0, qmax) as u8;
             }
-            out.scale = s_bits;
+            out.scale = s;
         }
-        Offset::Symmetric => out.scale = refine_symmetric_scale(w, qmax, out.codes),
-    }
-    if !f16_bits_finite(out.scale) || !f16_bits_finite(out.min) {
-        return Err(Error::NonFiniteInput);
+        Offset::Symmetric => {
+            let s_bits = refine_symmetric_scale(w, qmax, out.codes);
+            finite_f16(&[s_bits])?;
+            out.scale = f16_bits_to_f32(s_bits);
+        }
     }
     Ok(())
 }
@@ -173,8 +189,10 @@ pub fn ternarize_into(w: &[f32], layout: &Layout, out: &mut [u8]) -> Result<(), 
             return Err(Error::NonFiniteInput);
         }
         let mean_abs = grp.iter().map(|v| v.abs()).sum::<f32>() / grp.len() as f32;
-        gc.scale = f32_to_f16_bits(mean_abs);
-        let s = f16_bits_to_f32(gc.scale);
+        let s_bits = f32_to_f16_bits(mean_abs);
+        finite_f16(&[s_bits])?;
+        let s = f16_bits_to_f32(s_bits);
+        gc.scale = s;
         let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
         for (c, &x) in gc.codes.iter_mut().zip(grp) {
             *c = (round_to_i32(x * inv).clamp(-1, 1) + 1) as u8;
@@ -193,12 +211,13 @@ pub fn q8_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     Layout::new(rows, cols, 8, 32, Offset::Zero(128))
 }
 
-fn block_scale(block: &[u8], row: usize, g: usize) -> Result<u16, Error> {
+/// The f16 `d` at the start of `block`, as f32 (exact).
+fn block_scale(block: &[u8], row: usize, g: usize) -> Result<f32, Error> {
     let d = u16::from_le_bytes([block[0], block[1]]);
     if !f16_bits_finite(d) {
         return Err(Error::NonFiniteScale { row, group: g });
     }
-    Ok(d)
+    Ok(f16_bits_to_f32(d))
 }
 
 /// Import llama.cpp Q4_0 rows (`rows × cols/32` blocks of 18 bytes) without loss.
@@ -276,6 +295,85 @@ pub fn import_tq2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
     })
 }
 
+/// Layout of an imported Q4_K matrix: 4 bits, group 32, per-group f32 scale
+/// `d·sc` and minimum `−dmin·m` (exact in f32: an f16 times a 6-bit integer).
+pub fn q4_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    super_blocks(cols)?;
+    Ok(Layout::new(rows, cols, 4, 32, Offset::Min)?.with_scales(ScaleFormat::F32))
+}
+
+/// Layout of an imported Q6_K matrix: 6 bits, group 16, zero point 32, f32 scale `d·sc`.
+pub fn q6_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    super_blocks(cols)?;
+    Ok(Layout::new(rows, cols, 6, 16, Offset::Zero(32))?.with_scales(ScaleFormat::F32))
+}
+
+/// K-quants come in super-blocks of 256.
+fn super_blocks(cols: usize) -> Result<usize, Error> {
+    if cols == 0 || !cols.is_multiple_of(256) {
+        return Err(Error::ColsNotMultipleOfGroup { cols, group: 256 });
+    }
+    Ok(cols / 256)
+}
+
+/// `get_scale_min_k4` of llama.cpp: the 6-bit scale and minimum of sub-block `j`.
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+fn f16_at(b: &[u8], at: usize, row: usize, g: usize) -> Result<f32, Error> {
+    block_scale(&b[at..at + 2], row, g)
+}
+
+/// Import llama.cpp Q4_K rows without loss: sub-block `j` (32 elements) of a super-block
+/// has scale `d·sc_j` and minimum `dmin·m_j`; chunk c holds sub-blocks 2c (low nibbles)
+/// and 2c + 1 (high nibbles) of `qs[32c..32c + 32]`.
+pub fn import_q4_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    let per_row = super_blocks(layout.cols)?;
+    check_len("Q4_K bytes", layout.rows * per_row * Q4_K_BLOCK_BYTES, blocks.len())?;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g / 8) * Q4_K_BLOCK_BYTES..][..Q4_K_BLOCK_BYTES];
+        let (d, dmin) = (f16_at(b, 0, row, g)?, f16_at(b, 2, row, g)?);
+        let j = g % 8;
+        let (sc, m) = scale_min_k4(j, &b[4..16]);
+        gc.scale = d * sc as f32;
+        gc.min = -(dmin * m as f32);
+        let qs = &b[16 + 32 * (j / 2)..][..32];
+        for (c, &q) in gc.codes.iter_mut().zip(qs) {
+            *c = if j % 2 == 0 { q & 15 } else { q >> 4 };
+        }
+        Ok(())
+    })
+}
+
+/// Import llama.cpp Q6_K rows without loss: 16 groups of 16 per super-block, scale
+/// `d·sc` (i8 sc), code `(low 4 bits | high 2 bits << 4)`, weight `(q − 32)·d·sc`.
+pub fn import_q6_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    let per_row = super_blocks(layout.cols)?;
+    check_len("Q6_K bytes", layout.rows * per_row * Q6_K_BLOCK_BYTES, blocks.len())?;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g / 16) * Q6_K_BLOCK_BYTES..][..Q6_K_BLOCK_BYTES];
+        let d = f16_at(b, 208, row, g)?;
+        let (ql, qh, sc) = (&b[..128], &b[128..192], &b[192..208]);
+        let first = (g % 16) * 16;
+        for (i, c) in gc.codes.iter_mut().enumerate() {
+            let e = first + i;
+            let (n, k, l) = (e / 128, (e % 128) / 32, e % 32);
+            let low = ql[64 * n + l + 32 * (k % 2)];
+            let low = if k < 2 { low & 15 } else { low >> 4 };
+            let high = (qh[32 * n + l] >> (2 * k)) & 3;
+            *c = low | (high << 4);
+        }
+        let (n, k, l) = (first / 128, (first % 128) / 32, first % 32);
+        gc.scale = d * sc[8 * n + l / 16 + 2 * k] as i8 as f32;
+        Ok(())
+    })
+}
+
 #[cfg(feature = "alloc")]
 impl PackedMatrix<crate::AlignedBytes> {
     fn build(layout: Layout, f: impl FnOnce(&Layout, &mut [u8]) -> Result<(), Error>) -> Result<Self, Error> {
@@ -296,14 +394,23 @@ impl PackedMatrix<crate::AlignedBytes> {
 
     /// The same matrix in another code order (e.g. for a kernel of another ISA).
     pub fn repack<B: AsRef<[u8]>>(m: &PackedMatrix<B>, interleave: super::Interleave) -> Result<Self, Error> {
-        let layout = m.layout().with_interleave(interleave);
+        Self::relayout(m, m.layout().with_interleave(interleave))
+    }
+
+    /// The same matrix in `layout`, which may differ from `m`'s only in code order and
+    /// scale format (widening f16 scales to f32 is exact).
+    pub fn relayout<B: AsRef<[u8]>>(m: &PackedMatrix<B>, layout: Layout) -> Result<Self, Error> {
+        let same = |l: &Layout| (l.rows, l.cols, l.bits, l.group, l.offset);
+        if same(&layout) != same(m.layout()) {
+            return Err(Error::BadShape { rows: layout.rows, cols: layout.cols });
+        }
         Self::build(layout, |l, o| {
             pack(l, o, |row, g, gc| {
                 for (k, c) in gc.codes.iter_mut().enumerate() {
                     *c = m.code(row, g * l.group + k);
                 }
                 let i = l.scale_index(row / crate::TILE_ROWS, g) + row % crate::TILE_ROWS;
-                (gc.scale, gc.min) = m.scale_and_min_bits(i);
+                (gc.scale, gc.min) = m.scale_and_min(i);
                 Ok(())
             })
         })
@@ -322,6 +429,16 @@ impl PackedMatrix<crate::AlignedBytes> {
     /// Import llama.cpp `TQ2_0` blocks (ternary, 256 per block).
     pub fn from_tq2_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(tq2_0_layout(rows, cols)?, |l, o| import_tq2_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q4_K` blocks (super-blocks of 256).
+    pub fn from_q4_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q4_k_layout(rows, cols)?, |l, o| import_q4_k_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q6_K` blocks (super-blocks of 256).
+    pub fn from_q6_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q6_k_layout(rows, cols)?, |l, o| import_q6_k_into(blocks, l, o))
     }
 
     /// Import llama.cpp `Q8_0` blocks.

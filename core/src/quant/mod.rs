@@ -60,6 +60,25 @@ pub enum Offset {
     Symmetric,
 }
 
+/// How the per-(row, group) scales and minima are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScaleFormat {
+    /// IEEE half: what llama.cpp's own blocks carry (Q4_0, Q5_0, Q8_0, TQ2_0).
+    F16,
+    /// f32: holds K-quant scales `d · sc` (an f16 times a 6- or 8-bit integer) exactly.
+    F32,
+}
+
+impl ScaleFormat {
+    /// Bytes of one stored scale.
+    pub fn bytes(self) -> usize {
+        match self {
+            ScaleFormat::F16 => 2,
+            ScaleFormat::F32 => 4,
+        }
+    }
+}
+
 /// Byte order of the codes inside a tile-group (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Interleave {
@@ -85,9 +104,10 @@ pub struct Layout {
     pub group: usize,
     pub offset: Offset,
     pub interleave: Interleave,
+    pub scales: ScaleFormat,
 }
 
-pub const GROUP_SIZES: [usize; 4] = [32, 64, 128, 256];
+pub const GROUP_SIZES: [usize; 5] = [16, 32, 64, 128, 256];
 
 impl Layout {
     pub fn new(rows: usize, cols: usize, bits: u8, group: usize, offset: Offset) -> Result<Layout, Error> {
@@ -108,7 +128,7 @@ impl Layout {
                 return Err(Error::BadZeroPoint { zero: z, bits });
             }
         }
-        let layout = Layout { rows, cols, bits, group, offset, interleave: Interleave::native() };
+        let layout = Layout { rows, cols, bits, group, offset, interleave: Interleave::native(), scales: ScaleFormat::F16 };
         // Every size below is derived from these products; refuse shapes that overflow.
         rows.checked_next_multiple_of(TILE_ROWS)
             .and_then(|r| r.checked_mul(cols))
@@ -120,6 +140,11 @@ impl Layout {
     /// The same layout with another code order.
     pub fn with_interleave(self, interleave: Interleave) -> Layout {
         Layout { interleave, ..self }
+    }
+
+    /// The same layout with scales (and minima) stored as `scales`.
+    pub fn with_scales(self, scales: ScaleFormat) -> Layout {
+        Layout { scales, ..self }
     }
 
     pub fn tiles(&self) -> usize {
@@ -141,8 +166,9 @@ impl Layout {
     /// `Offset::Min`) its 32 f16 minima. Records follow each other tile by tile, group
     /// by group, so a GEMV reads the matrix as one sequential stream.
     pub fn record_bytes(&self) -> usize {
-        let mins = if self.offset == Offset::Min { 2 * TILE_ROWS } else { 0 };
-        self.tile_group_bytes() + 2 * TILE_ROWS + mins
+        let block = self.scales.bytes() * TILE_ROWS;
+        let mins = if self.offset == Offset::Min { block } else { 0 };
+        self.tile_group_bytes() + block + mins
     }
     /// Total bytes of the packed representation.
     pub fn total_bytes(&self) -> usize {
@@ -150,7 +176,8 @@ impl Layout {
     }
     /// Bits per weight including scales (and minima), for the unpadded rows.
     pub fn bits_per_weight(&self) -> f64 {
-        let per_group = if self.offset == Offset::Min { 32.0 } else { 16.0 };
+        let scale_bits = 8.0 * self.scales.bytes() as f64;
+        let per_group = if self.offset == Offset::Min { 2.0 * scale_bits } else { scale_bits };
         self.bits as f64 + per_group / self.group as f64
     }
     /// `(2^bits − 1) / 2`: the code of the midpoint that plane sign-mapping centers on.
@@ -161,13 +188,13 @@ impl Layout {
     pub fn tile_group_offset(&self, tile: usize, g: usize) -> usize {
         (tile * self.groups() + g) * self.record_bytes()
     }
-    /// Byte offset of the 32 f16 scales of tile-group (tile, g).
+    /// Byte offset of the 32 scales of tile-group (tile, g).
     pub fn scale_block_offset(&self, tile: usize, g: usize) -> usize {
         self.tile_group_offset(tile, g) + self.tile_group_bytes()
     }
-    /// Byte offset of the 32 f16 minima of tile-group (tile, g) (`Offset::Min` only).
+    /// Byte offset of the 32 minima of tile-group (tile, g) (`Offset::Min` only).
     pub fn min_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.scale_block_offset(tile, g) + 2 * TILE_ROWS
+        self.scale_block_offset(tile, g) + self.scales.bytes() * TILE_ROWS
     }
     /// Index of the first of the 32 scales of tile-group (tile, g).
     pub fn scale_index(&self, tile: usize, g: usize) -> usize {
@@ -193,7 +220,8 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
         }
         let m = PackedMatrix { layout, data };
         for i in 0..layout.scale_count() {
-            if !f16_bits_finite(m.scale_bits(i)) || (layout.offset == Offset::Min && !f16_bits_finite(m.min_bits(i))) {
+            let (s, min) = m.scale_and_min(i);
+            if !s.is_finite() || !min.is_finite() {
                 let tile_group = i / TILE_ROWS;
                 return Err(Error::NonFiniteScale {
                     row: (tile_group / layout.groups()) * TILE_ROWS + i % TILE_ROWS,
@@ -210,36 +238,34 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     pub fn as_bytes(&self) -> &[u8] {
         self.data.as_ref()
     }
-    /// The 64 bytes of f16 scales for tile-group (tile, g).
+    /// The stored scales of tile-group (tile, g) (32 values in the layout's format).
     pub fn scales(&self, tile: usize, g: usize) -> &[u8] {
         let at = self.layout.scale_block_offset(tile, g);
-        &self.data.as_ref()[at..at + 2 * TILE_ROWS]
+        &self.data.as_ref()[at..at + self.layout.scales.bytes() * TILE_ROWS]
     }
-    /// The 64 bytes of f16 minima for tile-group (tile, g); `None` for zero-point matrices.
+    /// The stored minima of tile-group (tile, g); `None` for zero-point matrices.
     pub fn mins(&self, tile: usize, g: usize) -> Option<&[u8]> {
         (self.layout.offset == Offset::Min).then(|| {
             let at = self.layout.min_block_offset(tile, g);
-            &self.data.as_ref()[at..at + 2 * TILE_ROWS]
+            &self.data.as_ref()[at..at + self.layout.scales.bytes() * TILE_ROWS]
         })
     }
-    /// f16 bits of scale `i` (index as `Layout::scale_index`) and of minimum `i` (0
-    /// without minima): what `pack` needs to re-lay the matrix.
-    pub fn scale_and_min_bits(&self, i: usize) -> (u16, u16) {
-        (self.scale_bits(i), if self.layout.offset == Offset::Min { self.min_bits(i) } else { 0 })
+    /// Scale `i` (index as `Layout::scale_index`) and minimum `i` (0 without minima), as
+    /// stored: what `pack` needs to re-lay the matrix.
+    pub fn scale_and_min(&self, i: usize) -> (f32, f32) {
+        let tg = i / TILE_ROWS;
+        let (tile, g) = (tg / self.layout.groups(), tg % self.layout.groups());
+        let r = i % TILE_ROWS;
+        let s = self.value_at(self.layout.scale_block_offset(tile, g), r);
+        let m = if self.layout.offset == Offset::Min { self.value_at(self.layout.min_block_offset(tile, g), r) } else { 0.0 };
+        (s, m)
     }
-    fn f16_at(&self, at: usize) -> u16 {
+    fn value_at(&self, block: usize, r: usize) -> f32 {
         let d = self.data.as_ref();
-        u16::from_le_bytes([d[at], d[at + 1]])
-    }
-    fn scale_bits(&self, i: usize) -> u16 {
-        let tg = i / TILE_ROWS;
-        let groups = self.layout.groups();
-        self.f16_at(self.layout.scale_block_offset(tg / groups, tg % groups) + 2 * (i % TILE_ROWS))
-    }
-    fn min_bits(&self, i: usize) -> u16 {
-        let tg = i / TILE_ROWS;
-        let groups = self.layout.groups();
-        self.f16_at(self.layout.min_block_offset(tg / groups, tg % groups) + 2 * (i % TILE_ROWS))
+        match self.layout.scales {
+            ScaleFormat::F16 => f16_bits_to_f32(u16::from_le_bytes([d[block + 2 * r], d[block + 2 * r + 1]])),
+            ScaleFormat::F32 => f32::from_le_bytes(d[block + 4 * r..block + 4 * r + 4].try_into().expect("4 bytes")),
+        }
     }
 
     /// The code of (row, col), read back from the planes.
@@ -270,12 +296,11 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
 
     /// Scale and offset of (row, group) as f32: `w = scale·q + offset`.
     pub fn affine(&self, row: usize, g: usize) -> (f32, f32) {
-        let i = self.layout.scale_index(row / TILE_ROWS, g) + row % TILE_ROWS;
-        let s = f16_bits_to_f32(self.scale_bits(i));
+        let (s, m) = self.scale_and_min(self.layout.scale_index(row / TILE_ROWS, g) + row % TILE_ROWS);
         match self.layout.offset {
             Offset::Zero(z) => (s, -(s * z as f32)),
             Offset::Symmetric => (s, -(s * self.layout.half_range())),
-            Offset::Min => (s, f16_bits_to_f32(self.min_bits(i))),
+            Offset::Min => (s, m),
         }
     }
 
@@ -306,11 +331,12 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     }
 }
 
-/// What a packer needs for one (row, group): its codes, scale and minimum (f16 bits).
+/// What a packer needs for one (row, group): its codes, scale and minimum. Layouts
+/// with `ScaleFormat::F16` store them rounded to f16 (exact for values that came from f16).
 pub struct GroupCodes<'a> {
     pub codes: &'a mut [u8],
-    pub scale: u16,
-    pub min: u16,
+    pub scale: f32,
+    pub min: f32,
 }
 
 /// Pack a matrix into `out` (`layout.total_bytes()` long), pulling each (row, group)
@@ -332,23 +358,20 @@ where
                 let row = tile * TILE_ROWS + r;
                 let codes = &mut scratch[r * g_len..(r + 1) * g_len];
                 codes.fill(0);
-                let (mut scale, mut min) = (0u16, 0u16);
+                let (mut scale, mut min) = (0.0f32, 0.0f32);
                 if row < layout.rows {
-                    let mut gc = GroupCodes { codes, scale: 0, min: 0 };
+                    let mut gc = GroupCodes { codes, scale: 0.0, min: 0.0 };
                     source(row, g, &mut gc)?;
-                    if !f16_bits_finite(gc.scale) || !f16_bits_finite(gc.min) {
-                        return Err(Error::NonFiniteScale { row, group: g });
-                    }
                     (scale, min) = (gc.scale, gc.min);
                     for c in gc.codes.iter_mut() {
                         *c &= mask;
                     }
                 }
-                let at = layout.scale_block_offset(tile, g) + 2 * r;
-                out[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+                store_scale(layout, out, layout.scale_block_offset(tile, g), r, scale)
+                    .map_err(|_| Error::NonFiniteScale { row, group: g })?;
                 if layout.offset == Offset::Min {
-                    let at = layout.min_block_offset(tile, g) + 2 * r;
-                    out[at..at + 2].copy_from_slice(&min.to_le_bytes());
+                    store_scale(layout, out, layout.min_block_offset(tile, g), r, min)
+                        .map_err(|_| Error::NonFiniteScale { row, group: g })?;
                 }
             }
             let at = layout.tile_group_offset(tile, g);
@@ -358,6 +381,27 @@ where
                 Interleave::Shuffle => pack_shuffle(codes, g_len, layout.bits, out),
                 Interleave::Permute => pack_permute(codes, g_len, layout.bits, out),
             }
+        }
+    }
+    Ok(())
+}
+
+/// Write value `r` of a scale block in the layout's format; refuses values that are
+/// not finite in that format.
+fn store_scale(layout: &Layout, out: &mut [u8], block: usize, r: usize, v: f32) -> Result<(), ()> {
+    match layout.scales {
+        ScaleFormat::F16 => {
+            let bits = crate::f16::f32_to_f16_bits(v);
+            if !f16_bits_finite(bits) {
+                return Err(());
+            }
+            out[block + 2 * r..block + 2 * r + 2].copy_from_slice(&bits.to_le_bytes());
+        }
+        ScaleFormat::F32 => {
+            if !v.is_finite() {
+                return Err(());
+            }
+            out[block + 4 * r..block + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
         }
     }
     Ok(())

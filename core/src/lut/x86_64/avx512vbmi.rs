@@ -9,7 +9,7 @@ use core::arch::x86_64::*;
 use core::ops::Range;
 
 use crate::lut::Job;
-use crate::{Block64, Interleave, Offset, TILE_ROWS};
+use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
 
 /// `(a & b) | c` for `vpternlogd`.
 const AND_OR: i32 = 0xea;
@@ -27,8 +27,8 @@ unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m5
     let mut lo = [_mm512_setzero_si512(); 4];
     let mut hi = [_mm512_setzero_si512(); 4];
     let mut p = w.as_ptr();
-    // groups hold 2, 4, 8 or 16 quads: always whole pairs
-    for pair in quads.chunks_exact(2) {
+    // quads taken in pairs (groups of 16 columns have a single quad)
+    for pair in quads.chunks(2) {
         for (qi, quad) in pair.iter().enumerate() {
             // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
             unsafe {
@@ -99,11 +99,17 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
     };
     let with_mins = l.offset == Offset::Min;
     let bytes = job.bytes.as_ptr();
+    let wide = l.scales == ScaleFormat::F32;
     let f16x16 = |at: usize| {
-        // SAFETY: scale and minimum blocks are 64 bytes inside `job.bytes` (layout-checked).
+        // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
+        // `job.bytes` (layout-checked).
         unsafe {
-            let v = _mm512_loadu_si512(bytes.add(at).cast());
-            (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+            if wide {
+                (_mm512_loadu_ps(bytes.add(at).cast()), _mm512_loadu_ps(bytes.add(at + 64).cast()))
+            } else {
+                let v = _mm512_loadu_si512(bytes.add(at).cast());
+                (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+            }
         }
     };
     let first = tiles.start;
