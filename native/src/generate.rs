@@ -31,6 +31,10 @@ pub struct RunOptions {
     pub threads: usize,
     pub bits: u8,
     pub sampler: SamplerConfig,
+    /// Format the prompt as one user turn of the model's chat template.
+    pub chat: bool,
+    /// Context length (tokens) for models with a long trained context.
+    pub context: usize,
 }
 
 /// The model's `tokenizer.bin`: given, or beside the checkpoint.
@@ -42,10 +46,102 @@ fn read(path: &Path, what: &str) -> Result<memmap2::Mmap, String> {
     crate::inspect::map_file(path).map_err(|e| format!("{what}: {e}"))
 }
 
-/// Generate from a llama2.c checkpoint.
+/// Generate from a model file: GGUF (Gemma 3) or a llama2.c checkpoint.
 pub fn run(opts: &RunOptions) -> Result<(), String> {
-    let t_load = Instant::now();
     let bytes = read(&opts.model, "model")?;
+    if bytes.starts_with(b"GGUF") {
+        return run_gguf(opts, &bytes);
+    }
+    run_llama2c(opts, bytes)
+}
+
+/// Stream `pieces` of generated tokens; returns (prompt seconds, generation seconds, generated).
+struct Timing {
+    prompt_s: f64,
+    gen_s: f64,
+    prompt_tokens: usize,
+    generated: usize,
+}
+
+impl Timing {
+    fn report(&self) {
+        let prefill = self.prompt_tokens.saturating_sub(1);
+        eprintln!(
+            "prompt: {prefill} tokens at {:.1} tokens/s; generation: {} tokens at {:.1} tokens/s",
+            prefill as f64 / self.prompt_s.max(1e-9),
+            self.generated,
+            self.generated as f64 / self.gen_s.max(1e-9)
+        );
+    }
+}
+
+fn run_gguf(opts: &RunOptions, bytes: &[u8]) -> Result<(), String> {
+    use lutra_core::model::gemma3::{Gemma3, Gemma3State};
+    use lutra_core::spm::SpmTokenizer;
+    let t_load = Instant::now();
+    let gguf = lutra_core::gguf::Gguf::parse(bytes).map_err(|e| format!("{}: {e}", opts.model.display()))?;
+    let tok = SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", opts.model.display()))?;
+    let model = Gemma3::from_gguf_with_progress(&gguf, |done, total| eprint!("\rimporting tensors: {done}/{total}"))
+        .map_err(|e| format!("{}: {e}", opts.model.display()))?;
+    eprintln!();
+    let c = model.config;
+    let mut prompt = Vec::new();
+    let text = if opts.chat { lutra_core::spm::gemma_chat_prompt(&opts.prompt) } else { opts.prompt.clone() };
+    tok.encode_llama(&text, true, opts.chat, &mut prompt).map_err(|e| e.to_string())?;
+    let context = opts.context.min(c.context);
+    if prompt.len() >= context {
+        return Err(format!("the prompt is {} tokens; the context is {context} (--ctx)", prompt.len()));
+    }
+    let total = (prompt.len() + opts.tokens).min(context);
+    let mut state = Gemma3State::new(&model, total).map_err(|e| e.to_string())?;
+    let mut sampler = Sampler::new(opts.sampler).map_err(|e| e.to_string())?;
+    let mut scratch = vec![Candidate::default(); scratch_len(c.vocab_size)];
+    let pool = Pool::new(opts.threads);
+    let gemv = PoolGemv(&pool);
+    eprintln!(
+        "loaded {} in {:.2} s: gemma3, dim {}, {} layers, {} heads / {} KV heads, vocab {}, {:.1} MiB of matrices, {} threads, kernel {}",
+        opts.model.display(),
+        t_load.elapsed().as_secs_f64(),
+        c.dim,
+        c.n_layers,
+        c.n_heads,
+        c.n_kv_heads,
+        c.vocab_size,
+        model.matrix_bytes() as f64 / (1 << 20) as f64,
+        opts.threads,
+        Isa::best().name()
+    );
+    let mut out = std::io::stdout().lock();
+    if !opts.chat {
+        out.write_all(opts.prompt.as_bytes()).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
+    }
+    let mut tokens = prompt.clone();
+    let mut timing = Timing { prompt_s: 0.0, gen_s: 0.0, prompt_tokens: prompt.len(), generated: 0 };
+    for pos in 0..total - 1 {
+        let t = Instant::now();
+        let logits = model.forward(&gemv, &mut state, tokens[pos], pos).map_err(|e| e.to_string())?;
+        if pos + 1 < prompt.len() {
+            timing.prompt_s += t.elapsed().as_secs_f64();
+            continue;
+        }
+        let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
+        timing.gen_s += t.elapsed().as_secs_f64();
+        timing.generated += 1;
+        if tok.is_eog(next) {
+            break;
+        }
+        let piece = tok.decode_piece(Some(tokens[pos]), next).map_err(|e| e.to_string())?;
+        out.write_all(piece).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
+        tokens.push(next);
+    }
+    writeln!(out).map_err(|e| e.to_string())?;
+    timing.report();
+    Ok(())
+}
+
+/// Generate from a llama2.c checkpoint.
+fn run_llama2c(opts: &RunOptions, bytes: memmap2::Mmap) -> Result<(), String> {
+    let t_load = Instant::now();
     let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", opts.model.display()))?;
     let tok_path = tokenizer_path(opts);
     let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;

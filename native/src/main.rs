@@ -70,7 +70,7 @@ struct BenchModelArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Model file (llama2.c checkpoint; its tokenizer.bin is read from the same folder)
+    /// Model file: GGUF (Gemma 3) or llama2.c checkpoint (its tokenizer.bin beside it)
     #[arg(short, long)]
     model: std::path::PathBuf,
     /// tokenizer.bin, if not beside the model
@@ -106,6 +106,12 @@ struct RunArgs {
     /// Seed of the sampler (default: from the clock)
     #[arg(long)]
     seed: Option<u64>,
+    /// Wrap the prompt in the model's chat template (Gemma 3)
+    #[arg(long)]
+    chat: bool,
+    /// Context length for GGUF models (tokens)
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
 }
 
 #[derive(Args)]
@@ -222,6 +228,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 tokens: a.n_predict,
                 threads: a.threads.max(1),
                 bits: a.bits,
+                chat: a.chat,
+                context: a.ctx,
                 sampler: lutra::core::sampler::SamplerConfig {
                     temperature: a.temp,
                     top_k: a.top_k,

@@ -1,6 +1,8 @@
 //! Transformer models over the LUT kernels. Each forward pass reads top to bottom like
 //! llama2.c's `run.c`: norm, qkv, rope, attention, output, residual, ffn.
 
+pub mod gemma3;
+pub mod import;
 pub mod llama;
 
 use core::fmt;
@@ -9,8 +11,20 @@ use crate::lut::Tables;
 use crate::{Error, PackedMatrix};
 
 /// Why a model could not be built or run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelError {
+    /// The GGUF file is malformed.
+    Gguf(crate::gguf::GgufError),
+    /// A tensor the architecture needs is not in the file.
+    MissingTensor(alloc::string::String),
+    /// A metadata key the architecture needs is missing or has the wrong type.
+    MissingMetadata(&'static str),
+    /// A tensor of a type lutra cannot import (yet).
+    UnsupportedTensorType { name: alloc::string::String, ggml_type: &'static str },
+    /// A tensor whose shape does not fit the architecture.
+    BadTensorShape { name: alloc::string::String, expected: [u64; 2], got: [u64; 2] },
+    /// A file of another architecture.
+    WrongArchitecture { expected: &'static str, found: alloc::string::String },
     /// A kernel or format error.
     Kernel(Error),
     /// The llama2.c checkpoint is malformed.
@@ -28,6 +42,16 @@ pub enum ModelError {
 impl fmt::Display for ModelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ModelError::Gguf(e) => write!(f, "{e}"),
+            ModelError::MissingTensor(name) => write!(f, "tensor {name} is missing from the model file"),
+            ModelError::MissingMetadata(key) => write!(f, "metadata key {key} is missing or has the wrong type"),
+            ModelError::UnsupportedTensorType { name, ggml_type } => {
+                write!(f, "tensor {name} has type {ggml_type}, which lutra cannot import yet")
+            }
+            ModelError::BadTensorShape { name, expected, got } => {
+                write!(f, "tensor {name} has shape {got:?}, expected {expected:?}")
+            }
+            ModelError::WrongArchitecture { expected, found } => write!(f, "the file holds a {found} model, not {expected}"),
             ModelError::Kernel(e) => write!(f, "{e}"),
             ModelError::Checkpoint(e) => write!(f, "{e}"),
             ModelError::TokenOutOfRange { token, vocab_size } => write!(f, "token {token} outside the vocabulary of {vocab_size}"),
@@ -43,6 +67,12 @@ impl core::error::Error for ModelError {}
 impl From<Error> for ModelError {
     fn from(e: Error) -> Self {
         ModelError::Kernel(e)
+    }
+}
+
+impl From<crate::gguf::GgufError> for ModelError {
+    fn from(e: crate::gguf::GgufError) -> Self {
+        ModelError::Gguf(e)
     }
 }
 

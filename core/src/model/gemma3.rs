@@ -1,0 +1,379 @@
+//! Gemma 3 (llama.cpp's `gemma3` GGUF architecture): grouped-query attention with
+//! QK-norm, sandwich norms around attention and FFN, GeGLU (tanh GELU), sliding-window
+//! layers with their own RoPE base (NEOX rotation), embeddings scaled by √dim, and the
+//! LM head tied to the (Q8_0) token embedding. What the file does not say is as in
+//! llama.cpp's `src/models/gemma3.cpp`: layer `l` is global iff `l % 6 == 5`, local
+//! layers rotate with base 10 000, queries are scaled by 1/√head_dim.
+//!
+//! Every product, the LM head included, is a LUT GEMV over the imported weights.
+
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::import::{matrix, meta_f32, meta_u32, vector, Matrix};
+use super::{Gemv, ModelError};
+use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::gguf::Gguf;
+use crate::OwnedTables;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gemma3Config {
+    pub dim: usize,
+    pub hidden_dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub context: usize,
+    pub norm_eps: f32,
+    pub rope_global: f32,
+    pub rope_local: f32,
+    pub sliding_window: usize,
+    /// Every `swa_period`-th layer (the last of each period) attends globally.
+    pub swa_period: usize,
+}
+
+impl Gemma3Config {
+    pub fn is_global(&self, layer: usize) -> bool {
+        layer % self.swa_period == self.swa_period - 1
+    }
+    fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+    fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+pub struct Gemma3Layer {
+    pub attn_norm: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub q_norm: Vec<f32>,
+    pub k_norm: Vec<f32>,
+    pub wo: Matrix,
+    pub post_attn_norm: Vec<f32>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Matrix,
+    pub w_up: Matrix,
+    pub w_down: Matrix,
+    pub post_ffn_norm: Vec<f32>,
+}
+
+pub struct Gemma3 {
+    pub config: Gemma3Config,
+    /// The token embedding, also the LM head.
+    pub token_embd: Matrix,
+    pub layers: Vec<Gemma3Layer>,
+    pub output_norm: Vec<f32>,
+}
+
+impl Gemma3 {
+    /// Import every tensor of a `gemma3` GGUF file.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Gemma3, ModelError> {
+        Self::from_gguf_with_progress(g, |_, _| {})
+    }
+
+    pub fn from_gguf_with_progress(g: &Gguf<'_>, mut progress: impl FnMut(usize, usize)) -> Result<Gemma3, ModelError> {
+        let arch = g.get_str("general.architecture").ok_or(ModelError::MissingMetadata("general.architecture"))?;
+        if arch != "gemma3" {
+            return Err(ModelError::WrongArchitecture { expected: "gemma3", found: arch.into() });
+        }
+        let vocab_size =
+            g.get_array("tokenizer.ggml.tokens").map(|a| a.len() as usize).ok_or(ModelError::MissingMetadata("tokenizer.ggml.tokens"))?;
+        let c = Gemma3Config {
+            dim: meta_u32(g, "gemma3.embedding_length")?,
+            hidden_dim: meta_u32(g, "gemma3.feed_forward_length")?,
+            n_layers: meta_u32(g, "gemma3.block_count")?,
+            n_heads: meta_u32(g, "gemma3.attention.head_count")?,
+            n_kv_heads: meta_u32(g, "gemma3.attention.head_count_kv")?,
+            head_dim: meta_u32(g, "gemma3.attention.key_length")?,
+            vocab_size,
+            context: meta_u32(g, "gemma3.context_length")?,
+            norm_eps: meta_f32(g, "gemma3.attention.layer_norm_rms_epsilon")?,
+            rope_global: g.get_f32("gemma3.rope.freq_base").unwrap_or(1_000_000.0),
+            rope_local: 10_000.0,
+            sliding_window: meta_u32(g, "gemma3.attention.sliding_window")?,
+            swa_period: 6,
+        };
+        if c.n_heads == 0 || c.n_kv_heads == 0 || !c.n_heads.is_multiple_of(c.n_kv_heads) || !c.head_dim.is_multiple_of(2) || c.n_layers == 0 {
+            return Err(ModelError::MissingMetadata("gemma3.attention.head_count / head_count_kv / key_length"));
+        }
+        let total = 1 + 7 * c.n_layers;
+        let mut done = 0;
+        let mut step = || {
+            done += 1;
+            progress(done, total);
+        };
+        let token_embd = matrix(g, "token_embd.weight", Some((c.vocab_size, c.dim)))?;
+        step();
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let name = |t: &str| format!("blk.{l}.{t}.weight");
+            let m = |t: &str, shape: (usize, usize)| matrix(g, &name(t), Some(shape));
+            let v = |t: &str, len: usize| vector(g, &name(t), len);
+            let layer = Gemma3Layer {
+                attn_norm: v("attn_norm", c.dim)?,
+                wq: m("attn_q", (c.q_dim(), c.dim))?,
+                wk: m("attn_k", (c.kv_dim(), c.dim))?,
+                wv: m("attn_v", (c.kv_dim(), c.dim))?,
+                q_norm: v("attn_q_norm", c.head_dim)?,
+                k_norm: v("attn_k_norm", c.head_dim)?,
+                wo: m("attn_output", (c.dim, c.q_dim()))?,
+                post_attn_norm: v("post_attention_norm", c.dim)?,
+                ffn_norm: v("ffn_norm", c.dim)?,
+                w_gate: m("ffn_gate", (c.hidden_dim, c.dim))?,
+                w_up: m("ffn_up", (c.hidden_dim, c.dim))?,
+                w_down: m("ffn_down", (c.dim, c.hidden_dim))?,
+                post_ffn_norm: v("post_ffw_norm", c.dim)?,
+            };
+            for _ in 0..7 {
+                step();
+            }
+            layers.push(layer);
+        }
+        let output_norm = vector(g, "output_norm.weight", c.dim)?;
+        Ok(Gemma3 { config: c, token_embd, layers, output_norm })
+    }
+
+    /// Bytes of the imported matrices.
+    pub fn matrix_bytes(&self) -> usize {
+        let layer =
+            |l: &Gemma3Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|m| m.as_bytes().len()).sum::<usize>();
+        self.token_embd.as_bytes().len() + self.layers.iter().map(layer).sum::<usize>()
+    }
+
+    /// Logits for `token` at `pos`; positions fed in order from 0.
+    pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut Gemma3State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        let c = &self.config;
+        if token as usize >= c.vocab_size {
+            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
+        }
+        if pos >= s.context {
+            return Err(ModelError::ContextFull { pos, context: s.context });
+        }
+        let (hd, kv_dim) = (c.head_dim, c.kv_dim());
+        let group = c.n_heads / c.n_kv_heads;
+        let a = &mut s.act;
+
+        // embedding, scaled by √dim
+        self.token_embd.dequantize_row(token as usize, &mut a.x)?;
+        let scale = libm::sqrtf(c.dim as f32);
+        a.x.iter_mut().for_each(|v| *v *= scale);
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            // attention: norm, q k v, QK-norm, rope
+            rmsnorm(&mut a.xb, &a.x, &layer.attn_norm, c.norm_eps);
+            let t = s.tables.get(c.dim, layer.wq.layout().group).build(&a.xb)?;
+            gemv.gemv(&layer.wq, t, &mut a.q)?;
+            let t = s.tables.get(c.dim, layer.wk.layout().group).build(&a.xb)?;
+            gemv.gemv(&layer.wk, t, &mut a.k)?;
+            let t = s.tables.get(c.dim, layer.wv.layout().group).build(&a.xb)?;
+            gemv.gemv(&layer.wv, t, &mut a.v)?;
+            let base = if c.is_global(l) { c.rope_global } else { c.rope_local };
+            for head in a.q.chunks_exact_mut(hd) {
+                rmsnorm_in_place(head, &layer.q_norm, c.norm_eps);
+                rope_neox(head, pos, base);
+            }
+            for head in a.k.chunks_exact_mut(hd) {
+                rmsnorm_in_place(head, &layer.k_norm, c.norm_eps);
+                rope_neox(head, pos, base);
+            }
+
+            // cache
+            let at = (l * s.context + pos) * kv_dim;
+            for (d, &v) in s.key_cache[at..at + kv_dim].iter_mut().zip(&a.k) {
+                *d = f32_to_f16_bits(v);
+            }
+            for (d, &v) in s.value_cache[at..at + kv_dim].iter_mut().zip(&a.v) {
+                *d = f32_to_f16_bits(v);
+            }
+
+            // attention over the window
+            let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
+            let q_scale = 1.0 / libm::sqrtf(hd as f32);
+            let layer_cache = l * s.context * kv_dim;
+            for h in 0..c.n_heads {
+                let q = &a.q[h * hd..(h + 1) * hd];
+                let kv_off = (h / group) * hd;
+                let att = &mut a.att[..pos + 1 - first];
+                for (i, w) in att.iter_mut().enumerate() {
+                    let k = &s.key_cache[layer_cache + (first + i) * kv_dim + kv_off..][..hd];
+                    *w = q.iter().zip(k).map(|(&q, &k)| q * f16_bits_to_f32(k)).sum::<f32>() * q_scale;
+                }
+                softmax(att);
+                let out = &mut a.attn[h * hd..(h + 1) * hd];
+                out.fill(0.0);
+                for (i, &w) in att.iter().enumerate() {
+                    let v = &s.value_cache[layer_cache + (first + i) * kv_dim + kv_off..][..hd];
+                    for (o, &v) in out.iter_mut().zip(v) {
+                        *o += w * f16_bits_to_f32(v);
+                    }
+                }
+            }
+
+            // output, post-attention norm, residual
+            let t = s.tables.get(c.q_dim(), layer.wo.layout().group).build(&a.attn)?;
+            gemv.gemv(&layer.wo, t, &mut a.xb)?;
+            rmsnorm_in_place(&mut a.xb, &layer.post_attn_norm, c.norm_eps);
+            add(&mut a.x, &a.xb);
+
+            // ffn: norm, GeGLU, down, post-ffn norm, residual
+            rmsnorm(&mut a.xb, &a.x, &layer.ffn_norm, c.norm_eps);
+            let t = s.tables.get(c.dim, layer.w_gate.layout().group).build(&a.xb)?;
+            gemv.gemv(&layer.w_gate, t, &mut a.hb)?;
+            let t = s.tables.get(c.dim, layer.w_up.layout().group).build(&a.xb)?;
+            gemv.gemv(&layer.w_up, t, &mut a.hb2)?;
+            for (g, &u) in a.hb.iter_mut().zip(&a.hb2) {
+                *g = gelu_tanh(*g) * u;
+            }
+            let t = s.tables.get(c.hidden_dim, layer.w_down.layout().group).build(&a.hb)?;
+            gemv.gemv(&layer.w_down, t, &mut a.xb)?;
+            rmsnorm_in_place(&mut a.xb, &layer.post_ffn_norm, c.norm_eps);
+            add(&mut a.x, &a.xb);
+        }
+
+        // final norm, tied LM head
+        rmsnorm(&mut a.xb, &a.x, &self.output_norm, c.norm_eps);
+        let t = s.tables.get(c.dim, self.token_embd.layout().group).build(&a.xb)?;
+        gemv.gemv(&self.token_embd, t, &mut a.logits)?;
+        Ok(&a.logits)
+    }
+}
+
+struct Activations {
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    attn: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+/// Table storage per (columns, group) the model's matrices need.
+struct TableSet {
+    sets: Vec<((usize, usize), OwnedTables)>,
+}
+
+impl TableSet {
+    fn get(&mut self, cols: usize, group: usize) -> &mut OwnedTables {
+        let i =
+            self.sets.iter().position(|(k, _)| *k == (cols, group)).expect("tables for every (cols, group) are made in Gemma3State::new");
+        &mut self.sets[i].1
+    }
+}
+
+/// Working memory of one sequence, allocated once.
+pub struct Gemma3State {
+    context: usize,
+    act: Activations,
+    tables: TableSet,
+    key_cache: Vec<u16>,
+    value_cache: Vec<u16>,
+}
+
+impl Gemma3State {
+    /// For up to `context` positions (at most the model's trained context).
+    pub fn new(model: &Gemma3, context: usize) -> Result<Gemma3State, ModelError> {
+        let c = &model.config;
+        let context = context.min(c.context).max(1);
+        let mut keys: Vec<(usize, usize)> = vec![(c.dim, model.token_embd.layout().group)];
+        for l in &model.layers {
+            for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+                keys.push((m.layout().cols, m.layout().group));
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let mut sets = Vec::with_capacity(keys.len());
+        for (cols, group) in keys {
+            sets.push(((cols, group), OwnedTables::new(cols, group)?));
+        }
+        let cache = c.n_layers * context * c.kv_dim();
+        Ok(Gemma3State {
+            context,
+            act: Activations {
+                x: vec![0.0; c.dim],
+                xb: vec![0.0; c.dim],
+                q: vec![0.0; c.q_dim()],
+                k: vec![0.0; c.kv_dim()],
+                v: vec![0.0; c.kv_dim()],
+                att: vec![0.0; context],
+                attn: vec![0.0; c.q_dim()],
+                hb: vec![0.0; c.hidden_dim],
+                hb2: vec![0.0; c.hidden_dim],
+                logits: vec![0.0; c.vocab_size],
+            },
+            tables: TableSet { sets },
+            key_cache: vec![0; cache],
+            value_cache: vec![0; cache],
+        })
+    }
+
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    pub fn kv_cache_bytes(&self) -> usize {
+        2 * (self.key_cache.len() + self.value_cache.len())
+    }
+}
+
+fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let ss = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / libm::sqrtf(ss + eps);
+    for ((o, &x), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = x * inv * w;
+    }
+}
+
+fn rmsnorm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let ss = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / libm::sqrtf(ss + eps);
+    for (x, &w) in x.iter_mut().zip(weight) {
+        *x = *x * inv * w;
+    }
+}
+
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - max);
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// GELU, tanh approximation (ggml's `ggml_gelu`).
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)))
+}
+
+/// NEOX RoPE: dimension i rotates with i + head_dim/2, frequency base^(−2i/head_dim).
+fn rope_neox(head: &mut [f32], pos: usize, base: f32) {
+    let half = head.len() / 2;
+    for i in 0..half {
+        let theta = pos as f32 * libm::powf(base, -2.0 * i as f32 / head.len() as f32);
+        let (sin, cos) = libm::sincosf(theta);
+        let (a, b) = (head[i], head[i + half]);
+        head[i] = a * cos - b * sin;
+        head[i + half] = a * sin + b * cos;
+    }
+}

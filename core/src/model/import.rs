@@ -1,0 +1,78 @@
+//! GGUF tensors into lutra's packed matrices, without loss: each llama.cpp block type
+//! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
+
+use alloc::string::ToString;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::ModelError;
+use crate::gguf::{GgmlType, Gguf, TensorInfo};
+use crate::{AlignedBytes, PackedMatrix};
+
+pub type Matrix = PackedMatrix<AlignedBytes>;
+
+fn info<'a>(g: &Gguf<'a>, name: &str) -> Result<TensorInfo<'a>, ModelError> {
+    g.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+}
+
+/// `(rows, cols)` of a 2-D tensor (ggml's `ne1`, `ne0`), checked against `expected` when given.
+fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usize, usize), ModelError> {
+    let got = [info.dims[0], info.dims[1]];
+    let bad = || ModelError::BadTensorShape {
+        name: info.name.to_string(),
+        expected: expected.map_or([0, 0], |(r, c)| [c as u64, r as u64]),
+        got,
+    };
+    if info.n_dims != 2 || info.dims[2..].iter().any(|&d| d != 1) {
+        return Err(bad());
+    }
+    let (rows, cols) = (usize::try_from(info.dims[1]).map_err(|_| bad())?, usize::try_from(info.dims[0]).map_err(|_| bad())?);
+    if expected.is_some_and(|e| e != (rows, cols)) {
+        return Err(bad());
+    }
+    Ok((rows, cols))
+}
+
+/// Import matrix `name` (`rows × cols` = ggml `ne1 × ne0`).
+pub fn matrix(g: &Gguf<'_>, name: &str, expected: Option<(usize, usize)>) -> Result<Matrix, ModelError> {
+    let info = info(g, name)?;
+    let (rows, cols) = shape(&info, expected)?;
+    let data = g.tensor_data(&info)?;
+    let m = match info.ggml_type {
+        GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
+        GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
+        GgmlType::Q8_0 => PackedMatrix::from_q8_0(data, rows, cols),
+        GgmlType::Q4_K => PackedMatrix::from_q4_k(data, rows, cols),
+        GgmlType::Q6_K => PackedMatrix::from_q6_k(data, rows, cols),
+        GgmlType::TQ2_0 => PackedMatrix::from_tq2_0(data, rows, cols),
+        other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
+    };
+    Ok(m?)
+}
+
+/// Import F32 vector `name` of `len` values.
+pub fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::F32 {
+        return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: info.ggml_type.name() });
+    }
+    if info.n_elements() != Some(len as u64) {
+        return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [len as u64, 1], got: [info.dims[0], info.dims[1]] });
+    }
+    let data = g.tensor_data(&info)?;
+    let mut v = vec![0.0f32; len];
+    for (o, b) in v.iter_mut().zip(data.chunks_exact(4)) {
+        *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    Ok(v)
+}
+
+/// A required `u32` metadata value.
+pub fn meta_u32(g: &Gguf<'_>, key: &'static str) -> Result<usize, ModelError> {
+    g.get_u32(key).map(|v| v as usize).ok_or(ModelError::MissingMetadata(key))
+}
+
+/// A required `f32` metadata value.
+pub fn meta_f32(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
+    g.get_f32(key).ok_or(ModelError::MissingMetadata(key))
+}
