@@ -211,22 +211,79 @@ fn run_llama2c(opts: &RunOptions, bytes: memmap2::Mmap) -> Result<(), String> {
     Ok(())
 }
 
-/// A llama2.c model and tokenizer loaded for evaluation.
-pub struct Loaded {
-    pub model: Llama,
-    pub tokenizer: Llama2cTokenizer,
+/// A model and its tokenizer, loaded for evaluation: a llama2.c checkpoint or a Gemma 3 GGUF.
+pub enum Loaded {
+    Llama { model: Llama, tokenizer: Llama2cTokenizer },
+    Gemma { model: Box<lutra_core::model::gemma3::Gemma3>, tokenizer: lutra_core::spm::SpmTokenizer },
 }
 
-/// Load and quantize a llama2.c checkpoint (tokenizer beside it unless given).
+/// One sequence's working memory for a `Loaded` model.
+pub enum Session {
+    Llama(State),
+    Gemma(lutra_core::model::gemma3::Gemma3State),
+}
+
+impl Loaded {
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Loaded::Llama { model, .. } => model.config.vocab_size,
+            Loaded::Gemma { model, .. } => model.config.vocab_size,
+        }
+    }
+    /// The longest context the model supports.
+    pub fn max_context(&self) -> usize {
+        match self {
+            Loaded::Llama { model, .. } => model.config.seq_len,
+            Loaded::Gemma { model, .. } => model.config.context,
+        }
+    }
+    pub fn bos(&self) -> u32 {
+        match self {
+            Loaded::Llama { tokenizer, .. } => tokenizer.bos().unwrap_or(1),
+            Loaded::Gemma { tokenizer, .. } => tokenizer.bos().unwrap_or(2),
+        }
+    }
+    pub fn encode(&self, text: &str, bos: bool, out: &mut Vec<u32>) -> Result<(), String> {
+        match self {
+            Loaded::Llama { tokenizer, .. } => tokenizer.encode(text, bos, out),
+            Loaded::Gemma { tokenizer, .. } => tokenizer.encode(text, bos, out),
+        }
+        .map_err(|e| e.to_string())
+    }
+    pub fn session(&self, context: usize) -> Result<Session, String> {
+        match self {
+            Loaded::Llama { model, .. } => State::new(model, context).map(Session::Llama),
+            Loaded::Gemma { model, .. } => lutra_core::model::gemma3::Gemma3State::new(model, context).map(Session::Gemma),
+        }
+        .map_err(|e| e.to_string())
+    }
+    pub fn forward<'s>(&self, gemv: &PoolGemv<'_>, s: &'s mut Session, token: u32, pos: usize) -> Result<&'s [f32], String> {
+        match (self, s) {
+            (Loaded::Llama { model, .. }, Session::Llama(st)) => model.forward(gemv, st, token, pos),
+            (Loaded::Gemma { model, .. }, Session::Gemma(st)) => model.forward(gemv, st, token, pos),
+            _ => unreachable!("sessions are made by their own model"),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Load a model: GGUF (Gemma 3) as stored, a llama2.c checkpoint quantized to `bits`
+/// (tokenizer beside it unless given).
 pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, String> {
     let bytes = read(model, "model")?;
+    if bytes.starts_with(b"GGUF") {
+        let gguf = lutra_core::gguf::Gguf::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+        let tokenizer = lutra_core::spm::SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
+        let m = lutra_core::model::gemma3::Gemma3::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
+        return Ok(Loaded::Gemma { model: Box::new(m), tokenizer });
+    }
     let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
     let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;
     let tokenizer =
         Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
     let model = Llama::from_llama2c(&ckpt, bits).map_err(|e| e.to_string())?;
-    Ok(Loaded { model, tokenizer })
+    Ok(Loaded::Llama { model, tokenizer })
 }
 
 /// Perplexity by llama.cpp's `llama-perplexity` method: the text's tokens (with BOS) cut
@@ -241,26 +298,25 @@ pub struct Perplexity {
 }
 
 pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Result<Perplexity, String> {
-    let c = loaded.model.config;
-    if ctx < 4 || ctx > c.seq_len {
-        return Err(format!("--ctx {ctx} must be between 4 and the model's context {}", c.seq_len));
+    if ctx < 4 || ctx > loaded.max_context() {
+        return Err(format!("--ctx {ctx} must be between 4 and the model's context {}", loaded.max_context()));
     }
     let mut tokens = Vec::new();
-    loaded.tokenizer.encode(text, true, &mut tokens).map_err(|e| e.to_string())?;
+    loaded.encode(text, true, &mut tokens)?;
     let chunks = tokens.len() / ctx;
     if chunks == 0 {
         return Err(format!("the text is {} tokens, fewer than one chunk of {ctx}", tokens.len()));
     }
-    let bos = loaded.tokenizer.bos().unwrap_or(1);
+    let bos = loaded.bos();
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut state = State::new(&loaded.model, ctx).map_err(|e| e.to_string())?;
+    let mut session = loaded.session(ctx)?;
     let (mut nll, mut scored) = (0.0f64, 0usize);
     for chunk in tokens.chunks_exact(ctx).take(chunks) {
         let first = ctx / 2;
         for pos in 0..ctx - 1 {
             let input = if pos == 0 { bos } else { chunk[pos] };
-            let logits = loaded.model.forward(&gemv, &mut state, input, pos).map_err(|e| e.to_string())?;
+            let logits = loaded.forward(&gemv, &mut session, input, pos)?;
             if pos >= first {
                 let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
                 let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
@@ -275,23 +331,24 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Re
 /// `lutra bench model`: prompt processing (`pp` tokens fed one by one from position 0)
 /// and generation (`tg` greedy tokens), tokens/s, medians of `runs`.
 pub fn bench_model(loaded: &Loaded, threads: usize, pp: usize, tg: usize, runs: usize) -> Result<(f64, f64), String> {
-    let c = loaded.model.config;
-    let (pp, tg) = (pp.min(c.seq_len), tg.min(c.seq_len - 1));
+    let context = loaded.max_context().min(pp.max(tg) + 1);
+    let (pp, tg) = (pp.min(context), tg.min(context - 1));
+    let vocab = loaded.vocab_size();
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut state = State::new(&loaded.model, c.seq_len).map_err(|e| e.to_string())?;
+    let mut session = loaded.session(context)?;
     let mut pp_tps = Vec::new();
     let mut tg_tps = Vec::new();
     for run in 0..runs.max(5) + 1 {
         let t = Instant::now();
         for pos in 0..pp {
-            loaded.model.forward(&gemv, &mut state, ((pos * 7919) % c.vocab_size) as u32, pos).map_err(|e| e.to_string())?;
+            loaded.forward(&gemv, &mut session, ((pos * 7919) % vocab) as u32, pos)?;
         }
         let pp_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let mut token = 1u32;
+        let mut token = loaded.bos();
         for pos in 0..tg {
-            let logits = loaded.model.forward(&gemv, &mut state, token, pos).map_err(|e| e.to_string())?;
+            let logits = loaded.forward(&gemv, &mut session, token, pos)?;
             token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
         }
         let tg_s = t.elapsed().as_secs_f64();

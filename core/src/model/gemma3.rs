@@ -99,7 +99,12 @@ impl Gemma3 {
             sliding_window: meta_u32(g, "gemma3.attention.sliding_window")?,
             swa_period: 6,
         };
-        if c.n_heads == 0 || c.n_kv_heads == 0 || !c.n_heads.is_multiple_of(c.n_kv_heads) || !c.head_dim.is_multiple_of(2) || c.n_layers == 0 {
+        if c.n_heads == 0
+            || c.n_kv_heads == 0
+            || !c.n_heads.is_multiple_of(c.n_kv_heads)
+            || !c.head_dim.is_multiple_of(2)
+            || c.n_layers == 0
+        {
             return Err(ModelError::MissingMetadata("gemma3.attention.head_count / head_count_kv / key_length"));
         }
         let total = 1 + 7 * c.n_layers;
