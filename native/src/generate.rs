@@ -214,7 +214,7 @@ fn run_llama2c(opts: &RunOptions, bytes: memmap2::Mmap) -> Result<(), String> {
 /// A model and its tokenizer, loaded for evaluation: a llama2.c checkpoint or a Gemma 3 GGUF.
 pub enum Loaded {
     Llama { model: Llama, tokenizer: Llama2cTokenizer },
-    Gemma { model: Box<lutra_core::model::gemma3::Gemma3>, tokenizer: lutra_core::spm::SpmTokenizer },
+    Gemma { model: Box<lutra_core::model::gemma3::Gemma3>, tokenizer: Box<lutra_core::spm::SpmTokenizer> },
 }
 
 /// One sequence's working memory for a `Loaded` model.
@@ -275,7 +275,7 @@ pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, 
         let gguf = lutra_core::gguf::Gguf::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
         let tokenizer = lutra_core::spm::SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
         let m = lutra_core::model::gemma3::Gemma3::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
-        return Ok(Loaded::Gemma { model: Box::new(m), tokenizer });
+        return Ok(Loaded::Gemma { model: Box::new(m), tokenizer: Box::new(tokenizer) });
     }
     let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
