@@ -213,7 +213,7 @@ fn run_llama2c(opts: &RunOptions, bytes: memmap2::Mmap) -> Result<(), String> {
 
 /// A model and its tokenizer, loaded for evaluation: a llama2.c checkpoint or a Gemma 3 GGUF.
 pub enum Loaded {
-    Llama { model: Llama, tokenizer: Llama2cTokenizer },
+    Llama { model: Box<Llama>, tokenizer: Box<Llama2cTokenizer> },
     Gemma { model: Box<lutra_core::model::gemma3::Gemma3>, tokenizer: Box<lutra_core::spm::SpmTokenizer> },
 }
 
@@ -283,7 +283,7 @@ pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, 
     let tokenizer =
         Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
     let model = Llama::from_llama2c(&ckpt, bits).map_err(|e| e.to_string())?;
-    Ok(Loaded::Llama { model, tokenizer })
+    Ok(Loaded::Llama { model: Box::new(model), tokenizer: Box::new(tokenizer) })
 }
 
 /// Perplexity by llama.cpp's `llama-perplexity` method: the text's tokens (with BOS) cut
