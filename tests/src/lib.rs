@@ -1,1 +1,3 @@
 //! Cross-crate tests live in tests/tests/.
+
+pub mod golden;
