@@ -397,7 +397,12 @@ fn host_tests(ci: &mut Ci) -> Result {
     let out = run_capture(&mut c)?;
     ci.count("host x86_64 (workspace)", &out, true)?;
     let out = run_capture(cargo(&ci.root).args(["test", "--workspace", "--doc"]))?;
-    ci.count("host doc tests", &out, false)
+    ci.count("host doc tests", &out, false)?;
+    // Gemma 3 270M against llama.cpp's golden logits: minutes unoptimized, so ignored in
+    // debug builds (the nextest run above lists it as skipped) and run here in release.
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-tests", "--test", "gemma_logits"]))?;
+    ci.count("host Gemma 3 270M vs llama.cpp (release)", &out, false)?;
+    expect_contains(&out, "gemma3_270m_agrees_with_llama_cpp ... ok", "Gemma 3 270M agreement test")
 }
 
 fn x86_tiers(ci: &mut Ci) -> Result {

