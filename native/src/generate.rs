@@ -75,14 +75,40 @@ impl Timing {
     }
 }
 
-fn run_gguf(opts: &RunOptions, bytes: &[u8]) -> Result<(), String> {
-    use lutra_core::model::gemma3::{Gemma3, Gemma3State};
+/// Import a Gemma 3 GGUF, releasing each tensor's file pages once it is imported (the
+/// map stays valid; the pages come back from the page cache if touched again), so the
+/// mapped file and the imported weights are never both resident in full.
+fn import_gemma(
+    gguf: &lutra_core::gguf::Gguf<'_>,
+    map: &memmap2::Mmap,
+    show_progress: bool,
+) -> Result<lutra_core::model::gemma3::Gemma3, lutra_core::model::ModelError> {
+    lutra_core::model::gemma3::Gemma3::from_gguf_with_progress(gguf, |p| {
+        if let Some(info) = gguf.tensor(p.tensor) {
+            if let Ok(len) = info.byte_size() {
+                // SAFETY: `map` is a read-only mapping of a file; MADV_DONTNEED only drops
+                // the resident pages, and any later read of the range faults them back
+                // in from the file with the same contents, so the borrows held by `gguf`
+                // stay valid. A failure just leaves the pages resident.
+                let _ = unsafe {
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, gguf.data_start() + info.offset as usize, len as usize)
+                };
+            }
+        }
+        if show_progress {
+            eprint!("\rimporting tensors: {}/{}", p.done, p.total);
+        }
+    })
+}
+
+fn run_gguf(opts: &RunOptions, bytes_map: &memmap2::Mmap) -> Result<(), String> {
+    let bytes: &[u8] = bytes_map;
+    use lutra_core::model::gemma3::Gemma3State;
     use lutra_core::spm::SpmTokenizer;
     let t_load = Instant::now();
     let gguf = lutra_core::gguf::Gguf::parse(bytes).map_err(|e| format!("{}: {e}", opts.model.display()))?;
     let tok = SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", opts.model.display()))?;
-    let model = Gemma3::from_gguf_with_progress(&gguf, |done, total| eprint!("\rimporting tensors: {done}/{total}"))
-        .map_err(|e| format!("{}: {e}", opts.model.display()))?;
+    let model = import_gemma(&gguf, bytes_map, true).map_err(|e| format!("{}: {e}", opts.model.display()))?;
     eprintln!();
     let c = model.config;
     let mut prompt = Vec::new();
@@ -274,7 +300,7 @@ pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, 
     if bytes.starts_with(b"GGUF") {
         let gguf = lutra_core::gguf::Gguf::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
         let tokenizer = lutra_core::spm::SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
-        let m = lutra_core::model::gemma3::Gemma3::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
+        let m = import_gemma(&gguf, &bytes, false).map_err(|e| format!("{}: {e}", model.display()))?;
         return Ok(Loaded::Gemma { model: Box::new(m), tokenizer: Box::new(tokenizer) });
     }
     let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
@@ -333,25 +359,14 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Re
 pub fn bench_model(loaded: &Loaded, threads: usize, pp: usize, tg: usize, runs: usize) -> Result<(f64, f64), String> {
     let context = loaded.max_context().min(pp.max(tg) + 1);
     let (pp, tg) = (pp.min(context), tg.min(context - 1));
-    let vocab = loaded.vocab_size();
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
     let mut session = loaded.session(context)?;
     let mut pp_tps = Vec::new();
     let mut tg_tps = Vec::new();
     for run in 0..runs.max(5) + 1 {
-        let t = Instant::now();
-        for pos in 0..pp {
-            loaded.forward(&gemv, &mut session, ((pos * 7919) % vocab) as u32, pos)?;
-        }
-        let pp_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let mut token = loaded.bos();
-        for pos in 0..tg {
-            let logits = loaded.forward(&gemv, &mut session, token, pos)?;
-            token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
-        }
-        let tg_s = t.elapsed().as_secs_f64();
+        let pp_s = lutra_pp(loaded, &gemv, &mut session, pp)?;
+        let tg_s = lutra_tg(loaded, &gemv, &mut session, tg)?;
         if run > 0 {
             // the first run warms caches and the pool
             pp_tps.push(pp as f64 / pp_s);
@@ -359,4 +374,126 @@ pub fn bench_model(loaded: &Loaded, threads: usize, pp: usize, tg: usize, runs: 
         }
     }
     Ok((crate::bench::median(pp_tps), crate::bench::median(tg_tps)))
+}
+
+/// lutra's prompt processing for `bench model`: `pp` tokens fed one at a time from
+/// position 0 (no batched prefill yet). Returns seconds.
+fn lutra_pp(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, pp: usize) -> Result<f64, String> {
+    let vocab = loaded.vocab_size();
+    let t = Instant::now();
+    for pos in 0..pp {
+        loaded.forward(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// lutra's generation for `bench model`: `tg` greedy tokens from BOS at position 0.
+/// Returns seconds.
+fn lutra_tg(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, tg: usize) -> Result<f64, String> {
+    let t = Instant::now();
+    let mut token = loaded.bos();
+    for pos in 0..tg {
+        let logits = loaded.forward(gemv, session, token, pos)?;
+        token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// `lutra bench model --llamacpp`: lutra and llama.cpp on the same GGUF file, tokens/s
+/// medians over the same interleaved rounds.
+#[derive(Clone, Copy, Debug)]
+pub struct VsLlamaCpp {
+    pub pp_tps: f64,
+    pub tg_tps: f64,
+    pub llamacpp_pp_tps: f64,
+    pub llamacpp_tg_tps: f64,
+    /// Prompt and generated tokens actually timed (capped at the context).
+    pub pp: usize,
+    pub tg: usize,
+    /// Timed rounds (the warm-up round excluded).
+    pub rounds: usize,
+}
+
+/// `lutra bench model --llamacpp`: llama.cpp (`llamacpp_model`) loads `path` once for
+/// `threads` threads; then, after one discarded warm-up round, `runs.max(5)` rounds each
+/// time lutra's pp and tg and llama.cpp's pp and tg (which engine goes first alternates
+/// from round to round; llama.cpp's spinning workers are parked and lutra's idle ones
+/// left to park before the other engine is timed). llama.cpp's pp decodes the prompt as
+/// one batch, like llama-bench; lutra's feeds it one token at a time.
+#[cfg(feature = "llamacpp")]
+pub fn bench_model_vs_llamacpp(
+    loaded: &Loaded,
+    path: &Path,
+    threads: usize,
+    pp: usize,
+    tg: usize,
+    runs: usize,
+) -> Result<VsLlamaCpp, String> {
+    use crate::llamacpp_model::LlamaCppModel;
+    if !matches!(loaded, Loaded::Gemma { .. }) {
+        return Err(format!("{}: --llamacpp needs a GGUF model (llama.cpp cannot read llama2.c checkpoints)", path.display()));
+    }
+    let context = loaded.max_context().min(pp.max(tg) + 1);
+    let (pp, tg) = (pp.min(context), tg.min(context - 1));
+    if pp == 0 || tg == 0 {
+        return Err(format!("--llamacpp needs --pp and --tg of at least 1 (got {pp} and {tg})"));
+    }
+    let mut llama = LlamaCppModel::load_with_context(path, threads, pp.max(tg))?;
+    let pool = Pool::new(threads);
+    let gemv = PoolGemv(&pool);
+    let mut session = loaded.session(context)?;
+    let rounds = runs.max(5);
+    let (mut pp_tps, mut tg_tps, mut l_pp_tps, mut l_tg_tps) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds + 1 {
+        let lutra = |session: &mut Session| -> Result<(f64, f64), String> {
+            let r = (lutra_pp(loaded, &gemv, session, pp)?, lutra_tg(loaded, &gemv, session, tg)?);
+            // lutra's idle workers spin for at most 200 µs before parking.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(r)
+        };
+        let llamacpp = |llama: &mut LlamaCppModel| -> Result<(f64, f64), String> {
+            let r = (llama.pp(pp)?, llama.tg(tg)?);
+            llama.pause();
+            Ok(r)
+        };
+        let ((a, b), (c, d)) = if round % 2 == 0 {
+            let l = lutra(&mut session)?;
+            (l, llamacpp(&mut llama)?)
+        } else {
+            let c = llamacpp(&mut llama)?;
+            (lutra(&mut session)?, c)
+        };
+        if round > 0 {
+            // round 0 warms caches, pages and both thread pools
+            pp_tps.push(pp as f64 / a);
+            tg_tps.push(tg as f64 / b);
+            l_pp_tps.push(pp as f64 / c);
+            l_tg_tps.push(tg as f64 / d);
+        }
+    }
+    use crate::bench::median;
+    Ok(VsLlamaCpp {
+        pp_tps: median(pp_tps),
+        tg_tps: median(tg_tps),
+        llamacpp_pp_tps: median(l_pp_tps),
+        llamacpp_tg_tps: median(l_tg_tps),
+        pp,
+        tg,
+        rounds,
+    })
+}
+
+/// Without the `llamacpp` feature there is no llama.cpp to compare with.
+#[cfg(not(feature = "llamacpp"))]
+pub fn bench_model_vs_llamacpp(
+    _loaded: &Loaded,
+    _path: &Path,
+    _threads: usize,
+    _pp: usize,
+    _tg: usize,
+    _runs: usize,
+) -> Result<VsLlamaCpp, String> {
+    Err("--llamacpp: this lutra was built without llama.cpp; rebuild with `--features llamacpp` \
+         (RUSTFLAGS=\"-C target-cpu=native\" cargo build --release -p lutra --features llamacpp)"
+        .into())
 }

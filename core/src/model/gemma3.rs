@@ -8,6 +8,7 @@
 //! Every product, the LM head included, is a LUT GEMV over the imported weights.
 
 use alloc::format;
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -63,6 +64,38 @@ pub struct Gemma3Layer {
     pub post_ffn_norm: Vec<f32>,
 }
 
+/// Reported after each imported tensor.
+pub struct Imported<'a> {
+    pub done: usize,
+    pub total: usize,
+    /// The tensor just imported.
+    pub tensor: &'a str,
+}
+
+struct Importer<'g, 'a, F> {
+    g: &'g Gguf<'a>,
+    progress: F,
+    done: usize,
+    total: usize,
+}
+
+impl<F: FnMut(Imported<'_>)> Importer<'_, '_, F> {
+    fn report(&mut self, tensor: &str) {
+        self.done += 1;
+        (self.progress)(Imported { done: self.done, total: self.total, tensor });
+    }
+    fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Matrix, ModelError> {
+        let m = matrix(self.g, &name, Some(shape))?;
+        self.report(&name);
+        Ok(m)
+    }
+    fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
+        let v = vector(self.g, &name, len)?;
+        self.report(&name);
+        Ok(v)
+    }
+}
+
 pub struct Gemma3 {
     pub config: Gemma3Config,
     /// The token embedding, also the LM head.
@@ -74,10 +107,13 @@ pub struct Gemma3 {
 impl Gemma3 {
     /// Import every tensor of a `gemma3` GGUF file.
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Gemma3, ModelError> {
-        Self::from_gguf_with_progress(g, |_, _| {})
+        Self::from_gguf_with_progress(g, |_| {})
     }
 
-    pub fn from_gguf_with_progress(g: &Gguf<'_>, mut progress: impl FnMut(usize, usize)) -> Result<Gemma3, ModelError> {
+    /// As `from_gguf`, calling `progress` after each tensor is imported: a caller that
+    /// maps the file can release that tensor's pages, so the file and the imported
+    /// weights are never both resident in full.
+    pub fn from_gguf_with_progress(g: &Gguf<'_>, progress: impl FnMut(Imported<'_>)) -> Result<Gemma3, ModelError> {
         let arch = g.get_str("general.architecture").ok_or(ModelError::MissingMetadata("general.architecture"))?;
         if arch != "gemma3" {
             return Err(ModelError::WrongArchitecture { expected: "gemma3", found: arch.into() });
@@ -107,40 +143,28 @@ impl Gemma3 {
         {
             return Err(ModelError::MissingMetadata("gemma3.attention.head_count / head_count_kv / key_length"));
         }
-        let total = 1 + 7 * c.n_layers;
-        let mut done = 0;
-        let mut step = || {
-            done += 1;
-            progress(done, total);
-        };
-        let token_embd = matrix(g, "token_embd.weight", Some((c.vocab_size, c.dim)))?;
-        step();
+        let mut imp = Importer { g, progress, done: 0, total: 2 + 13 * c.n_layers };
+        let token_embd = imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?;
         let mut layers = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
             let name = |t: &str| format!("blk.{l}.{t}.weight");
-            let m = |t: &str, shape: (usize, usize)| matrix(g, &name(t), Some(shape));
-            let v = |t: &str, len: usize| vector(g, &name(t), len);
-            let layer = Gemma3Layer {
-                attn_norm: v("attn_norm", c.dim)?,
-                wq: m("attn_q", (c.q_dim(), c.dim))?,
-                wk: m("attn_k", (c.kv_dim(), c.dim))?,
-                wv: m("attn_v", (c.kv_dim(), c.dim))?,
-                q_norm: v("attn_q_norm", c.head_dim)?,
-                k_norm: v("attn_k_norm", c.head_dim)?,
-                wo: m("attn_output", (c.dim, c.q_dim()))?,
-                post_attn_norm: v("post_attention_norm", c.dim)?,
-                ffn_norm: v("ffn_norm", c.dim)?,
-                w_gate: m("ffn_gate", (c.hidden_dim, c.dim))?,
-                w_up: m("ffn_up", (c.hidden_dim, c.dim))?,
-                w_down: m("ffn_down", (c.dim, c.hidden_dim))?,
-                post_ffn_norm: v("post_ffw_norm", c.dim)?,
-            };
-            for _ in 0..7 {
-                step();
-            }
-            layers.push(layer);
+            layers.push(Gemma3Layer {
+                attn_norm: imp.vector(name("attn_norm"), c.dim)?,
+                wq: imp.matrix(name("attn_q"), (c.q_dim(), c.dim))?,
+                wk: imp.matrix(name("attn_k"), (c.kv_dim(), c.dim))?,
+                wv: imp.matrix(name("attn_v"), (c.kv_dim(), c.dim))?,
+                q_norm: imp.vector(name("attn_q_norm"), c.head_dim)?,
+                k_norm: imp.vector(name("attn_k_norm"), c.head_dim)?,
+                wo: imp.matrix(name("attn_output"), (c.dim, c.q_dim()))?,
+                post_attn_norm: imp.vector(name("post_attention_norm"), c.dim)?,
+                ffn_norm: imp.vector(name("ffn_norm"), c.dim)?,
+                w_gate: imp.matrix(name("ffn_gate"), (c.hidden_dim, c.dim))?,
+                w_up: imp.matrix(name("ffn_up"), (c.hidden_dim, c.dim))?,
+                w_down: imp.matrix(name("ffn_down"), (c.dim, c.hidden_dim))?,
+                post_ffn_norm: imp.vector(name("post_ffw_norm"), c.dim)?,
+            });
         }
-        let output_norm = vector(g, "output_norm.weight", c.dim)?;
+        let output_norm = imp.vector("output_norm.weight".into(), c.dim)?;
         Ok(Gemma3 { config: c, token_embd, layers, output_norm })
     }
 
