@@ -11,5 +11,7 @@ pub mod generate;
 pub mod ggml;
 pub mod hugepage;
 pub mod inspect;
+#[cfg(feature = "llamacpp")]
+pub mod llamacpp_model;
 pub mod parallel;
 pub mod pool;

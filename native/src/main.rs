@@ -64,6 +64,9 @@ struct BenchModelArgs {
     tg: usize,
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Also time llama.cpp on the same GGUF file, in rounds interleaved with lutra's (needs --features llamacpp)
+    #[arg(long)]
+    llamacpp: bool,
     #[arg(long)]
     json: bool,
 }
@@ -254,7 +257,11 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Bench(BenchCommand::Model(a)) => {
             let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
-            for t in list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))? {
+            let threads = list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?;
+            if a.llamacpp {
+                return bench_model_vs_llamacpp(&a, &loaded, &threads);
+            }
+            for t in threads {
                 let (pp, tg) = lutra::generate::bench_model(&loaded, t, a.pp, a.tg, a.runs)?;
                 let name = a.model.display();
                 if a.json {
@@ -353,6 +360,45 @@ fn run(cli: Cli) -> Result<(), String> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// `lutra bench model --llamacpp`: lutra and llama.cpp side by side, per thread count.
+fn bench_model_vs_llamacpp(a: &BenchModelArgs, loaded: &lutra::generate::Loaded, threads: &[usize]) -> Result<(), String> {
+    let name = a.model.display();
+    let mut header = false;
+    for &t in threads {
+        let r = lutra::generate::bench_model_vs_llamacpp(loaded, &a.model, t, a.pp, a.tg, a.runs)?;
+        if a.json {
+            println!(
+                "{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"pp_tps\":{:.1},\"tg_tps\":{:.1},\"llamacpp_pp_tps\":{:.1},\"llamacpp_tg_tps\":{:.1}}}",
+                a.bits, r.pp_tps, r.tg_tps, r.llamacpp_pp_tps, r.llamacpp_tg_tps
+            );
+            continue;
+        }
+        if !header {
+            header = true;
+            print_context();
+            println!(
+                "# {name}: lutra vs llama.cpp in this process, like `llama-bench -p {} -n {}`; tokens/s, medians of {} interleaved rounds (1 warm-up round discarded)",
+                r.pp, r.tg, r.rounds
+            );
+            println!(
+                "# pp: lutra feeds the prompt one token at a time (no batched prefill yet); llama.cpp decodes it as one batch. tg: one token per decode, from an empty cache"
+            );
+        }
+        println!(
+            "{t} thread(s): pp{} lutra {:.1}, llama.cpp {:.1} (lutra/llama.cpp {:.3}); tg{} lutra {:.1}, llama.cpp {:.1} (lutra/llama.cpp {:.3})",
+            r.pp,
+            r.pp_tps,
+            r.llamacpp_pp_tps,
+            r.pp_tps / r.llamacpp_pp_tps,
+            r.tg,
+            r.tg_tps,
+            r.llamacpp_tg_tps,
+            r.tg_tps / r.llamacpp_tg_tps
+        );
     }
     Ok(())
 }
