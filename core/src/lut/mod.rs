@@ -391,19 +391,25 @@ fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut
         return Err(Error::InterleaveMismatch { isa, matrix: job.layout.interleave });
     }
     match isa {
-        // SAFETY (all arms): `is_available` confirmed the CPU supports the ISA.
+        // SAFETY: the scalar kernel has no CPU requirement.
         Isa::Scalar => unsafe { scalar::run(job, tiles, epi) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` confirmed SSSE3 at run time.
         Isa::Ssse3 => unsafe { x86_64::ssse3::run(job, tiles, epi) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` confirmed AVX2, FMA and F16C at run time.
         Isa::Avx2 => unsafe { x86_64::avx2::run(job, tiles, epi) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` confirmed AVX-512 F/BW (and AVX2) at run time.
         Isa::Avx512 => unsafe { x86_64::avx512::run(job, tiles, epi) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` confirmed AVX-512 F/BW/VBMI/VNNI at run time.
         Isa::Avx512Vbmi => unsafe { x86_64::avx512vbmi::run(job, tiles, epi) },
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        // SAFETY: NEON is enabled for this build (compile-time target feature).
         Isa::Neon => unsafe { aarch64::neon::run(job, tiles, epi) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        // SAFETY: simd128 is enabled for this build (compile-time target feature).
         Isa::Simd128 => unsafe { wasm32::simd128::run(job, tiles, epi) },
         #[allow(unreachable_patterns)]
         _ => return Err(Error::IsaUnavailable(isa)),

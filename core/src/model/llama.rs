@@ -7,6 +7,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::ops::{add, rmsnorm, softmax};
 use super::{group_for, Gemv, ModelError};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::llama2c::{Checkpoint, F32Tensor};
@@ -278,32 +279,6 @@ impl State {
     /// Bytes of the KV cache.
     pub fn kv_cache_bytes(&self) -> usize {
         2 * (self.key_cache.len() + self.value_cache.len())
-    }
-}
-
-fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
-    let ss = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32 + eps;
-    let inv = 1.0 / libm::sqrtf(ss);
-    for ((o, &x), &w) in out.iter_mut().zip(x).zip(weight) {
-        *o = w * (x * inv);
-    }
-}
-
-fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = libm::expf(*v - max);
-        sum += *v;
-    }
-    for v in x.iter_mut() {
-        *v /= sum;
-    }
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    for (a, &b) in x.iter_mut().zip(y) {
-        *a += b;
     }
 }
 

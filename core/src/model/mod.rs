@@ -4,6 +4,7 @@
 pub mod gemma3;
 pub mod import;
 pub mod llama;
+mod ops;
 
 use core::fmt;
 

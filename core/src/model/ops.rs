@@ -1,0 +1,39 @@
+//! The f32 vector operations every model shares (libm for the transcendental parts).
+
+/// `out = x / rms(x) · weight`, rms over all of `x`, with `eps` inside the root.
+pub(crate) fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let ss = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / libm::sqrtf(ss + eps);
+    for ((o, &x), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = x * inv * w;
+    }
+}
+
+/// `rmsnorm` in place.
+pub(crate) fn rmsnorm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let ss = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / libm::sqrtf(ss + eps);
+    for (x, &w) in x.iter_mut().zip(weight) {
+        *x = *x * inv * w;
+    }
+}
+
+/// Numerically stable softmax in place.
+pub(crate) fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - max);
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// `x += y`.
+pub(crate) fn add(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
