@@ -2,7 +2,8 @@
 //! the GEMV against f32 arithmetic over the dequantized weights.
 
 use lutra_core::quant::convert::{
-    Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
+    Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES,
+    TQ2_0_BLOCK_BYTES,
 };
 use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
 
@@ -497,4 +498,99 @@ fn q4_k_and_q6_k_import_losslessly() {
     }
     assert!(matches!(PackedMatrix::from_q4_k(&q4k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
     assert!(matches!(PackedMatrix::from_q6_k(&q6k[..100], rows, cols), Err(Error::BufferSize { .. })));
+}
+
+/// llama.cpp `dequantize_row_q2_K`, transcribed.
+fn ggml_dequant_q2_k(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q2_K_BLOCK_BYTES) {
+        let (scales, qs) = (&b[..16], &b[16..80]);
+        let d = half::f16::from_le_bytes([b[80], b[81]]).to_f32();
+        let min = half::f16::from_le_bytes([b[82], b[83]]).to_f32();
+        let mut is = 0;
+        for n in 0..2 {
+            let q = &qs[32 * n..];
+            for j in 0..4 {
+                let shift = 2 * j;
+                for half in 0..2 {
+                    let sc = scales[is];
+                    is += 1;
+                    let (dl, ml) = (d * (sc & 0xF) as f32, min * (sc >> 4) as f32);
+                    for l in 0..16 {
+                        y.push(dl * ((q[l + 16 * half] >> shift) & 3) as i8 as f32 - ml);
+                    }
+                }
+            }
+        }
+    }
+    y
+}
+
+/// llama.cpp `dequantize_row_q3_K` (with its `aux` scale unpacking), transcribed.
+fn ggml_dequant_q3_k(blocks: &[u8]) -> Vec<f32> {
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q3_K_BLOCK_BYTES) {
+        let (hm, qs, sb) = (&b[..32], &b[32..96], &b[96..108]);
+        let d_all = half::f16::from_le_bytes([b[108], b[109]]).to_f32();
+        let mut aux = [0u32; 4];
+        for (k, a) in aux.iter_mut().take(3).enumerate() {
+            *a = u32::from_le_bytes(sb[4 * k..4 * k + 4].try_into().unwrap());
+        }
+        let (kmask1, kmask2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+        let tmp = aux[2];
+        aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+        aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+        aux[0] = (aux[0] & kmask2) | ((tmp & kmask1) << 4);
+        aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+        let scales: Vec<i8> = aux.iter().flat_map(|a| a.to_le_bytes()).map(|v| v as i8).collect();
+        let mut is = 0;
+        let mut m = 1u8;
+        for n in 0..2 {
+            let q = &qs[32 * n..];
+            for j in 0..4 {
+                let shift = 2 * j;
+                for half in 0..2 {
+                    let dl = d_all * (scales[is] as i32 - 32) as f32;
+                    is += 1;
+                    for l in 0..16 {
+                        let v = ((q[l + 16 * half] >> shift) & 3) as i8 - if hm[l + 16 * half] & m != 0 { 0 } else { 4 };
+                        y.push(dl * v as f32);
+                    }
+                }
+                m <<= 1;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn q2_k_and_q3_k_import_losslessly() {
+    let mut rng = Rng(19);
+    let (rows, cols) = (36, 512);
+    let mut q2k = Vec::new();
+    let mut q3k = Vec::new();
+    for _ in 0..rows * cols / 256 {
+        q2k.extend((0..80).map(|_| rng.next() as u8));
+        q2k.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+        q2k.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+        q3k.extend((0..108).map(|_| rng.next() as u8));
+        q3k.extend_from_slice(&f16(0.0002 + rng.uniform() * 0.001));
+    }
+    let x = rng.vec(cols, 1.0);
+    for (name, m, reference) in [
+        ("Q2_K", PackedMatrix::from_q2_k(&q2k, rows, cols).unwrap(), ggml_dequant_q2_k(&q2k)),
+        ("Q3_K", PackedMatrix::from_q3_k(&q3k, rows, cols).unwrap(), ggml_dequant_q3_k(&q3k)),
+    ] {
+        let deq = dequantized(&m);
+        let diffs = deq.iter().zip(&reference).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(diffs, 0, "{name}: {diffs} dequantized values differ from llama.cpp's");
+        let want = matvec_f64(&reference, &x, rows);
+        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
+            let e = nmse(&gemv_with(isa, &m, &x), &want);
+            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
+        }
+    }
+    assert!(matches!(PackedMatrix::from_q3_k(&q3k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
+    assert!(matches!(PackedMatrix::from_q2_k(&q2k[..50], rows, cols), Err(Error::BufferSize { .. })));
 }

@@ -18,6 +18,10 @@ pub const TQ2_0_BLOCK_BYTES: usize = 66;
 pub const Q4_K_BLOCK_BYTES: usize = 144;
 /// llama.cpp `block_q6_K`: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 i8 scales, f16 d.
 pub const Q6_K_BLOCK_BYTES: usize = 210;
+/// llama.cpp `block_q2_K`: 16 bytes of 4-bit scale|min, 64 bytes of 2-bit codes, f16 d, f16 dmin.
+pub const Q2_K_BLOCK_BYTES: usize = 84;
+/// llama.cpp `block_q3_K`: 32 bytes of high bits, 64 bytes of 2-bit codes, 12 bytes of 6-bit scales, f16 d.
+pub const Q3_K_BLOCK_BYTES: usize = 110;
 
 /// Round half away from zero without libm (vectorizes; `as` saturates).
 #[inline(always)]
@@ -374,6 +378,77 @@ pub fn import_q6_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
     })
 }
 
+/// Layout of an imported Q2_K matrix: 2 bits, group 16, f32 scale `d·(sc & 15)` and
+/// minimum `−dmin·(sc >> 4)`.
+pub fn q2_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    super_blocks(cols)?;
+    Ok(Layout::new(rows, cols, 2, 16, Offset::Min)?.with_scales(ScaleFormat::F32))
+}
+
+/// Layout of an imported Q3_K matrix: 3 bits (value + 4), group 16, zero point 4, f32
+/// scale `d·(sc − 32)`.
+pub fn q3_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    super_blocks(cols)?;
+    Ok(Layout::new(rows, cols, 3, 16, Offset::Zero(4))?.with_scales(ScaleFormat::F32))
+}
+
+/// Where element `e` (0..256) of a Q2_K/Q3_K super-block keeps its 2 low bits: the byte
+/// of `qs` and the shift.
+fn k_low2(e: usize) -> (usize, u32) {
+    let (n, r) = (e / 128, e % 128);
+    (32 * n + (r % 32), 2 * (r / 32) as u32)
+}
+
+/// Import llama.cpp Q2_K rows without loss: group `g` of 16 elements has scale
+/// `d·(scales[g] & 15)` and minimum `dmin·(scales[g] >> 4)`.
+pub fn import_q2_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    let per_row = super_blocks(layout.cols)?;
+    check_len("Q2_K bytes", layout.rows * per_row * Q2_K_BLOCK_BYTES, blocks.len())?;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g / 16) * Q2_K_BLOCK_BYTES..][..Q2_K_BLOCK_BYTES];
+        let (d, dmin) = (f16_at(b, 80, row, g)?, f16_at(b, 82, row, g)?);
+        let sc = b[g % 16];
+        gc.scale = d * (sc & 15) as f32;
+        gc.min = -(dmin * (sc >> 4) as f32);
+        let first = (g % 16) * 16;
+        for (i, c) in gc.codes.iter_mut().enumerate() {
+            let (byte, shift) = k_low2(first + i);
+            *c = (b[16 + byte] >> shift) & 3;
+        }
+        Ok(())
+    })
+}
+
+/// The signed 6-bit scale `j` of a Q3_K super-block (llama.cpp's `aux` unpacking).
+fn q3_k_scale(j: usize, s: &[u8]) -> i32 {
+    let low = if j < 8 { s[j] & 15 } else { s[j - 8] >> 4 };
+    let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    (low | (high << 4)) as i32 - 32
+}
+
+/// Import llama.cpp Q3_K rows without loss: value = low 2 bits − (high bit ? 0 : 4),
+/// stored as code value + 4; group `g` of 16 has scale `d·(sc_g − 32)`.
+pub fn import_q3_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    let per_row = super_blocks(layout.cols)?;
+    check_len("Q3_K bytes", layout.rows * per_row * Q3_K_BLOCK_BYTES, blocks.len())?;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g / 16) * Q3_K_BLOCK_BYTES..][..Q3_K_BLOCK_BYTES];
+        let (hmask, qs, scales) = (&b[..32], &b[32..96], &b[96..108]);
+        let d = f16_at(b, 108, row, g)?;
+        gc.scale = d * q3_k_scale(g % 16, scales) as f32;
+        let first = (g % 16) * 16;
+        for (i, c) in gc.codes.iter_mut().enumerate() {
+            let e = first + i;
+            let (byte, shift) = k_low2(e);
+            let low = (qs[byte] >> shift) & 3;
+            let high = (hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1;
+            // value + 4 = low + 4·high
+            *c = low + 4 * high;
+        }
+        Ok(())
+    })
+}
+
 #[cfg(feature = "alloc")]
 impl PackedMatrix<crate::AlignedBytes> {
     fn build(layout: Layout, f: impl FnOnce(&Layout, &mut [u8]) -> Result<(), Error>) -> Result<Self, Error> {
@@ -439,6 +514,16 @@ impl PackedMatrix<crate::AlignedBytes> {
     /// Import llama.cpp `Q6_K` blocks (super-blocks of 256).
     pub fn from_q6_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q6_k_layout(rows, cols)?, |l, o| import_q6_k_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q2_K` blocks (super-blocks of 256).
+    pub fn from_q2_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q2_k_layout(rows, cols)?, |l, o| import_q2_k_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q3_K` blocks (super-blocks of 256).
+    pub fn from_q3_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q3_k_layout(rows, cols)?, |l, o| import_q3_k_into(blocks, l, o))
     }
 
     /// Import llama.cpp `Q8_0` blocks.
