@@ -3,7 +3,7 @@
 
 use lutra_core::quant::convert::{
     Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES,
-    TQ2_0_BLOCK_BYTES,
+    TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
 };
 use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
 
@@ -593,4 +593,52 @@ fn q2_k_and_q3_k_import_losslessly() {
     }
     assert!(matches!(PackedMatrix::from_q3_k(&q3k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
     assert!(matches!(PackedMatrix::from_q2_k(&q2k[..50], rows, cols), Err(Error::BufferSize { .. })));
+}
+
+/// llama.cpp `dequantize_row_tq1_0`, transcribed.
+fn ggml_dequant_tq1_0(blocks: &[u8]) -> Vec<f32> {
+    let pow3: [u8; 6] = [1, 3, 9, 27, 81, 243];
+    let xi = |q: u8| ((q as u16 * 3) >> 8) as i16;
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(TQ1_0_BLOCK_BYTES) {
+        let (qs, qh) = (&b[..48], &b[48..52]);
+        let d = half::f16::from_le_bytes([b[52], b[53]]).to_f32();
+        for n in 0..5 {
+            for m in 0..32 {
+                y.push((xi(qs[m].wrapping_mul(pow3[n])) - 1) as f32 * d);
+            }
+        }
+        for n in 0..5 {
+            for m in 0..16 {
+                y.push((xi(qs[32 + m].wrapping_mul(pow3[n])) - 1) as f32 * d);
+            }
+        }
+        for n in 0..4 {
+            for &h in qh {
+                y.push((xi(h.wrapping_mul(pow3[n])) - 1) as f32 * d);
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn tq1_0_imports_losslessly() {
+    let mut rng = Rng(23);
+    let (rows, cols) = (34, 512);
+    let mut blocks = Vec::new();
+    for _ in 0..rows * cols / 256 {
+        blocks.extend((0..52).map(|_| rng.next() as u8));
+        blocks.extend_from_slice(&f16(0.01 + rng.uniform() * 0.02));
+    }
+    let m = PackedMatrix::from_tq1_0(&blocks, rows, cols).unwrap();
+    let reference = ggml_dequant_tq1_0(&blocks);
+    let deq = dequantized(&m);
+    assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "TQ1_0 dequantization differs");
+    let x = rng.vec(cols, 1.0);
+    let want = matvec_f64(&reference, &x, rows);
+    for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
+        let e = nmse(&gemv_with(isa, &m, &x), &want);
+        assert!(e <= 1e-4, "TQ1_0 {}: NMSE {e:e}", isa.name());
+    }
 }

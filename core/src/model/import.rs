@@ -1,4 +1,4 @@
-//! GGUF tensors (Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
+//! GGUF tensors (Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
 //! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
 
 use alloc::string::ToString;
@@ -47,6 +47,7 @@ pub fn matrix(g: &Gguf<'_>, name: &str, expected: Option<(usize, usize)>) -> Res
         GgmlType::Q2_K => PackedMatrix::from_q2_k(data, rows, cols),
         GgmlType::Q3_K => PackedMatrix::from_q3_k(data, rows, cols),
         GgmlType::TQ2_0 => PackedMatrix::from_tq2_0(data, rows, cols),
+        GgmlType::TQ1_0 => PackedMatrix::from_tq1_0(data, rows, cols),
         other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
     };
     Ok(m?)

@@ -18,6 +18,8 @@ pub const TQ2_0_BLOCK_BYTES: usize = 66;
 pub const Q4_K_BLOCK_BYTES: usize = 144;
 /// llama.cpp `block_q6_K`: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 i8 scales, f16 d.
 pub const Q6_K_BLOCK_BYTES: usize = 210;
+/// llama.cpp `block_tq1_0`: 48 bytes of 5 trits, 4 bytes of 4 trits, f16 d; 256 elements.
+pub const TQ1_0_BLOCK_BYTES: usize = 54;
 /// llama.cpp `block_q2_K`: 16 bytes of 4-bit scale|min, 64 bytes of 2-bit codes, f16 d, f16 dmin.
 pub const Q2_K_BLOCK_BYTES: usize = 84;
 /// llama.cpp `block_q3_K`: 32 bytes of high bits, 64 bytes of 2-bit codes, 12 bytes of 6-bit scales, f16 d.
@@ -378,6 +380,38 @@ pub fn import_q6_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
     })
 }
 
+/// Trit `n` of a TQ1_0 byte (llama.cpp stores each byte as ⌈v·256/243⌉, so the trits
+/// come out by multiplication with u8 wrap-around).
+fn trit(b: u8, n: u32) -> u8 {
+    ((b.wrapping_mul(3u8.pow(n)) as u16 * 3) >> 8) as u8
+}
+
+/// Import llama.cpp TQ1_0 rows without loss into the TQ2_0 layout (2 bits, group 256,
+/// zero 1): `qs[0..32]` hold elements `32n + m` (trit n), `qs[32..48]` elements
+/// `160 + 16n + m`, `qh[0..4]` elements `240 + 4n + j`.
+pub fn import_tq1_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("TQ1_0 bytes", layout.rows * (layout.cols / 256) * TQ1_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 256;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * TQ1_0_BLOCK_BYTES..][..TQ1_0_BLOCK_BYTES];
+        gc.scale = f16_at(b, 52, row, g)?;
+        for n in 0..5 {
+            for m in 0..32 {
+                gc.codes[32 * n + m] = trit(b[m], n as u32);
+            }
+            for m in 0..16 {
+                gc.codes[160 + 16 * n + m] = trit(b[32 + m], n as u32);
+            }
+        }
+        for n in 0..4 {
+            for j in 0..4 {
+                gc.codes[240 + 4 * n + j] = trit(b[48 + j], n as u32);
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Layout of an imported Q2_K matrix: 2 bits, group 16, f32 scale `d·(sc & 15)` and
 /// minimum `−dmin·(sc >> 4)`.
 pub fn q2_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
@@ -514,6 +548,11 @@ impl PackedMatrix<crate::AlignedBytes> {
     /// Import llama.cpp `Q6_K` blocks (super-blocks of 256).
     pub fn from_q6_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q6_k_layout(rows, cols)?, |l, o| import_q6_k_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `TQ1_0` blocks (ternary, base 3, 256 per block).
+    pub fn from_tq1_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(tq2_0_layout(rows, cols)?, |l, o| import_tq1_0_into(blocks, l, o))
     }
 
     /// Import llama.cpp `Q2_K` blocks (super-blocks of 256).
