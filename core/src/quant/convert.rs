@@ -396,16 +396,16 @@ pub fn import_tq1_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
         let b = &blocks[(row * per_row + g) * TQ1_0_BLOCK_BYTES..][..TQ1_0_BLOCK_BYTES];
         gc.scale = f16_at(b, 52, row, g)?;
         for n in 0..5 {
-            for m in 0..32 {
-                gc.codes[32 * n + m] = trit(b[m], n as u32);
+            for (m, &byte) in b[..32].iter().enumerate() {
+                gc.codes[32 * n + m] = trit(byte, n as u32);
             }
-            for m in 0..16 {
-                gc.codes[160 + 16 * n + m] = trit(b[32 + m], n as u32);
+            for (m, &byte) in b[32..48].iter().enumerate() {
+                gc.codes[160 + 16 * n + m] = trit(byte, n as u32);
             }
         }
         for n in 0..4 {
-            for j in 0..4 {
-                gc.codes[240 + 4 * n + j] = trit(b[48 + j], n as u32);
+            for (j, &byte) in b[48..52].iter().enumerate() {
+                gc.codes[240 + 4 * n + j] = trit(byte, n as u32);
             }
         }
         Ok(())
