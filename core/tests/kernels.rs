@@ -603,20 +603,14 @@ fn ggml_dequant_tq1_0(blocks: &[u8]) -> Vec<f32> {
     for b in blocks.chunks_exact(TQ1_0_BLOCK_BYTES) {
         let (qs, qh) = (&b[..48], &b[48..52]);
         let d = half::f16::from_le_bytes([b[52], b[53]]).to_f32();
-        for n in 0..5 {
-            for m in 0..32 {
-                y.push((xi(qs[m].wrapping_mul(pow3[n])) - 1) as f32 * d);
-            }
+        for &p in &pow3[..5] {
+            y.extend(qs[..32].iter().map(|&q| (xi(q.wrapping_mul(p)) - 1) as f32 * d));
         }
-        for n in 0..5 {
-            for m in 0..16 {
-                y.push((xi(qs[32 + m].wrapping_mul(pow3[n])) - 1) as f32 * d);
-            }
+        for &p in &pow3[..5] {
+            y.extend(qs[32..48].iter().map(|&q| (xi(q.wrapping_mul(p)) - 1) as f32 * d));
         }
-        for n in 0..4 {
-            for &h in qh {
-                y.push((xi(h.wrapping_mul(pow3[n])) - 1) as f32 * d);
-            }
+        for &p in &pow3[..4] {
+            y.extend(qh.iter().map(|&h| (xi(h.wrapping_mul(p)) - 1) as f32 * d));
         }
     }
     y
