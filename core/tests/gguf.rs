@@ -3,6 +3,9 @@
 //! any byte, absurd counts, lengths, dims and offsets, random mutations — is refused
 //! with a typed error, never a panic or a hang.
 
+mod common;
+use common::Rng;
+
 use lutra_core::gguf::{GgmlType, Gguf, GgufError, Value, ValueType, MAX_ARRAY_DEPTH};
 
 #[cfg(target_arch = "wasm32")]
@@ -673,21 +676,6 @@ fn ggml_type_table() {
 
 // ---------------------------------------------------------------------------------
 // Random mutations
-
-/// splitmix64: deterministic, dependency-free randomness.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 #[test]
 fn random_mutations_never_panic() {

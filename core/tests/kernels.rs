@@ -1,6 +1,9 @@
 //! Every kernel against the scalar reference (integer accumulators bit for bit), and
 //! the GEMV against f32 arithmetic over the dequantized weights.
 
+mod common;
+use common::Rng;
+
 use lutra_core::quant::convert::{
     Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES,
     TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
@@ -9,28 +12,6 @@ use lutra_core::{gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, Owned
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
-
-/// splitmix64: deterministic, dependency-free randomness.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Roughly normal (sum of 4 uniforms), mean 0, variance 1.
-    fn normal(&mut self) -> f32 {
-        ((0..4).map(|_| self.uniform()).sum::<f32>() - 2.0) * 1.732_050_8
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.normal() * scale).collect()
-    }
-}
 
 fn dequantized<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> Vec<f32> {
     let l = m.layout();

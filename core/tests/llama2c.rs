@@ -1,22 +1,13 @@
 //! llama2.c checkpoints: tiny generated files read back tensor by tensor, and hostile
 //! headers and lengths refused with typed errors, never a panic.
 
+mod common;
+use common::Rng;
+
 use lutra_core::llama2c::{Checkpoint, Config, Llama2cError, TensorKind, HEADER_BYTES, MAX_DIM, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_VOCAB};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
-
-/// splitmix64: deterministic, dependency-free randomness.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// The value the writer stores at element `i` of layer `layer` of `kind`: exact in f32
 /// for tiny models, and different for every tensor, layer and index.

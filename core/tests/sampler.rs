@@ -1,28 +1,13 @@
 //! Sampler: greedy, determinism, empirical frequencies against the softmax, top-k / top-p
 //! / min-p against a naive llama.cpp-order reference, repeat penalty, typed errors.
 
+mod common;
+use common::Rng;
+
 use lutra_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig, SamplerError};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
-
-/// splitmix64: deterministic, dependency-free randomness.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn logits(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| (self.uniform() - 0.5) * scale).collect()
-    }
-}
 
 /// Temperature 1, every filter and the penalty off.
 fn plain(seed: u64) -> SamplerConfig {

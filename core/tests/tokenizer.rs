@@ -1,25 +1,13 @@
 //! llama2.c `tokenizer.bin`: generated vocabularies; merges against a direct transcription
 //! of run.c's O(n²) loop; byte fallback; decoding; malformed files refused.
 
+mod common;
+use common::Rng;
+
 use lutra_core::tokenizer::{byte_of_piece, Llama2cTokenizer, Tokenizer, TokenizerBin, TokenizerError, BOS};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
-
-/// splitmix64: deterministic, dependency-free randomness.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn write_tokenizer(max_len: i32, vocab: &[(f32, Vec<u8>)]) -> Vec<u8> {
     let mut out = max_len.to_le_bytes().to_vec();
