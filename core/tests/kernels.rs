@@ -173,6 +173,23 @@ fn ternary_round_trip_and_gemv() {
     assert!(e < 1e-4, "ternary NMSE {e:e}");
 }
 
+/// An imported matrix against llama.cpp's own dequantization (transcribed in this file):
+/// bit-identical weights in both code orders, and GEMV NMSE ≤ 1e-4 on every ISA.
+fn assert_imports_like_llama_cpp(name: &str, m: &PackedMatrix<lutra_core::AlignedBytes>, reference: &[f32], x: &[f32]) {
+    let rows = m.layout().rows;
+    let deq = dequantized(m);
+    let diffs = deq.iter().zip(reference).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert_eq!(diffs, 0, "{name}: {diffs} dequantized values differ from llama.cpp's");
+    for interleave in [Interleave::Shuffle, Interleave::Permute] {
+        assert_eq!(dequantized(&PackedMatrix::repack(m, interleave).unwrap()), deq, "{name} {interleave:?}");
+    }
+    let want = matvec_f64(reference, x, rows);
+    for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
+        let e = nmse(&gemv_with(isa, m, x), &want);
+        assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
+    }
+}
+
 fn f16(x: f32) -> [u8; 2] {
     half::f16::from_f32(x).to_bits().to_le_bytes()
 }
@@ -221,13 +238,7 @@ fn q4_0_and_q8_0_import_losslessly_and_gemv_within_1e4() {
         } else {
             PackedMatrix::from_q8_0(blocks, rows, cols).unwrap()
         };
-        let deq = dequantized(&m);
-        assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} dequantization differs");
-        let want = matvec_f64(&reference, &x, rows);
-        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
-            let e = nmse(&gemv_with(isa, &m, &x), &want);
-            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
-        }
+        assert_imports_like_llama_cpp(name, &m, &reference, &x);
     }
 }
 
@@ -380,13 +391,7 @@ fn q5_0_and_tq2_0_import_losslessly() {
         ("Q5_0", PackedMatrix::from_q5_0(&q5, rows, cols).unwrap(), ggml_dequant_q5_0(&q5)),
         ("TQ2_0", PackedMatrix::from_tq2_0(&tq2, rows, cols).unwrap(), ggml_dequant_tq2_0(&tq2)),
     ] {
-        let deq = dequantized(&m);
-        assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} dequantization differs");
-        let want = matvec_f64(&reference, &x, rows);
-        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
-            let e = nmse(&gemv_with(isa, &m, &x), &want);
-            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
-        }
+        assert_imports_like_llama_cpp(name, &m, &reference, &x);
     }
     assert!(matches!(PackedMatrix::from_q5_0(&q5[1..], rows, cols), Err(Error::BufferSize { .. })));
     assert!(matches!(PackedMatrix::from_tq2_0(&tq2, rows, 100), Err(Error::ColsNotMultipleOfGroup { .. })));
@@ -464,18 +469,7 @@ fn q4_k_and_q6_k_import_losslessly() {
         ("Q4_K", PackedMatrix::from_q4_k(&q4k, rows, cols).unwrap(), ggml_dequant_q4_k(&q4k)),
         ("Q6_K", PackedMatrix::from_q6_k(&q6k, rows, cols).unwrap(), ggml_dequant_q6_k(&q6k)),
     ] {
-        let deq = dequantized(&m);
-        let diffs = deq.iter().zip(&reference).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        assert_eq!(diffs, 0, "{name}: {diffs} dequantized values differ from llama.cpp's");
-        let want = matvec_f64(&reference, &x, rows);
-        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
-            let e = nmse(&gemv_with(isa, &m, &x), &want);
-            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
-        }
-        for interleave in [Interleave::Shuffle, Interleave::Permute] {
-            let r = PackedMatrix::repack(&m, interleave).unwrap();
-            assert_eq!(dequantized(&r), deq, "{name} {interleave:?}");
-        }
+        assert_imports_like_llama_cpp(name, &m, &reference, &x);
     }
     assert!(matches!(PackedMatrix::from_q4_k(&q4k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
     assert!(matches!(PackedMatrix::from_q6_k(&q6k[..100], rows, cols), Err(Error::BufferSize { .. })));
@@ -563,14 +557,7 @@ fn q2_k_and_q3_k_import_losslessly() {
         ("Q2_K", PackedMatrix::from_q2_k(&q2k, rows, cols).unwrap(), ggml_dequant_q2_k(&q2k)),
         ("Q3_K", PackedMatrix::from_q3_k(&q3k, rows, cols).unwrap(), ggml_dequant_q3_k(&q3k)),
     ] {
-        let deq = dequantized(&m);
-        let diffs = deq.iter().zip(&reference).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        assert_eq!(diffs, 0, "{name}: {diffs} dequantized values differ from llama.cpp's");
-        let want = matvec_f64(&reference, &x, rows);
-        for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
-            let e = nmse(&gemv_with(isa, &m, &x), &want);
-            assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
-        }
+        assert_imports_like_llama_cpp(name, &m, &reference, &x);
     }
     assert!(matches!(PackedMatrix::from_q3_k(&q3k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
     assert!(matches!(PackedMatrix::from_q2_k(&q2k[..50], rows, cols), Err(Error::BufferSize { .. })));
@@ -607,13 +594,5 @@ fn tq1_0_imports_losslessly() {
         blocks.extend_from_slice(&f16(0.01 + rng.uniform() * 0.02));
     }
     let m = PackedMatrix::from_tq1_0(&blocks, rows, cols).unwrap();
-    let reference = ggml_dequant_tq1_0(&blocks);
-    let deq = dequantized(&m);
-    assert!(deq.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "TQ1_0 dequantization differs");
-    let x = rng.vec(cols, 1.0);
-    let want = matvec_f64(&reference, &x, rows);
-    for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
-        let e = nmse(&gemv_with(isa, &m, &x), &want);
-        assert!(e <= 1e-4, "TQ1_0 {}: NMSE {e:e}", isa.name());
-    }
+    assert_imports_like_llama_cpp("TQ1_0", &m, &ggml_dequant_tq1_0(&blocks), &rng.vec(cols, 1.0));
 }
