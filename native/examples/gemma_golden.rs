@@ -28,9 +28,8 @@
 //! The file format is described in the header the program writes (and parsed by
 //! `lutra_tests::golden`).
 
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::ptr;
@@ -174,12 +173,10 @@ struct Llama {
 impl Llama {
     fn load(path: &Path) -> Result<Llama, String> {
         let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| "NUL in model path".to_string())?;
-        // SAFETY: the callback is a plain function valid for the whole program; backend
-        // init has no preconditions; the parameter structs come from llama.cpp's own
-        // default constructors and `cpath` is NUL-terminated. Results are null-checked.
+        lutra::llamacpp_model::init_backend();
+        // SAFETY: the parameter structs come from llama.cpp's own default constructors
+        // and `cpath` is NUL-terminated. Results are null-checked.
         unsafe {
-            sys::llama_log_set(Some(log_callback), ptr::null_mut());
-            sys::llama_backend_init();
             let mut mparams = sys::llama_model_default_params();
             mparams.n_gpu_layers = 0;
             let model = sys::llama_model_load_from_file(cpath.as_ptr(), mparams);
@@ -288,26 +285,4 @@ fn top_logprobs(logits: &[f32]) -> Result<Row, String> {
     let rest_max = rest.iter().fold(f64::NEG_INFINITY, |m, &i| m.max(logits[i as usize] as f64));
     let rest_lse = rest_max + rest.iter().map(|&i| (logits[i as usize] as f64 - rest_max).exp()).sum::<f64>().ln();
     Ok(Row { top: top_ids.iter().map(|&i| (i, logits[i as usize] as f64 - lse)).collect(), tail: rest_lse - lse })
-}
-
-thread_local! {
-    static LAST_LEVEL: std::cell::Cell<sys::ggml_log_level> = const { std::cell::Cell::new(sys::GGML_LOG_LEVEL_INFO) };
-}
-
-/// llama.cpp/ggml log callback: warnings and errors to stderr, the rest dropped.
-unsafe extern "C" fn log_callback(level: sys::ggml_log_level, text: *const c_char, _: *mut c_void) {
-    if text.is_null() {
-        return;
-    }
-    let level = if level == sys::GGML_LOG_LEVEL_CONT {
-        LAST_LEVEL.with(|l| l.get())
-    } else {
-        LAST_LEVEL.with(|l| l.set(level));
-        level
-    };
-    if level >= sys::GGML_LOG_LEVEL_WARN {
-        // SAFETY: llama.cpp passes a NUL-terminated message that lives for this call.
-        let bytes = unsafe { CStr::from_ptr(text) }.to_bytes();
-        let _ = std::io::stderr().write_all(bytes);
-    }
 }

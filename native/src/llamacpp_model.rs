@@ -229,8 +229,9 @@ impl Drop for LlamaCppModel {
     }
 }
 
-/// Installs the log callback and initializes llama.cpp's backends, once per process.
-fn init_backend() {
+/// Installs the log callback and initializes llama.cpp's backends, once per process
+/// (also used by `examples/gemma_golden.rs`).
+pub fn init_backend() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: the callback is a plain function valid for the whole program and
