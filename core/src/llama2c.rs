@@ -467,11 +467,10 @@ impl<'a> F32Tensor<'a> {
         if !ptr.is_aligned() {
             return Err(Llama2cError::Misaligned { tensor: self.name });
         }
-        // SAFETY: `ptr` is non-null and 4-byte aligned (checked above), and points to
-        // `self.bytes`, which holds `len() * 4` initialised bytes (its length is always a
-        // multiple of 4: rows * cols * 4) that stay borrowed for 'a and are never mutated
-        // through this shared borrow. Every bit pattern is a valid f32, and on this
-        // little-endian target the file's byte order is the native one.
+        // `self.bytes` holds `len() * 4` initialised bytes (rows * cols * 4) borrowed for 'a
+        // and never mutated through this shared borrow; every bit pattern is a valid f32,
+        // and on this little-endian target the file's byte order is the native one.
+        // SAFETY: `ptr` is non-null, 4-byte aligned (checked above) and covers `len()` f32.
         Ok(unsafe { core::slice::from_raw_parts(ptr, self.len()) })
     }
 }

@@ -86,10 +86,10 @@ fn import_gemma(
     lutra_core::model::gemma3::Gemma3::from_gguf_with_progress(gguf, |p| {
         if let Some(info) = gguf.tensor(p.tensor) {
             if let Ok(len) = info.byte_size() {
-                // SAFETY: `map` is a read-only mapping of a file; MADV_DONTNEED only drops
-                // the resident pages, and any later read of the range faults them back
-                // in from the file with the same contents, so the borrows held by `gguf`
-                // stay valid. A failure just leaves the pages resident.
+                // Any later read of the range faults the pages back in from the file with
+                // the same contents, so the borrows held by `gguf` stay valid; a failure
+                // just leaves the pages resident.
+                // SAFETY: `map` is a read-only file mapping; MADV_DONTNEED only drops pages.
                 let _ = unsafe {
                     map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, gguf.data_start() + info.offset as usize, len as usize)
                 };

@@ -474,10 +474,10 @@ fn repack_buffer_type(backend: sys::ggml_backend_t, w: *mut sys::ggml_tensor) ->
     let (dev, buft) = repack;
     // SAFETY: ggml_tensor_overhead has no preconditions.
     let ctx = new_context(unsafe { sys::ggml_tensor_overhead() } * 4)?;
-    // SAFETY: ctx is a fresh no_alloc context with room for the two tensors and the
-    // op; `w` is an unallocated weight tensor (buffer null), which gets a zero-size
-    // dummy buffer of the candidate type for the check and is restored to null
-    // afterwards, exactly as llama.cpp's loader does. ctx is freed before returning.
+    // `w` gets a zero-size dummy buffer of the candidate type for the check and is
+    // restored to null afterwards, exactly as llama.cpp's loader does.
+    // SAFETY: ctx is a fresh no_alloc context with room for the two tensors and the op,
+    // freed before returning; `w` is an unallocated weight tensor (buffer null).
     let supported = unsafe {
         let b = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, (*w).ne[0], 512);
         let op = if b.is_null() { ptr::null_mut() } else { sys::ggml_mul_mat(ctx, w, b) };

@@ -51,10 +51,10 @@ pub fn map_file(path: &Path) -> Result<Mmap, InspectError> {
     if len == 0 {
         return Err(InspectError::Empty { path: path.to_path_buf() });
     }
-    // SAFETY: the map is read-only and only read through `&[u8]`. Another process
-    // truncating or rewriting the file while it is mapped would change those bytes under
-    // us (or fault on access); like every mmap-based model loader we accept that the
-    // user does not modify a model file while lutra reads it.
+    // Another process truncating or rewriting the file while it is mapped would change
+    // the bytes under us (or fault on access); like every mmap-based model loader we
+    // accept that the user does not modify a model file while lutra reads it.
+    // SAFETY: the map is read-only and only read through `&[u8]`.
     unsafe { Mmap::map(&file) }.map_err(io_err)
 }
 

@@ -73,10 +73,10 @@ impl LlamaCppModel {
             tokens: Vec::with_capacity(n_ctx),
             rng: 0x6c75_7472_612d_6c63,
         };
+        // Every pointer returned is null-checked and stored in `m` as soon as it exists, so
+        // an early return frees exactly what was made (Drop skips null pointers).
         // SAFETY: the parameter structs come from llama.cpp's own default constructors and
-        // `cpath` is NUL-terminated and outlives the call. Every pointer returned is
-        // null-checked and stored in `m` as soon as it exists, so an early return frees
-        // exactly what was made (Drop skips null pointers).
+        // `cpath` is NUL-terminated and outlives the call.
         unsafe {
             let mut mparams = sys::llama_model_default_params();
             mparams.n_gpu_layers = 0;
@@ -182,10 +182,10 @@ impl LlamaCppModel {
     /// logits for the last token), then `llama_synchronize`.
     fn decode_buffer(&mut self) -> Result<(), String> {
         let n = i32::try_from(self.tokens.len()).map_err(|_| "llama.cpp: batch too large".to_string())?;
-        // SAFETY: `llama_batch_get_one` only records the pointer and length of
-        // `self.tokens`, which stays alive and unmodified until `llama_decode` returns; the
-        // batch owns nothing, so it is not freed. The context is live, and every id is
-        // below n_vocab.
+        // The batch only records the pointer and length of `self.tokens` and owns nothing,
+        // so it is not freed.
+        // SAFETY: `self.tokens` stays alive and unmodified until `llama_decode` returns;
+        // the context is live, and every id is below n_vocab.
         let rc = unsafe {
             let batch = sys::llama_batch_get_one(self.tokens.as_mut_ptr(), n);
             let rc = sys::llama_decode(self.ctx, batch);
