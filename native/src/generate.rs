@@ -37,25 +37,64 @@ pub struct RunOptions {
     pub context: usize,
 }
 
-/// The model's `tokenizer.bin`: given, or beside the checkpoint.
-fn tokenizer_path(opts: &RunOptions) -> PathBuf {
-    opts.tokenizer.clone().unwrap_or_else(|| opts.model.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"))
-}
-
 fn read(path: &Path, what: &str) -> Result<memmap2::Mmap, String> {
     crate::inspect::map_file(path).map_err(|e| format!("{what}: {e}"))
 }
 
-/// Generate from a model file: GGUF (Gemma 3) or a llama2.c checkpoint.
+/// Generate from a model file (GGUF Gemma 3 or a llama2.c checkpoint), streaming text to
+/// stdout and load time and tokens/s to stderr.
 pub fn run(opts: &RunOptions) -> Result<(), String> {
-    let bytes = read(&opts.model, "model")?;
-    if bytes.starts_with(b"GGUF") {
-        return run_gguf(opts, &bytes);
+    let t_load = Instant::now();
+    let loaded = load_showing_progress(&opts.model, opts.tokenizer.as_deref(), opts.bits, true)?;
+    let prompt = loaded.encode_prompt(&opts.prompt, opts.chat)?;
+    let context = opts.context.min(loaded.max_context());
+    if prompt.len() >= context {
+        return Err(format!("the prompt is {} tokens; the context is {context} (--ctx, and the model's own)", prompt.len()));
     }
-    run_llama2c(opts, bytes)
+    let total = (prompt.len() + opts.tokens).min(context);
+    let mut session = loaded.session(total)?;
+    let mut sampler = Sampler::new(opts.sampler).map_err(|e| e.to_string())?;
+    let mut scratch = vec![Candidate::default(); scratch_len(loaded.vocab_size())];
+    let pool = Pool::new(opts.threads);
+    let gemv = PoolGemv(&pool);
+    eprintln!(
+        "loaded {} in {:.2} s: {}, {} threads, kernel {}",
+        opts.model.display(),
+        t_load.elapsed().as_secs_f64(),
+        loaded.describe(),
+        opts.threads,
+        Isa::best().name()
+    );
+
+    let io = |e: std::io::Error| e.to_string();
+    let mut out = std::io::stdout().lock();
+    if !opts.chat {
+        out.write_all(opts.prompt.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
+    }
+    let mut tokens = prompt.clone();
+    let mut timing = Timing { prompt_s: 0.0, gen_s: 0.0, prompt_tokens: prompt.len(), generated: 0 };
+    for pos in 0..total - 1 {
+        let t = Instant::now();
+        let logits = loaded.forward(&gemv, &mut session, tokens[pos], pos)?;
+        if pos + 1 < prompt.len() {
+            timing.prompt_s += t.elapsed().as_secs_f64();
+            continue;
+        }
+        let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
+        timing.gen_s += t.elapsed().as_secs_f64();
+        timing.generated += 1;
+        if loaded.ends_text(next) {
+            break;
+        }
+        out.write_all(loaded.decode_piece(tokens[pos], next)?).and_then(|_| out.flush()).map_err(io)?;
+        tokens.push(next);
+    }
+    writeln!(out).map_err(io)?;
+    timing.report();
+    Ok(())
 }
 
-/// Stream `pieces` of generated tokens; returns (prompt seconds, generation seconds, generated).
+/// Prompt and generation time of one `run`.
 struct Timing {
     prompt_s: f64,
     gen_s: f64,
@@ -101,142 +140,6 @@ fn import_gemma(
     })
 }
 
-fn run_gguf(opts: &RunOptions, bytes_map: &memmap2::Mmap) -> Result<(), String> {
-    let bytes: &[u8] = bytes_map;
-    use lutra_core::model::gemma3::Gemma3State;
-    use lutra_core::spm::SpmTokenizer;
-    let t_load = Instant::now();
-    let gguf = lutra_core::gguf::Gguf::parse(bytes).map_err(|e| format!("{}: {e}", opts.model.display()))?;
-    let tok = SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", opts.model.display()))?;
-    let model = import_gemma(&gguf, bytes_map, true).map_err(|e| format!("{}: {e}", opts.model.display()))?;
-    eprintln!();
-    let c = model.config;
-    let mut prompt = Vec::new();
-    let text = if opts.chat { lutra_core::spm::gemma_chat_prompt(&opts.prompt) } else { opts.prompt.clone() };
-    tok.encode_llama(&text, true, opts.chat, &mut prompt).map_err(|e| e.to_string())?;
-    let context = opts.context.min(c.context);
-    if prompt.len() >= context {
-        return Err(format!("the prompt is {} tokens; the context is {context} (--ctx)", prompt.len()));
-    }
-    let total = (prompt.len() + opts.tokens).min(context);
-    let mut state = Gemma3State::new(&model, total).map_err(|e| e.to_string())?;
-    let mut sampler = Sampler::new(opts.sampler).map_err(|e| e.to_string())?;
-    let mut scratch = vec![Candidate::default(); scratch_len(c.vocab_size)];
-    let pool = Pool::new(opts.threads);
-    let gemv = PoolGemv(&pool);
-    eprintln!(
-        "loaded {} in {:.2} s: gemma3, dim {}, {} layers, {} heads / {} KV heads, vocab {}, {:.1} MiB of matrices, {} threads, kernel {}",
-        opts.model.display(),
-        t_load.elapsed().as_secs_f64(),
-        c.dim,
-        c.n_layers,
-        c.n_heads,
-        c.n_kv_heads,
-        c.vocab_size,
-        model.matrix_bytes() as f64 / (1 << 20) as f64,
-        opts.threads,
-        Isa::best().name()
-    );
-    let mut out = std::io::stdout().lock();
-    if !opts.chat {
-        out.write_all(opts.prompt.as_bytes()).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
-    }
-    let mut tokens = prompt.clone();
-    let mut timing = Timing { prompt_s: 0.0, gen_s: 0.0, prompt_tokens: prompt.len(), generated: 0 };
-    for pos in 0..total - 1 {
-        let t = Instant::now();
-        let logits = model.forward(&gemv, &mut state, tokens[pos], pos).map_err(|e| e.to_string())?;
-        if pos + 1 < prompt.len() {
-            timing.prompt_s += t.elapsed().as_secs_f64();
-            continue;
-        }
-        let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
-        timing.gen_s += t.elapsed().as_secs_f64();
-        timing.generated += 1;
-        if tok.is_eog(next) {
-            break;
-        }
-        let piece = tok.decode_piece(Some(tokens[pos]), next).map_err(|e| e.to_string())?;
-        out.write_all(piece).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
-        tokens.push(next);
-    }
-    writeln!(out).map_err(|e| e.to_string())?;
-    timing.report();
-    Ok(())
-}
-
-/// Generate from a llama2.c checkpoint.
-fn run_llama2c(opts: &RunOptions, bytes: memmap2::Mmap) -> Result<(), String> {
-    let t_load = Instant::now();
-    let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", opts.model.display()))?;
-    let tok_path = tokenizer_path(opts);
-    let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;
-    let tok = Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
-    let model = Llama::from_llama2c_with_progress(&ckpt, opts.bits, |done, total| {
-        eprint!("\rquantizing to {} bits: {done}/{total} matrices", opts.bits);
-    })
-    .map_err(|e| e.to_string())?;
-    eprintln!();
-    let c = model.config;
-    let mut prompt = Vec::new();
-    tok.encode(&opts.prompt, true, &mut prompt).map_err(|e| e.to_string())?;
-    if prompt.len() > c.seq_len {
-        return Err(format!("the prompt is {} tokens; the model's context is {}", prompt.len(), c.seq_len));
-    }
-    let total = (prompt.len() + opts.tokens).min(c.seq_len);
-    let mut state = State::new(&model, total).map_err(|e| e.to_string())?;
-    let mut sampler = Sampler::new(opts.sampler).map_err(|e| e.to_string())?;
-    let mut scratch = vec![Candidate::default(); scratch_len(c.vocab_size)];
-    let pool = Pool::new(opts.threads);
-    let gemv = PoolGemv(&pool);
-    eprintln!(
-        "loaded {} in {:.2} s: dim {}, {} layers, {} heads, vocab {}, {:.1} MiB of {}-bit matrices, {} threads, kernel {}",
-        opts.model.display(),
-        t_load.elapsed().as_secs_f64(),
-        c.dim,
-        c.n_layers,
-        c.n_heads,
-        c.vocab_size,
-        model.matrix_bytes() as f64 / (1 << 20) as f64,
-        opts.bits,
-        opts.threads,
-        Isa::best().name()
-    );
-
-    let mut out = std::io::stdout().lock();
-    let mut tokens: Vec<u32> = prompt.clone();
-    let mut text = Vec::new();
-    tok.decode(&prompt, &mut text).map_err(|e| e.to_string())?;
-    out.write_all(&text).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
-    let (mut t_prompt, mut t_gen) = (0.0f64, 0.0f64);
-    let mut generated = 0usize;
-    for pos in 0..total - 1 {
-        let t = Instant::now();
-        let logits = model.forward(&gemv, &mut state, tokens[pos], pos).map_err(|e| e.to_string())?;
-        if pos + 1 < prompt.len() {
-            t_prompt += t.elapsed().as_secs_f64();
-            continue;
-        }
-        let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
-        t_gen += t.elapsed().as_secs_f64();
-        generated += 1;
-        if Some(next) == tok.eos() || Some(next) == tok.bos() {
-            break;
-        }
-        let piece = tok.decode_piece(Some(tokens[pos]), next).map_err(|e| e.to_string())?;
-        out.write_all(piece).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
-        tokens.push(next);
-    }
-    writeln!(out).map_err(|e| e.to_string())?;
-    let prefill = prompt.len().saturating_sub(1);
-    eprintln!(
-        "prompt: {prefill} tokens at {:.1} tokens/s; generation: {generated} tokens at {:.1} tokens/s",
-        prefill as f64 / t_prompt.max(1e-9),
-        generated as f64 / t_gen.max(1e-9)
-    );
-    Ok(())
-}
-
 /// A model and its tokenizer, loaded for evaluation: a llama2.c checkpoint or a Gemma 3 GGUF.
 pub enum Loaded {
     Llama { model: Box<Llama>, tokenizer: Box<Llama2cTokenizer> },
@@ -276,6 +179,63 @@ impl Loaded {
         }
         .map_err(|e| e.to_string())
     }
+    /// The prompt's tokens, with BOS; `chat` wraps it in the model's chat template.
+    pub fn encode_prompt(&self, text: &str, chat: bool) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        match self {
+            Loaded::Gemma { tokenizer, .. } if chat => {
+                tokenizer.encode_llama(&lutra_core::spm::gemma_chat_prompt(text), true, true, &mut out)
+            }
+            Loaded::Llama { .. } if chat => return Err("--chat: llama2.c checkpoints have no chat template".into()),
+            _ => return self.encode(text, true, &mut out).map(|_| out),
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+    /// The bytes `token` adds after `prev`.
+    pub fn decode_piece(&self, prev: u32, token: u32) -> Result<&[u8], String> {
+        match self {
+            Loaded::Llama { tokenizer, .. } => tokenizer.decode_piece(Some(prev), token),
+            Loaded::Gemma { tokenizer, .. } => tokenizer.decode_piece(Some(prev), token),
+        }
+        .map_err(|e| e.to_string())
+    }
+    /// Whether generating `token` ends the text.
+    pub fn ends_text(&self, token: u32) -> bool {
+        match self {
+            Loaded::Llama { tokenizer, .. } => Some(token) == tokenizer.eos() || Some(token) == tokenizer.bos(),
+            Loaded::Gemma { tokenizer, .. } => tokenizer.is_eog(token),
+        }
+    }
+    /// One line about the model for the load report.
+    pub fn describe(&self) -> String {
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        match self {
+            Loaded::Llama { model, .. } => {
+                let c = &model.config;
+                format!(
+                    "llama, dim {}, {} layers, {} heads, vocab {}, {:.1} MiB of matrices",
+                    c.dim,
+                    c.n_layers,
+                    c.n_heads,
+                    c.vocab_size,
+                    mib(model.matrix_bytes())
+                )
+            }
+            Loaded::Gemma { model, .. } => {
+                let c = &model.config;
+                format!(
+                    "gemma3, dim {}, {} layers, {} heads / {} KV heads, vocab {}, {:.1} MiB of matrices",
+                    c.dim,
+                    c.n_layers,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    c.vocab_size,
+                    mib(model.matrix_bytes())
+                )
+            }
+        }
+    }
     pub fn session(&self, context: usize) -> Result<Session, String> {
         match self {
             Loaded::Llama { model, .. } => State::new(model, context).map(Session::Llama),
@@ -296,11 +256,18 @@ impl Loaded {
 /// Load a model: GGUF (Gemma 3) as stored, a llama2.c checkpoint quantized to `bits`
 /// (tokenizer beside it unless given).
 pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, String> {
+    load_showing_progress(model, tokenizer, bits, false)
+}
+
+fn load_showing_progress(model: &Path, tokenizer: Option<&Path>, bits: u8, progress: bool) -> Result<Loaded, String> {
     let bytes = read(model, "model")?;
     if bytes.starts_with(b"GGUF") {
         let gguf = lutra_core::gguf::Gguf::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
         let tokenizer = lutra_core::spm::SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
-        let m = import_gemma(&gguf, &bytes, false).map_err(|e| format!("{}: {e}", model.display()))?;
+        let m = import_gemma(&gguf, &bytes, progress).map_err(|e| format!("{}: {e}", model.display()))?;
+        if progress {
+            eprintln!();
+        }
         return Ok(Loaded::Gemma { model: Box::new(m), tokenizer: Box::new(tokenizer) });
     }
     let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
@@ -308,7 +275,15 @@ pub fn load(model: &Path, tokenizer: Option<&Path>, bits: u8) -> Result<Loaded, 
     let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;
     let tokenizer =
         Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
-    let model = Llama::from_llama2c(&ckpt, bits).map_err(|e| e.to_string())?;
+    let model = Llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
+        if progress {
+            eprint!("\rquantizing to {bits} bits: {done}/{total} matrices");
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if progress {
+        eprintln!();
+    }
     Ok(Loaded::Llama { model: Box::new(model), tokenizer: Box::new(tokenizer) })
 }
 
