@@ -25,6 +25,8 @@ pub enum Error {
     InterleaveMismatch { isa: crate::Isa, matrix: crate::Interleave },
     /// Tables were built for another group size or length than the matrix needs.
     TablesMismatch { tables_cols: usize, tables_group: usize, cols: usize, group: usize },
+    /// A product-quantized key cache needs an even number of sub-spaces in 2..=256.
+    BadSubspaces(usize),
 }
 
 impl fmt::Display for Error {
@@ -49,6 +51,7 @@ impl fmt::Display for Error {
             Error::TablesMismatch { tables_cols, tables_group, cols, group } => {
                 write!(f, "tables built for {tables_cols} columns / group {tables_group}, matrix has {cols} / {group}")
             }
+            Error::BadSubspaces(s) => write!(f, "{s} sub-spaces: a PQ key cache needs an even number in 2..=256"),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod llama2c;
 pub mod lut;
 #[cfg(feature = "alloc")]
 pub mod model;
+pub mod pq;
 pub mod quant;
 pub mod sampler;
 #[cfg(feature = "alloc")]

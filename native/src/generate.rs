@@ -6,8 +6,10 @@ use std::time::Instant;
 
 use lutra_core::llama2c::Checkpoint;
 use lutra_core::lut::Tables;
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use lutra_core::model::llama::{Llama, State};
 use lutra_core::model::Gemv;
+use lutra_core::pq::{Codebooks, PqKvCache};
 use lutra_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
 use lutra_core::{Error, Isa, PackedMatrix};
@@ -23,6 +25,44 @@ impl Gemv for PoolGemv<'_> {
     }
 }
 
+/// How attention reads the key cache: exact f16 keys, or NoMAD product-quantized codes.
+#[derive(Clone, Default)]
+pub enum Attention {
+    #[default]
+    Exact,
+    Pq(Box<Codebooks>),
+}
+
+impl Attention {
+    /// `--attention exact|pq` with `--codebooks FILE` (required for pq).
+    pub fn from_args(kind: &str, codebooks: Option<&Path>) -> Result<Attention, String> {
+        match (kind, codebooks) {
+            ("exact", None) => Ok(Attention::Exact),
+            ("exact", Some(_)) => Err("--codebooks is only used with --attention pq".into()),
+            ("pq", Some(path)) => {
+                let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let books = Codebooks::from_gguf(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+                Ok(Attention::Pq(Box::new(books)))
+            }
+            ("pq", None) => Err("--attention pq needs --codebooks FILE (make one with `lutra calibrate`)".into()),
+            (other, _) => Err(format!("--attention {other:?}: expected exact or pq")),
+        }
+    }
+
+    fn cache(&self, shape: AttentionShape, arch: &str) -> Result<Box<dyn KvCache>, String> {
+        match self {
+            Attention::Exact => Ok(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))),
+            Attention::Pq(books) => {
+                if books.model() != arch {
+                    return Err(format!("the codebooks were calibrated on a {} model, this is {arch}", books.model()));
+                }
+                let cache = PqKvCache::new(shape, (**books).clone(), Isa::best()).map_err(|e| e.to_string())?;
+                Ok(Box::new(cache))
+            }
+        }
+    }
+}
+
 pub struct RunOptions {
     pub model: PathBuf,
     pub tokenizer: Option<PathBuf>,
@@ -35,6 +75,7 @@ pub struct RunOptions {
     pub chat: bool,
     /// Context length (tokens) for models with a long trained context.
     pub context: usize,
+    pub attention: Attention,
 }
 
 fn read(path: &Path, what: &str) -> Result<memmap2::Mmap, String> {
@@ -52,18 +93,19 @@ pub fn run(opts: &RunOptions) -> Result<(), String> {
         return Err(format!("the prompt is {} tokens; the context is {context} (--ctx, and the model's own)", prompt.len()));
     }
     let total = (prompt.len() + opts.tokens).min(context);
-    let mut session = loaded.session(total)?;
+    let mut session = loaded.session(total, &opts.attention)?;
     let mut sampler = Sampler::new(opts.sampler).map_err(|e| e.to_string())?;
     let mut scratch = vec![Candidate::default(); scratch_len(loaded.vocab_size())];
     let pool = Pool::new(opts.threads);
     let gemv = PoolGemv(&pool);
     eprintln!(
-        "loaded {} in {:.2} s: {}, {} threads, kernel {}",
+        "loaded {} in {:.2} s: {}, {} threads, kernel {}\nKV cache: {}",
         opts.model.display(),
         t_load.elapsed().as_secs_f64(),
         loaded.describe(),
         opts.threads,
-        Isa::best().name()
+        Isa::best().name(),
+        session.describe_cache()
     );
 
     let io = |e: std::io::Error| e.to_string();
@@ -152,6 +194,21 @@ pub enum Session {
     Gemma(lutra_core::model::gemma3::Gemma3State),
 }
 
+impl Session {
+    pub fn cache(&self) -> &dyn KvCache {
+        match self {
+            Session::Llama(s) => s.cache(),
+            Session::Gemma(s) => s.cache(),
+        }
+    }
+    /// The KV cache's kind and sizes, for reports.
+    pub fn describe_cache(&self) -> String {
+        let c = self.cache();
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        format!("{} keys, {:.1} MiB of keys + {:.1} MiB of f16 values", c.describe(), mib(c.key_bytes()), mib(c.value_bytes()))
+    }
+}
+
 impl Loaded {
     pub fn vocab_size(&self) -> usize {
         match self {
@@ -236,10 +293,29 @@ impl Loaded {
             }
         }
     }
-    pub fn session(&self, context: usize) -> Result<Session, String> {
+    /// `general.architecture` (llama2.c checkpoints: "llama").
+    pub fn architecture(&self) -> &'static str {
         match self {
-            Loaded::Llama { model, .. } => State::new(model, context).map(Session::Llama),
-            Loaded::Gemma { model, .. } => lutra_core::model::gemma3::Gemma3State::new(model, context).map(Session::Gemma),
+            Loaded::Llama { .. } => "llama",
+            Loaded::Gemma { .. } => "gemma3",
+        }
+    }
+    /// The attention shape of a session of `context` positions.
+    pub fn attention_shape(&self, context: usize) -> AttentionShape {
+        match self {
+            Loaded::Llama { model, .. } => model.attention_shape(context),
+            Loaded::Gemma { model, .. } => model.attention_shape(context),
+        }
+    }
+    /// A session of `context` positions reading keys as `attention` says.
+    pub fn session(&self, context: usize, attention: &Attention) -> Result<Session, String> {
+        self.session_with_cache(attention.cache(self.attention_shape(context), self.architecture())?)
+    }
+    /// A session over a given KV cache (made for `attention_shape`).
+    pub fn session_with_cache(&self, cache: Box<dyn KvCache>) -> Result<Session, String> {
+        match self {
+            Loaded::Llama { model, .. } => State::with_cache(model, cache).map(Session::Llama),
+            Loaded::Gemma { model, .. } => lutra_core::model::gemma3::Gemma3State::with_cache(model, cache).map(Session::Gemma),
         }
         .map_err(|e| e.to_string())
     }
@@ -290,15 +366,18 @@ fn load_showing_progress(model: &Path, tokenizer: Option<&Path>, bits: u8, progr
 /// Perplexity by llama.cpp's `llama-perplexity` method: the text's tokens (with BOS) cut
 /// into non-overlapping chunks of `ctx`, the first token of each chunk set to BOS, and
 /// only the second half of each chunk scored.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Perplexity {
     pub ppl: f64,
     pub chunks: usize,
     pub ctx: usize,
     pub scored: usize,
+    /// The key cache's kind and bytes.
+    pub keys: String,
+    pub key_bytes: usize,
 }
 
-pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Result<Perplexity, String> {
+pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize, attention: &Attention) -> Result<Perplexity, String> {
     if ctx < 4 || ctx > loaded.max_context() {
         return Err(format!("--ctx {ctx} must be between 4 and the model's context {}", loaded.max_context()));
     }
@@ -311,7 +390,7 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Re
     let bos = loaded.bos();
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = loaded.session(ctx)?;
+    let mut session = loaded.session(ctx, attention)?;
     let (mut nll, mut scored) = (0.0f64, 0usize);
     for chunk in tokens.chunks_exact(ctx).take(chunks) {
         let first = ctx / 2;
@@ -326,22 +405,31 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize) -> Re
             }
         }
     }
-    Ok(Perplexity { ppl: (nll / scored as f64).exp(), chunks, ctx, scored })
+    let (keys, key_bytes) = (session.cache().describe(), session.cache().key_bytes());
+    Ok(Perplexity { ppl: (nll / scored as f64).exp(), chunks, ctx, scored, keys, key_bytes })
 }
 
-/// `lutra bench model`: prompt processing (`pp` tokens fed one by one from position 0)
-/// and generation (`tg` greedy tokens), tokens/s, medians of `runs`.
-pub fn bench_model(loaded: &Loaded, threads: usize, pp: usize, tg: usize, runs: usize) -> Result<(f64, f64), String> {
-    let context = loaded.max_context().min(pp.max(tg) + 1);
-    let (pp, tg) = (pp.min(context), tg.min(context - 1));
+/// `lutra bench model`: prompt processing (`pp` tokens fed one by one) and generation
+/// (`tg` greedy tokens), tokens/s, medians of `runs`, both starting at position `depth`
+/// (like `llama-bench -d`): the first `depth` positions are filled once, then every round
+/// overwrites the positions after them.
+pub fn bench_model(loaded: &Loaded, threads: usize, spec: &ModelBench) -> Result<(f64, f64), String> {
+    // pp and tg are capped at the room the context leaves after `depth`
+    let room = loaded.max_context().saturating_sub(spec.depth + 1);
+    if room == 0 {
+        return Err(format!("--depth {} leaves no room in the model's context of {}", spec.depth, loaded.max_context()));
+    }
+    let (pp, tg) = (spec.pp.min(room), spec.tg.min(room));
+    let context = spec.depth + pp.max(tg) + 1;
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = loaded.session(context)?;
+    let mut session = loaded.session(context, &spec.attention)?;
+    fill_depth(loaded, &gemv, &mut session, spec.depth)?;
     let mut pp_tps = Vec::new();
     let mut tg_tps = Vec::new();
-    for run in 0..runs.max(5) + 1 {
-        let pp_s = lutra_pp(loaded, &gemv, &mut session, pp)?;
-        let tg_s = lutra_tg(loaded, &gemv, &mut session, tg)?;
+    for run in 0..spec.runs.max(5) + 1 {
+        let pp_s = lutra_pp(loaded, &gemv, &mut session, spec.depth, pp)?;
+        let tg_s = lutra_tg(loaded, &gemv, &mut session, spec.depth, tg)?;
         if run > 0 {
             // the first run warms caches and the pool
             pp_tps.push(pp as f64 / pp_s);
@@ -351,23 +439,51 @@ pub fn bench_model(loaded: &Loaded, threads: usize, pp: usize, tg: usize, runs: 
     Ok((crate::bench::median(pp_tps), crate::bench::median(tg_tps)))
 }
 
-/// lutra's prompt processing for `bench model`: `pp` tokens fed one at a time from
-/// position 0 (no batched prefill yet). Returns seconds.
-fn lutra_pp(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, pp: usize) -> Result<f64, String> {
+/// What `lutra bench model` times.
+#[derive(Clone)]
+pub struct ModelBench {
+    pub pp: usize,
+    pub tg: usize,
+    pub runs: usize,
+    /// Positions filled before timing.
+    pub depth: usize,
+    pub attention: Attention,
+}
+
+/// Feed `depth` tokens (one at a time; lutra has no batched prefill yet), reporting
+/// progress on stderr when it takes long.
+fn fill_depth(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, depth: usize) -> Result<(), String> {
     let vocab = loaded.vocab_size();
     let t = Instant::now();
-    for pos in 0..pp {
+    for pos in 0..depth {
+        loaded.forward(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
+        if (pos + 1).is_multiple_of(256) {
+            eprint!("\rfilling the context to depth {depth}: {}/{depth} ({:.0} s)", pos + 1, t.elapsed().as_secs_f64());
+        }
+    }
+    if depth >= 256 {
+        eprintln!();
+    }
+    Ok(())
+}
+
+/// lutra's prompt processing for `bench model`: `pp` tokens fed one at a time from
+/// position `from` (no batched prefill yet). Returns seconds.
+fn lutra_pp(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
+    let vocab = loaded.vocab_size();
+    let t = Instant::now();
+    for pos in from..from + pp {
         loaded.forward(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
     }
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// lutra's generation for `bench model`: `tg` greedy tokens from BOS at position 0.
+/// lutra's generation for `bench model`: `tg` greedy tokens from BOS at position `from`.
 /// Returns seconds.
-fn lutra_tg(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, tg: usize) -> Result<f64, String> {
+fn lutra_tg(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, tg: usize) -> Result<f64, String> {
     let t = Instant::now();
     let mut token = loaded.bos();
-    for pos in 0..tg {
+    for pos in from..from + tg {
         let logits = loaded.forward(gemv, session, token, pos)?;
         token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
     }
@@ -416,12 +532,12 @@ pub fn bench_model_vs_llamacpp(
     let mut llama = LlamaCppModel::load_with_context(path, threads, pp.max(tg))?;
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = loaded.session(context)?;
+    let mut session = loaded.session(context, &Attention::Exact)?;
     let rounds = runs.max(5);
     let (mut pp_tps, mut tg_tps, mut l_pp_tps, mut l_tg_tps) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds + 1 {
         let lutra = |session: &mut Session| -> Result<(f64, f64), String> {
-            let r = (lutra_pp(loaded, &gemv, session, pp)?, lutra_tg(loaded, &gemv, session, tg)?);
+            let r = (lutra_pp(loaded, &gemv, session, 0, pp)?, lutra_tg(loaded, &gemv, session, 0, tg)?);
             // lutra's idle workers spin for at most 200 µs before parking.
             std::thread::sleep(std::time::Duration::from_millis(2));
             Ok(r)

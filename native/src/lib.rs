@@ -6,6 +6,7 @@ pub use lutra_core as core;
 
 pub mod baseline;
 pub mod bench;
+pub mod calibrate;
 pub mod generate;
 #[cfg(feature = "llamacpp")]
 pub mod ggml;

@@ -24,6 +24,61 @@ enum Command {
     Run(RunArgs),
     /// Perplexity of a text, by llama-perplexity's method (chunks of --ctx, second halves scored)
     Perplexity(PerplexityArgs),
+    /// Train NoMAD key codebooks (k-means per layer, KV head and sub-space) on a text; writes a GGUF side file
+    Calibrate(CalibrateArgs),
+}
+
+/// How attention reads the key cache.
+#[derive(Args)]
+struct AttentionArgs {
+    /// exact (f16 keys) or pq (NoMAD product-quantized keys; needs --codebooks)
+    #[arg(long, default_value = "exact")]
+    attention: String,
+    /// Codebooks from `lutra calibrate`, for --attention pq
+    #[arg(long)]
+    codebooks: Option<std::path::PathBuf>,
+}
+
+impl AttentionArgs {
+    fn choice(&self) -> Result<lutra::generate::Attention, String> {
+        lutra::generate::Attention::from_args(&self.attention, self.codebooks.as_deref())
+    }
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    #[arg(short, long)]
+    model: std::path::PathBuf,
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
+    /// Calibration text (keep it apart from the text perplexity is measured on)
+    #[arg(short, long)]
+    file: std::path::PathBuf,
+    /// Sub-spaces per key (even, dividing head_dim; 4-bit codes take S/2 bytes per key, 8-bit S); a list trains one set each
+    #[arg(long, default_value = "64")]
+    subspaces: String,
+    /// Centroids per sub-space: 16 (4-bit codes, in-register tables) or 256 (8-bit codes); a list trains one set each
+    #[arg(long, default_value = "16")]
+    centroids: String,
+    /// Rotation of keys and queries before quantization: hadamard or none
+    #[arg(long, default_value = "hadamard")]
+    rotation: String,
+    /// Chunk length: the text runs in chunks of this many tokens, each from position 0
+    #[arg(long, default_value_t = 1024)]
+    ctx: usize,
+    /// Keys collected per layer and KV head (at most)
+    #[arg(long, default_value_t = 4096)]
+    keys: usize,
+    /// Lloyd iterations
+    #[arg(long, default_value_t = 20)]
+    iterations: usize,
+    #[arg(long, default_value_t = 4)]
+    bits: u8,
+    #[arg(short, long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    threads: usize,
+    /// Output file; with several sub-space or centroid counts, a pattern holding {s} and {k}
+    #[arg(short, long)]
+    output: String,
 }
 
 #[derive(Args)]
@@ -43,6 +98,8 @@ struct PerplexityArgs {
     threads: usize,
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    attention: AttentionArgs,
 }
 
 #[derive(Args)]
@@ -69,6 +126,11 @@ struct BenchModelArgs {
     llamacpp: bool,
     #[arg(long)]
     json: bool,
+    /// Positions filled before pp and tg are timed (like llama-bench -d)
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
+    #[command(flatten)]
+    attention: AttentionArgs,
 }
 
 #[derive(Args)]
@@ -115,6 +177,8 @@ struct RunArgs {
     /// Context length for GGUF models (tokens)
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
+    #[command(flatten)]
+    attention: AttentionArgs,
 }
 
 #[derive(Args)]
@@ -233,6 +297,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 bits: a.bits,
                 chat: a.chat,
                 context: a.ctx,
+                attention: a.attention.choice()?,
                 sampler: lutra::core::sampler::SamplerConfig {
                     temperature: a.temp,
                     top_k: a.top_k,
@@ -247,32 +312,72 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Perplexity(a) => {
             let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+            let attention = a.attention.choice()?;
             let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
-            let p = lutra::generate::perplexity(&loaded, &text, a.ctx, a.threads.max(1))?;
+            let p = lutra::generate::perplexity(&loaded, &text, a.ctx, a.threads.max(1), &attention)?;
             if a.json {
-                println!("{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{}}}", p.ppl, p.chunks, p.ctx);
+                println!(
+                    "{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{},\"attention\":\"{}\",\"key_bytes\":{}}}",
+                    p.ppl, p.chunks, p.ctx, p.keys, p.key_bytes
+                );
             } else {
-                println!("perplexity {:.4} over {} chunks of {} tokens ({} scored)", p.ppl, p.chunks, p.ctx, p.scored);
+                println!(
+                    "perplexity {:.4} over {} chunks of {} tokens ({} scored), {} keys ({} key-cache bytes)",
+                    p.ppl, p.chunks, p.ctx, p.scored, p.keys, p.key_bytes
+                );
             }
         }
         Command::Bench(BenchCommand::Model(a)) => {
+            let attention = a.attention.choice()?;
             let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
             let threads = list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?;
             if a.llamacpp {
                 return bench_model_vs_llamacpp(&a, &loaded, &threads);
             }
+            let spec = lutra::generate::ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention };
             for t in threads {
-                let (pp, tg) = lutra::generate::bench_model(&loaded, t, a.pp, a.tg, a.runs)?;
+                let (pp, tg) = lutra::generate::bench_model(&loaded, t, &spec)?;
                 let name = a.model.display();
+                let kind = &a.attention.attention;
                 if a.json {
-                    println!("{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"pp_tps\":{pp:.1},\"tg_tps\":{tg:.1}}}", a.bits);
+                    println!(
+                        "{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{pp:.1},\"tg_tps\":{tg:.1}}}",
+                        a.bits, a.depth
+                    );
                 } else {
                     println!(
-                        "{name}, {}-bit, {t} thread(s): prompt {pp:.1} tokens/s, generation {tg:.1} tokens/s (medians of {})",
+                        "{name}, {}-bit, {t} thread(s), depth {}, {kind} attention: prompt {pp:.1} tokens/s, generation {tg:.1} tokens/s (medians of {})",
                         a.bits,
+                        a.depth,
                         a.runs.max(5)
                     );
                 }
+            }
+        }
+        Command::Calibrate(a) => {
+            let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+            let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
+            let subspaces = list(&a.subspaces, |v| v.parse::<usize>().map_err(|_| format!("bad --subspaces {v:?}")))?;
+            let centroids = list(&a.centroids, |v| v.parse::<usize>().map_err(|_| format!("bad --centroids {v:?}")))?;
+            let configs: Vec<(usize, usize)> = subspaces.iter().flat_map(|&s| centroids.iter().map(move |&k| (s, k))).collect();
+            if configs.len() > 1 && !(a.output.contains("{s}") && a.output.contains("{k}")) {
+                return Err("several --subspaces / --centroids: give -o a pattern with {s} and {k}".into());
+            }
+            let rotation = lutra::core::pq::Rotation::from_name(&a.rotation)
+                .ok_or_else(|| format!("--rotation {:?}: expected hadamard or none", a.rotation))?;
+            let opts = lutra::calibrate::CalibrateOptions {
+                configs,
+                rotation,
+                ctx: a.ctx,
+                keys: a.keys,
+                iterations: a.iterations,
+                threads: a.threads.max(1),
+            };
+            for books in lutra::calibrate::calibrate(&loaded, &text, &opts)? {
+                let s = books.shape();
+                let path = a.output.replace("{s}", &s.subspaces.to_string()).replace("{k}", &s.centroids.to_string());
+                std::fs::write(&path, books.to_gguf()).map_err(|e| format!("{path}: {e}"))?;
+                eprintln!("wrote {path} ({s}, rotation {})", books.rotation().name());
             }
         }
         Command::Inspect(a) => {

@@ -7,15 +7,16 @@
 //!
 //! Every product, the LM head included, is a LUT GEMV over the imported weights.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
 use super::import::{matrix, meta_f32, meta_u32, vector, Matrix};
-use super::ops::{add, rmsnorm, rmsnorm_in_place, softmax};
+use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use super::ops::{add, rmsnorm, rmsnorm_in_place};
 use super::{Gemv, ModelError};
-use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::gguf::Gguf;
 use crate::OwnedTables;
 
@@ -169,6 +170,18 @@ impl Gemma3 {
         Ok(Gemma3 { config: c, token_embd, layers, output_norm })
     }
 
+    /// The attention a KV cache for up to `context` positions must serve.
+    pub fn attention_shape(&self, context: usize) -> AttentionShape {
+        let c = &self.config;
+        AttentionShape {
+            layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            context: context.min(c.context).max(1),
+        }
+    }
+
     /// Bytes of the imported matrices.
     pub fn matrix_bytes(&self) -> usize {
         let layer =
@@ -185,8 +198,7 @@ impl Gemma3 {
         if pos >= s.context {
             return Err(ModelError::ContextFull { pos, context: s.context });
         }
-        let (hd, kv_dim) = (c.head_dim, c.kv_dim());
-        let group = c.n_heads / c.n_kv_heads;
+        let hd = c.head_dim;
         let a = &mut s.act;
 
         // embedding, scaled by √dim
@@ -213,37 +225,10 @@ impl Gemma3 {
                 rope_neox(head, pos, base);
             }
 
-            // cache
-            let at = (l * s.context + pos) * kv_dim;
-            for (d, &v) in s.key_cache[at..at + kv_dim].iter_mut().zip(&a.k) {
-                *d = f32_to_f16_bits(v);
-            }
-            for (d, &v) in s.value_cache[at..at + kv_dim].iter_mut().zip(&a.v) {
-                *d = f32_to_f16_bits(v);
-            }
-
-            // attention over the window
+            // cache, then attention over the window (sliding layers: the last `sliding_window` positions)
+            s.cache.store(l, pos, &a.k, &a.v);
             let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
-            let q_scale = 1.0 / libm::sqrtf(hd as f32);
-            let layer_cache = l * s.context * kv_dim;
-            for h in 0..c.n_heads {
-                let q = &a.q[h * hd..(h + 1) * hd];
-                let kv_off = (h / group) * hd;
-                let att = &mut a.att[..pos + 1 - first];
-                for (i, w) in att.iter_mut().enumerate() {
-                    let k = &s.key_cache[layer_cache + (first + i) * kv_dim + kv_off..][..hd];
-                    *w = q.iter().zip(k).map(|(&q, &k)| q * f16_bits_to_f32(k)).sum::<f32>() * q_scale;
-                }
-                softmax(att);
-                let out = &mut a.attn[h * hd..(h + 1) * hd];
-                out.fill(0.0);
-                for (i, &w) in att.iter().enumerate() {
-                    let v = &s.value_cache[layer_cache + (first + i) * kv_dim + kv_off..][..hd];
-                    for (o, &v) in out.iter_mut().zip(v) {
-                        *o += w * f16_bits_to_f32(v);
-                    }
-                }
-            }
+            s.cache.attend(l, first, pos, &a.q, 1.0 / libm::sqrtf(hd as f32), &mut a.attn);
 
             // output, post-attention norm, residual
             let t = s.tables.get(c.q_dim(), layer.wo.layout().group).build(&a.attn)?;
@@ -280,7 +265,6 @@ struct Activations {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
-    att: Vec<f32>,
     attn: Vec<f32>,
     hb: Vec<f32>,
     hb2: Vec<f32>,
@@ -305,15 +289,23 @@ pub struct Gemma3State {
     context: usize,
     act: Activations,
     tables: TableSet,
-    key_cache: Vec<u16>,
-    value_cache: Vec<u16>,
+    cache: Box<dyn KvCache>,
 }
 
 impl Gemma3State {
-    /// For up to `context` positions (at most the model's trained context).
+    /// For up to `context` positions (at most the model's trained context), exact f16 keys.
     pub fn new(model: &Gemma3, context: usize) -> Result<Gemma3State, ModelError> {
+        let shape = model.attention_shape(context);
+        Self::with_cache(model, Box::new(ExactKvCache::new(shape, KeyPrecision::F16)))
+    }
+
+    /// With a KV cache made for `model.attention_shape(context)`.
+    pub fn with_cache(model: &Gemma3, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
         let c = &model.config;
-        let context = context.min(c.context).max(1);
+        let context = cache.shape().context;
+        if cache.shape() != model.attention_shape(context) {
+            return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
+        }
         let mut keys: Vec<(usize, usize)> = vec![(c.dim, model.token_embd.layout().group)];
         for l in &model.layers {
             for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
@@ -326,7 +318,6 @@ impl Gemma3State {
         for (cols, group) in keys {
             sets.push(((cols, group), OwnedTables::new(cols, group)?));
         }
-        let cache = c.n_layers * context * c.kv_dim();
         Ok(Gemma3State {
             context,
             act: Activations {
@@ -335,15 +326,13 @@ impl Gemma3State {
                 q: vec![0.0; c.q_dim()],
                 k: vec![0.0; c.kv_dim()],
                 v: vec![0.0; c.kv_dim()],
-                att: vec![0.0; context],
                 attn: vec![0.0; c.q_dim()],
                 hb: vec![0.0; c.hidden_dim],
                 hb2: vec![0.0; c.hidden_dim],
                 logits: vec![0.0; c.vocab_size],
             },
             tables: TableSet { sets },
-            key_cache: vec![0; cache],
-            value_cache: vec![0; cache],
+            cache,
         })
     }
 
@@ -352,7 +341,11 @@ impl Gemma3State {
     }
 
     pub fn kv_cache_bytes(&self) -> usize {
-        2 * (self.key_cache.len() + self.value_cache.len())
+        self.cache.key_bytes() + self.cache.value_bytes()
+    }
+
+    pub fn cache(&self) -> &dyn KvCache {
+        &*self.cache
     }
 }
 

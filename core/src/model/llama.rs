@@ -4,12 +4,13 @@
 //! cache in f16. `State` holds all working memory, allocated once: `forward` never
 //! allocates.
 
+use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::ops::{add, rmsnorm, softmax};
+use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use super::ops::{add, rmsnorm};
 use super::{group_for, Gemv, ModelError};
-use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
 
@@ -149,6 +150,18 @@ impl Llama {
         self.layers.iter().map(layer).sum::<usize>() + self.classifier.as_bytes().len()
     }
 
+    /// The attention a KV cache for up to `context` positions must serve.
+    pub fn attention_shape(&self, context: usize) -> AttentionShape {
+        let c = &self.config;
+        AttentionShape {
+            layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_size(),
+            context: context.min(c.seq_len).max(1),
+        }
+    }
+
     /// Logits for `token` at position `pos`; positions must be fed in order from 0.
     pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
         let c = &self.config;
@@ -158,8 +171,7 @@ impl Llama {
         if pos >= s.context {
             return Err(ModelError::ContextFull { pos, context: s.context });
         }
-        let (dim, kv_dim, head_size) = (c.dim, c.kv_dim(), c.head_size());
-        let kv_per_head = c.n_heads / c.n_kv_heads;
+        let (dim, head_size) = (c.dim, c.head_size());
         s.x.copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
 
         for (l, layer) in self.layers.iter().enumerate() {
@@ -171,36 +183,9 @@ impl Llama {
             gemv.gemv(&layer.wv, t, &mut s.v)?;
             rope(&mut s.q, &mut s.k, pos, head_size, c.rope_theta);
 
-            // the new key and value into the f16 cache
-            let at = (l * s.context + pos) * kv_dim;
-            for (dst, &v) in s.key_cache[at..at + kv_dim].iter_mut().zip(&s.k) {
-                *dst = f32_to_f16_bits(v);
-            }
-            for (dst, &v) in s.value_cache[at..at + kv_dim].iter_mut().zip(&s.v) {
-                *dst = f32_to_f16_bits(v);
-            }
-
-            // attention over positions 0..=pos, head by head
-            let scale = 1.0 / libm::sqrtf(head_size as f32);
-            let layer_cache = l * s.context * kv_dim;
-            for h in 0..c.n_heads {
-                let q = &s.q[h * head_size..(h + 1) * head_size];
-                let kv_off = (h / kv_per_head) * head_size;
-                let att = &mut s.att[..pos + 1];
-                for (t, a) in att.iter_mut().enumerate() {
-                    let k = &s.key_cache[layer_cache + t * kv_dim + kv_off..][..head_size];
-                    *a = q.iter().zip(k).map(|(&q, &k)| q * f16_bits_to_f32(k)).sum::<f32>() * scale;
-                }
-                softmax(att);
-                let out = &mut s.xb[h * head_size..(h + 1) * head_size];
-                out.fill(0.0);
-                for (t, &a) in att.iter().enumerate() {
-                    let v = &s.value_cache[layer_cache + t * kv_dim + kv_off..][..head_size];
-                    for (o, &v) in out.iter_mut().zip(v) {
-                        *o += a * f16_bits_to_f32(v);
-                    }
-                }
-            }
+            // the new key and value into the cache, attention over positions 0..=pos
+            s.cache.store(l, pos, &s.k, &s.v);
+            s.cache.attend(l, 0, pos, &s.q, 1.0 / libm::sqrtf(head_size as f32), &mut s.xb);
 
             // output projection and residual
             let t = s.tables_dim.build(&s.xb)?;
@@ -239,20 +224,26 @@ pub struct State {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
-    att: Vec<f32>,
     logits: Vec<f32>,
-    key_cache: Vec<u16>,
-    value_cache: Vec<u16>,
+    cache: Box<dyn KvCache>,
     tables_dim: OwnedTables,
     tables_hidden: OwnedTables,
 }
 
 impl State {
-    /// For up to `context` positions (at most the model's `seq_len`).
+    /// For up to `context` positions (at most the model's `seq_len`), exact f16 keys.
     pub fn new(model: &Llama, context: usize) -> Result<State, ModelError> {
+        let shape = model.attention_shape(context);
+        Self::with_cache(model, Box::new(ExactKvCache::new(shape, KeyPrecision::F16)))
+    }
+
+    /// With a KV cache made for `model.attention_shape(context)`.
+    pub fn with_cache(model: &Llama, cache: Box<dyn KvCache>) -> Result<State, ModelError> {
         let c = &model.config;
-        let context = context.min(c.seq_len);
-        let cache = c.n_layers * context * c.kv_dim();
+        let context = cache.shape().context;
+        if cache.shape() != model.attention_shape(context) {
+            return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
+        }
         Ok(State {
             context,
             x: vec![0.0; c.dim],
@@ -263,10 +254,8 @@ impl State {
             q: vec![0.0; c.dim],
             k: vec![0.0; c.kv_dim()],
             v: vec![0.0; c.kv_dim()],
-            att: vec![0.0; context],
             logits: vec![0.0; c.vocab_size],
-            key_cache: vec![0; cache],
-            value_cache: vec![0; cache],
+            cache,
             tables_dim: OwnedTables::new(c.dim, model.group_dim)?,
             tables_hidden: OwnedTables::new(c.hidden_dim, model.group_hidden)?,
         })
@@ -278,7 +267,11 @@ impl State {
 
     /// Bytes of the KV cache.
     pub fn kv_cache_bytes(&self) -> usize {
-        2 * (self.key_cache.len() + self.value_cache.len())
+        self.cache.key_bytes() + self.cache.value_bytes()
+    }
+
+    pub fn cache(&self) -> &dyn KvCache {
+        &*self.cache
     }
 }
 

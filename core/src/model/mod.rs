@@ -3,6 +3,7 @@
 
 pub mod gemma3;
 pub mod import;
+pub mod kv;
 pub mod llama;
 mod ops;
 
@@ -38,6 +39,10 @@ pub enum ModelError {
     NoGroupFits { cols: usize },
     /// Bits per weight outside 1..=8.
     UnsupportedBits(u8),
+    /// A KV cache made for another attention shape.
+    CacheShape { expected: kv::AttentionShape, got: kv::AttentionShape },
+    /// PQ codebooks that cannot be read or do not fit the model.
+    Codebooks(crate::pq::PqError),
 }
 
 impl fmt::Display for ModelError {
@@ -59,6 +64,8 @@ impl fmt::Display for ModelError {
             ModelError::ContextFull { pos, context } => write!(f, "position {pos} is beyond the context of {context} tokens"),
             ModelError::NoGroupFits { cols } => write!(f, "no group size of 32, 64, 128 or 256 divides {cols} columns"),
             ModelError::UnsupportedBits(b) => write!(f, "unsupported bits per weight {b} (supported: 1..=8)"),
+            ModelError::CacheShape { expected, got } => write!(f, "KV cache made for {got:?}, the model needs {expected:?}"),
+            ModelError::Codebooks(e) => write!(f, "{e}"),
         }
     }
 }
@@ -68,6 +75,12 @@ impl core::error::Error for ModelError {}
 impl From<Error> for ModelError {
     fn from(e: Error) -> Self {
         ModelError::Kernel(e)
+    }
+}
+
+impl From<crate::pq::PqError> for ModelError {
+    fn from(e: crate::pq::PqError) -> Self {
+        ModelError::Codebooks(e)
     }
 }
 

@@ -1,0 +1,129 @@
+//! The NoMAD key cache: keys stored as product-quantization codes in 32-key blocks per
+//! (layer, KV head); scores by table lookup. Grouped-query attention shares one code
+//! block between the query heads of a KV head: each query head builds its own tables
+//! and scans the same codes.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::codebook::{Codebooks, PqError};
+use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
+use crate::model::kv::{AttentionShape, KvCache, ValueCache};
+use crate::Isa;
+
+pub struct PqKvCache {
+    shape: AttentionShape,
+    books: Codebooks,
+    isa: Isa,
+    blocks_per_head: usize,
+    /// `[layer][kv_head][block][block_bytes]`.
+    codes: Vec<u8>,
+    values: ValueCache,
+    key_codes: Vec<u8>,
+    float_tables: Vec<f32>,
+    tables: Vec<u8>,
+    sums: Vec<u16>,
+    scores: Vec<f32>,
+}
+
+impl PqKvCache {
+    /// A cache for `shape` with codebooks trained for the same model; scores on `isa`.
+    pub fn new(shape: AttentionShape, books: Codebooks, isa: Isa) -> Result<PqKvCache, PqError> {
+        books.check_model(shape.layers, shape.n_kv_heads, shape.head_dim)?;
+        if !isa.is_available() {
+            return Err(PqError::Kernel(crate::Error::IsaUnavailable(isa)));
+        }
+        let pq = books.shape();
+        let blocks_per_head = shape.context.div_ceil(BLOCK_KEYS);
+        let table_len = pq.subspaces * pq.centroids;
+        Ok(PqKvCache {
+            shape,
+            isa,
+            blocks_per_head,
+            codes: vec![0; shape.layers * shape.n_kv_heads * blocks_per_head * pq.block_bytes()],
+            values: ValueCache::new(shape),
+            key_codes: vec![0; pq.subspaces],
+            float_tables: vec![0.0; table_len],
+            tables: vec![0; table_len],
+            sums: vec![0; blocks_per_head * BLOCK_KEYS],
+            scores: vec![0.0; shape.group() * shape.context],
+            books,
+        })
+    }
+
+    pub fn codebooks(&self) -> &Codebooks {
+        &self.books
+    }
+
+    fn head_codes(&self, layer: usize, kv_head: usize) -> core::ops::Range<usize> {
+        let len = self.blocks_per_head * self.books.shape().block_bytes();
+        let at = (layer * self.shape.n_kv_heads + kv_head) * len;
+        at..at + len
+    }
+}
+
+impl KvCache for PqKvCache {
+    fn shape(&self) -> AttentionShape {
+        self.shape
+    }
+
+    fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let pq = self.books.shape();
+        let (block, key) = (pos / BLOCK_KEYS, pos % BLOCK_KEYS);
+        for (kvh, key_vec) in k.chunks_exact(self.shape.head_dim).enumerate() {
+            self.books.encode(layer, kvh, key_vec, &mut self.key_codes);
+            let range = self.head_codes(layer, kvh);
+            let block = &mut self.codes[range][block * pq.block_bytes()..(block + 1) * pq.block_bytes()];
+            for (s, &code) in self.key_codes.iter().enumerate() {
+                if pq.centroids == 16 {
+                    set_code16(block, pq.subspaces, key, s, code);
+                } else {
+                    set_code256(block, pq.subspaces, key, s, code);
+                }
+            }
+        }
+        self.values.store(layer, pos, v);
+    }
+
+    fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
+        let (s, pq) = (self.shape, self.books.shape());
+        let (hd, group, n) = (s.head_dim, s.group(), pos + 1 - first);
+        let (first_block, end_block) = (first / BLOCK_KEYS, pos / BLOCK_KEYS + 1);
+        let skip = first - first_block * BLOCK_KEYS;
+        for kvh in 0..s.n_kv_heads {
+            let range = self.head_codes(layer, kvh);
+            let codes = &self.codes[range][first_block * pq.block_bytes()..end_block * pq.block_bytes()];
+            let sums = &mut self.sums[..(end_block - first_block) * BLOCK_KEYS];
+            let heads = kvh * group * hd..(kvh + 1) * group * hd;
+            for (g, qh) in q[heads.clone()].chunks_exact(hd).enumerate() {
+                let scale = self.books.query_tables(layer, kvh, qh, q_scale, &mut self.float_tables, &mut self.tables);
+                let scanned = if pq.centroids == 16 {
+                    scan16(self.isa, codes, pq.subspaces, &self.tables, sums)
+                } else {
+                    scan256(self.isa, codes, pq.subspaces, &self.tables, sums)
+                };
+                // every size above was made from the same shape, and `new` chose an available ISA
+                debug_assert!(scanned.is_ok(), "{scanned:?}");
+                for (d, &sum) in self.scores[g * s.context..][..n].iter_mut().zip(&sums[skip..]) {
+                    *d = scale.score(sum);
+                }
+            }
+            self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
+        }
+    }
+
+    fn key_bytes(&self) -> usize {
+        self.codes.len()
+    }
+
+    fn value_bytes(&self) -> usize {
+        self.values.bytes()
+    }
+
+    fn describe(&self) -> String {
+        let pq = self.books.shape();
+        format!("pq{} S={} ({}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16())
+    }
+}

@@ -1,0 +1,405 @@
+//! Codebooks: for every layer and KV head, `S` sub-spaces × `K` centroids × `head_dim / S`
+//! values; key encoding (nearest centroid per sub-space); query tables; and the GGUF side
+//! file `lutra calibrate` writes.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::gguf::{GgmlType, Gguf, GgufError};
+
+/// Longest key PQ supports (the rotation works in a stack buffer of this size).
+pub const MAX_HEAD_DIM: usize = 1024;
+
+/// A fixed orthogonal transform applied to keys and queries before product quantization:
+/// dot products are unchanged, but a Hadamard transform spreads a few large dimensions
+/// over all sub-spaces, which k-means then codes more evenly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rotation {
+    None,
+    /// Normalized Walsh–Hadamard transform over blocks of the largest power of two
+    /// dividing `head_dim`.
+    Hadamard,
+}
+
+impl Rotation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rotation::None => "none",
+            Rotation::Hadamard => "hadamard",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Rotation> {
+        [Rotation::None, Rotation::Hadamard].into_iter().find(|r| r.name() == name)
+    }
+
+    /// Applies the transform in place.
+    pub fn apply(self, v: &mut [f32]) {
+        if self == Rotation::None || v.is_empty() {
+            return;
+        }
+        let block = 1 << v.len().trailing_zeros();
+        let norm = 1.0 / libm::sqrtf(block as f32);
+        for b in v.chunks_exact_mut(block) {
+            let mut h = 1;
+            while h < block {
+                for i in (0..block).step_by(2 * h) {
+                    for j in i..i + h {
+                        let (x, y) = (b[j], b[j + h]);
+                        b[j] = x + y;
+                        b[j + h] = x - y;
+                    }
+                }
+                h *= 2;
+            }
+            b.iter_mut().for_each(|x| *x *= norm);
+        }
+    }
+}
+
+/// Sub-space and centroid counts, and the attention shape they were trained for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PqShape {
+    pub layers: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub subspaces: usize,
+    /// 16 (4-bit codes, the in-register fast path) or 256 (8-bit codes).
+    pub centroids: usize,
+}
+
+impl PqShape {
+    /// Checks what the kernels and the code layout need: `head_dim` divisible by an even
+    /// `subspaces` ≤ 256, and 16 or 256 centroids.
+    pub fn new(layers: usize, kv_heads: usize, head_dim: usize, subspaces: usize, centroids: usize) -> Result<PqShape, PqError> {
+        let s = PqShape { layers, kv_heads, head_dim, subspaces, centroids };
+        let ok = layers > 0
+            && head_dim <= MAX_HEAD_DIM
+            && kv_heads > 0
+            && layers.checked_mul(kv_heads).and_then(|n| n.checked_mul(head_dim)).and_then(|n| n.checked_mul(centroids)).is_some()
+            && subspaces > 0
+            && subspaces <= 256
+            && subspaces.is_multiple_of(2)
+            && head_dim.is_multiple_of(subspaces)
+            && (centroids == 16 || centroids == 256);
+        if ok {
+            Ok(s)
+        } else {
+            Err(PqError::BadShape(s))
+        }
+    }
+
+    /// Values per sub-space.
+    pub fn sub_dim(&self) -> usize {
+        self.head_dim / self.subspaces
+    }
+
+    /// f32 values of one (layer, KV head) codebook: `centroids × head_dim`.
+    pub fn book_len(&self) -> usize {
+        self.centroids * self.head_dim
+    }
+
+    /// Bytes of one key's codes.
+    pub fn code_bytes_per_key(&self) -> usize {
+        if self.centroids == 16 {
+            self.subspaces / 2
+        } else {
+            self.subspaces
+        }
+    }
+
+    /// Bytes of one 32-key code block.
+    pub fn block_bytes(&self) -> usize {
+        self.code_bytes_per_key() * super::BLOCK_KEYS
+    }
+
+    /// Key compression against f16 keys.
+    pub fn compression_vs_f16(&self) -> f32 {
+        (2 * self.head_dim) as f32 / self.code_bytes_per_key() as f32
+    }
+}
+
+impl fmt::Display for PqShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} layers × {} KV heads, head_dim {}, {} sub-spaces of {} × {} centroids",
+            self.layers,
+            self.kv_heads,
+            self.head_dim,
+            self.subspaces,
+            self.sub_dim(),
+            self.centroids
+        )
+    }
+}
+
+/// Why codebooks could not be read, built or used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PqError {
+    /// Sub-space / centroid counts the kernels cannot run.
+    BadShape(PqShape),
+    /// The side file is not valid GGUF.
+    Gguf(GgufError),
+    /// The side file is GGUF but not lutra codebooks, or a field is missing or wrong.
+    Malformed(&'static str),
+    /// A kernel refused (e.g. an instruction set this CPU lacks).
+    Kernel(crate::Error),
+    /// Codebooks trained for another model.
+    WrongModel { codebooks: PqShape, model_layers: usize, model_kv_heads: usize, model_head_dim: usize },
+}
+
+impl fmt::Display for PqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PqError::BadShape(s) => write!(
+                f,
+                "impossible product quantization {} sub-spaces × {} centroids for head_dim {} (sub-spaces: even, ≤ 256, dividing head_dim; centroids: 16 or 256)",
+                s.subspaces, s.centroids, s.head_dim
+            ),
+            PqError::Gguf(e) => write!(f, "codebook file: {e}"),
+            PqError::Malformed(what) => write!(f, "codebook file: {what}"),
+            PqError::Kernel(e) => write!(f, "{e}"),
+            PqError::WrongModel { codebooks, model_layers, model_kv_heads, model_head_dim } => write!(
+                f,
+                "codebooks are for {codebooks}, but the model has {model_layers} layers × {model_kv_heads} KV heads, head_dim {model_head_dim}"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for PqError {}
+
+impl From<GgufError> for PqError {
+    fn from(e: GgufError) -> Self {
+        PqError::Gguf(e)
+    }
+}
+
+/// Trained codebooks for every (layer, KV head).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Codebooks {
+    shape: PqShape,
+    /// `general.architecture` of the model they were trained on.
+    model: String,
+    rotation: Rotation,
+    /// `[layer][kv_head][sub-space][centroid][sub_dim]`.
+    data: Vec<f32>,
+}
+
+const ARCH: &str = "lutra-pq";
+const TENSOR: &str = "pq.codebooks";
+
+impl Codebooks {
+    /// `data` laid out `[layer][kv_head][sub-space][centroid][sub_dim]`, all finite.
+    pub fn new(shape: PqShape, model: &str, rotation: Rotation, data: Vec<f32>) -> Result<Codebooks, PqError> {
+        let shape = PqShape::new(shape.layers, shape.kv_heads, shape.head_dim, shape.subspaces, shape.centroids)?;
+        if data.len() != shape.layers * shape.kv_heads * shape.book_len() {
+            return Err(PqError::Malformed("codebook data does not match its shape"));
+        }
+        if !data.iter().all(|v| v.is_finite()) {
+            return Err(PqError::Malformed("codebook holds NaN or infinity"));
+        }
+        Ok(Codebooks { shape, model: model.into(), rotation, data })
+    }
+
+    pub fn shape(&self) -> PqShape {
+        self.shape
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+
+    /// The codebook of one (layer, KV head): `[sub-space][centroid][sub_dim]`.
+    pub fn book(&self, layer: usize, kv_head: usize) -> &[f32] {
+        let n = self.shape.book_len();
+        let i = layer * self.shape.kv_heads + kv_head;
+        &self.data[i * n..(i + 1) * n]
+    }
+
+    /// Refuses codebooks made for another attention shape.
+    pub fn check_model(&self, layers: usize, kv_heads: usize, head_dim: usize) -> Result<(), PqError> {
+        let s = self.shape;
+        if (s.layers, s.kv_heads, s.head_dim) != (layers, kv_heads, head_dim) {
+            return Err(PqError::WrongModel { codebooks: s, model_layers: layers, model_kv_heads: kv_heads, model_head_dim: head_dim });
+        }
+        Ok(())
+    }
+
+    /// The side file: GGUF v3, metadata `lutra.pq.*`, one f32 tensor
+    /// `pq.codebooks` of ggml shape `[sub_dim, centroids, subspaces, layers · kv_heads]`.
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let s = self.shape;
+        let mut out = Vec::new();
+        out.extend_from_slice(b"GGUF");
+        put_u32(&mut out, 3);
+        put_u64(&mut out, 1); // tensors
+        let kvs: [(&str, KvValue<'_>); 8] = [
+            ("general.architecture", KvValue::Str(ARCH)),
+            ("lutra.pq.model_architecture", KvValue::Str(&self.model)),
+            ("lutra.pq.rotation", KvValue::Str(self.rotation.name())),
+            ("lutra.pq.layers", KvValue::U32(s.layers as u32)),
+            ("lutra.pq.kv_heads", KvValue::U32(s.kv_heads as u32)),
+            ("lutra.pq.head_dim", KvValue::U32(s.head_dim as u32)),
+            ("lutra.pq.subspaces", KvValue::U32(s.subspaces as u32)),
+            ("lutra.pq.centroids", KvValue::U32(s.centroids as u32)),
+        ];
+        put_u64(&mut out, kvs.len() as u64);
+        for (key, value) in kvs {
+            put_str(&mut out, key);
+            match value {
+                KvValue::U32(v) => {
+                    put_u32(&mut out, 4); // GGUF_TYPE_UINT32
+                    put_u32(&mut out, v);
+                }
+                KvValue::Str(v) => {
+                    put_u32(&mut out, 8); // GGUF_TYPE_STRING
+                    put_str(&mut out, v);
+                }
+            }
+        }
+        put_str(&mut out, TENSOR);
+        put_u32(&mut out, 4);
+        for d in [s.sub_dim(), s.centroids, s.subspaces, s.layers * s.kv_heads] {
+            put_u64(&mut out, d as u64);
+        }
+        put_u32(&mut out, GgmlType::F32.id());
+        put_u64(&mut out, 0); // offset within the data section
+        out.resize(out.len().next_multiple_of(32), 0); // general.alignment default
+        for v in &self.data {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Reads a side file, checking every field before use.
+    pub fn from_gguf(bytes: &[u8]) -> Result<Codebooks, PqError> {
+        let g = Gguf::parse(bytes)?;
+        if g.get_str("general.architecture") != Some(ARCH) {
+            return Err(PqError::Malformed("not a lutra codebook file (general.architecture is not lutra-pq)"));
+        }
+        let field = |key: &'static str| g.get_u32(key).map(|v| v as usize).ok_or(PqError::Malformed(key));
+        let shape = PqShape::new(
+            field("lutra.pq.layers")?,
+            field("lutra.pq.kv_heads")?,
+            field("lutra.pq.head_dim")?,
+            field("lutra.pq.subspaces")?,
+            field("lutra.pq.centroids")?,
+        )?;
+        let model = g.get_str("lutra.pq.model_architecture").ok_or(PqError::Malformed("lutra.pq.model_architecture"))?;
+        let rotation = g
+            .get_str("lutra.pq.rotation")
+            .and_then(Rotation::from_name)
+            .ok_or(PqError::Malformed("lutra.pq.rotation is missing or not none / hadamard"))?;
+        let info = g.tensor(TENSOR).ok_or(PqError::Malformed("tensor pq.codebooks is missing"))?;
+        let want = [shape.sub_dim(), shape.centroids, shape.subspaces, shape.layers * shape.kv_heads].map(|d| d as u64);
+        if info.ggml_type != GgmlType::F32 || info.shape() != want {
+            return Err(PqError::Malformed("tensor pq.codebooks has the wrong type or shape for the metadata"));
+        }
+        let raw = g.tensor_data(&info)?;
+        let data = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Codebooks::new(shape, model, rotation, data)
+    }
+
+    /// Nearest centroid (squared L2) of each sub-space of `key`, one code per sub-space.
+    pub fn encode(&self, layer: usize, kv_head: usize, key_in: &[f32], codes: &mut [u8]) {
+        let (k, sd) = (self.shape.centroids, self.shape.sub_dim());
+        let book = self.book(layer, kv_head);
+        let mut rotated = [0.0f32; MAX_HEAD_DIM];
+        let key = &mut rotated[..key_in.len()];
+        key.copy_from_slice(key_in);
+        self.rotation.apply(key);
+        for (s, (code, x)) in codes.iter_mut().zip(key.chunks_exact(sd)).enumerate() {
+            let centroids = &book[s * k * sd..(s + 1) * k * sd];
+            *code = nearest(centroids, x) as u8;
+        }
+    }
+
+    /// Query tables of one query head against one (layer, KV head) codebook:
+    /// `LUT_s[i] = q_s · c_{s,i} · q_scale`, stored as `u8` with one scale for all
+    /// sub-spaces so the kernels add them as integers. `float` is scratch of
+    /// `subspaces × centroids`; `tables` receives as many bytes.
+    pub fn query_tables(
+        &self,
+        layer: usize,
+        kv_head: usize,
+        q_in: &[f32],
+        q_scale: f32,
+        float: &mut [f32],
+        tables: &mut [u8],
+    ) -> TableScale {
+        let (k, sd) = (self.shape.centroids, self.shape.sub_dim());
+        let book = self.book(layer, kv_head);
+        let mut rotated = [0.0f32; MAX_HEAD_DIM];
+        let q = &mut rotated[..q_in.len()];
+        q.copy_from_slice(q_in);
+        self.rotation.apply(q);
+        let mut widest = 0.0f32;
+        let mut bias = 0.0f32;
+        for (s, (lut, qs)) in float.chunks_exact_mut(k).zip(q.chunks_exact(sd)).enumerate() {
+            let centroids = &book[s * k * sd..(s + 1) * k * sd];
+            for (v, c) in lut.iter_mut().zip(centroids.chunks_exact(sd)) {
+                *v = qs.iter().zip(c).map(|(a, b)| a * b).sum::<f32>() * q_scale;
+            }
+            let (lo, hi) = lut.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            widest = widest.max(hi - lo);
+            bias += lo;
+            lut.iter_mut().for_each(|v| *v -= lo);
+        }
+        let scale = if widest > 0.0 { widest / 255.0 } else { 1.0 };
+        let inv = 1.0 / scale;
+        for (t, &v) in tables.iter_mut().zip(float.iter()) {
+            *t = libm::roundf(v * inv).clamp(0.0, 255.0) as u8;
+        }
+        TableScale { scale, bias }
+    }
+}
+
+/// A key's score from its integer table sum: `scale · sum + bias`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TableScale {
+    pub scale: f32,
+    pub bias: f32,
+}
+
+impl TableScale {
+    pub fn score(&self, sum: u16) -> f32 {
+        self.scale * f32::from(sum) + self.bias
+    }
+}
+
+/// Index of the centroid (rows of `x.len()` values in `centroids`) nearest to `x`.
+pub fn nearest(centroids: &[f32], x: &[f32]) -> usize {
+    let mut best = (0, f32::INFINITY);
+    for (i, c) in centroids.chunks_exact(x.len()).enumerate() {
+        let d: f32 = c.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum();
+        if d < best.1 {
+            best = (i, d);
+        }
+    }
+    best.0
+}
+
+enum KvValue<'a> {
+    U32(u32),
+    Str(&'a str),
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u64(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}

@@ -1,0 +1,174 @@
+//! NoMAD key cache: codebook file round trip and hostile files, key encoding, query
+//! tables, k-means, and PQ attention against exact attention.
+
+mod common;
+
+use common::Rng;
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use lutra_core::pq::kmeans::kmeans;
+use lutra_core::pq::{Codebooks, PqError, PqKvCache, PqShape, Rotation};
+use lutra_core::Isa;
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+fn random_books(rng: &mut Rng, shape: PqShape) -> Codebooks {
+    let data = rng.vec(shape.layers * shape.kv_heads * shape.book_len(), 1.0);
+    Codebooks::new(shape, "gemma3", Rotation::None, data).unwrap()
+}
+
+#[test]
+fn codebook_file_round_trips() {
+    let mut rng = Rng(1);
+    for (s, k) in [(4, 16), (8, 256)] {
+        let books = random_books(&mut rng, PqShape::new(2, 3, 16, s, k).unwrap());
+        let back = Codebooks::from_gguf(&books.to_gguf()).unwrap();
+        assert_eq!(back, books);
+    }
+}
+
+#[test]
+fn impossible_shapes_are_refused() {
+    for (hd, s, k) in [(16, 0, 16), (16, 3, 16), (16, 32, 16), (24, 16, 16), (16, 4, 8), (16, 4, 17), (512, 512, 16)] {
+        assert!(matches!(PqShape::new(1, 1, hd, s, k), Err(PqError::BadShape(_))), "{hd} {s} {k}");
+    }
+}
+
+#[test]
+fn hostile_codebook_files_are_typed_errors() {
+    let mut rng = Rng(2);
+    let books = random_books(&mut rng, PqShape::new(2, 1, 8, 4, 16).unwrap());
+    let file = books.to_gguf();
+    // truncated anywhere
+    for len in 0..file.len() {
+        assert!(Codebooks::from_gguf(&file[..len]).is_err(), "truncated to {len}");
+    }
+    // any single byte changed: an error or a valid (finite, consistent) codebook, never a panic
+    for i in 0..file.len() {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut bad = file.clone();
+            bad[i] ^= flip;
+            if let Ok(b) = Codebooks::from_gguf(&bad) {
+                let s = b.shape();
+                assert_eq!(b.book(s.layers - 1, s.kv_heads - 1).len(), s.book_len());
+            }
+        }
+    }
+    // a NaN centroid
+    let mut nan = file.clone();
+    let at = nan.len() - 4;
+    nan[at..].copy_from_slice(&f32::NAN.to_le_bytes());
+    assert!(matches!(Codebooks::from_gguf(&nan), Err(PqError::Malformed(_))));
+    // a model file is not a codebook file
+    let mut other = file.clone();
+    let pos = other.windows(8).position(|w| w == b"lutra-pq").unwrap();
+    other[pos..pos + 8].copy_from_slice(b"llama-pq");
+    assert!(matches!(Codebooks::from_gguf(&other), Err(PqError::Malformed(_))));
+}
+
+#[test]
+fn codebooks_for_another_model_are_refused() {
+    let mut rng = Rng(3);
+    let books = random_books(&mut rng, PqShape::new(2, 1, 16, 4, 16).unwrap());
+    let shape = AttentionShape { layers: 3, n_heads: 4, n_kv_heads: 1, head_dim: 16, context: 64 };
+    assert!(matches!(PqKvCache::new(shape, books.clone(), Isa::Scalar), Err(PqError::WrongModel { .. })));
+    let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, context: 64 };
+    assert!(matches!(PqKvCache::new(shape, books, Isa::Scalar), Err(PqError::WrongModel { .. })));
+}
+
+#[test]
+fn encoding_picks_the_nearest_centroid() {
+    let mut rng = Rng(4);
+    let shape = PqShape::new(1, 1, 8, 4, 16).unwrap();
+    let books = random_books(&mut rng, shape);
+    let book = books.book(0, 0);
+    for _ in 0..50 {
+        let key = rng.vec(8, 1.0);
+        let mut codes = [0u8; 4];
+        books.encode(0, 0, &key, &mut codes);
+        for s in 0..4 {
+            let x = &key[2 * s..2 * s + 2];
+            let d = |c: usize| {
+                let cv = &book[(s * 16 + c) * 2..][..2];
+                (cv[0] - x[0]).powi(2) + (cv[1] - x[1]).powi(2)
+            };
+            assert!((0..16).all(|c| d(codes[s] as usize) <= d(c)));
+        }
+    }
+}
+
+#[test]
+fn query_tables_reproduce_centroid_dot_products() {
+    let mut rng = Rng(5);
+    for k in [16, 256] {
+        let shape = PqShape::new(1, 1, 32, 8, k).unwrap();
+        let books = random_books(&mut rng, shape);
+        let q = rng.vec(32, 1.0);
+        let (mut float, mut tables) = (vec![0.0; 8 * k], vec![0u8; 8 * k]);
+        let ts = books.query_tables(0, 0, &q, 0.5, &mut float, &mut tables);
+        // a key made of centroids: its score is Σ_s q_s · c_s · 0.5, within the rounding of 8 tables
+        let book = books.book(0, 0);
+        for _ in 0..20 {
+            let codes: Vec<usize> = (0..8).map(|_| rng.below(k)).collect();
+            let exact: f32 = (0..8).map(|s| (0..4).map(|d| q[s * 4 + d] * book[(s * k + codes[s]) * 4 + d]).sum::<f32>() * 0.5).sum();
+            let sum: u16 = (0..8).map(|s| u16::from(tables[s * k + codes[s]])).sum();
+            assert!((ts.score(sum) - exact).abs() <= 8.0 * ts.scale * 0.5 + 1e-4, "{} vs {exact}", ts.score(sum));
+        }
+    }
+}
+
+#[test]
+fn kmeans_is_deterministic_and_finds_separated_clusters() {
+    let mut rng = Rng(6);
+    let centers = [[-10.0f32, 0.0], [10.0, 0.0], [0.0, 10.0], [0.0, -10.0]];
+    let points: Vec<f32> = (0..400)
+        .flat_map(|i| {
+            let c = centers[i % 4];
+            [c[0] + rng.normal() * 0.1, c[1] + rng.normal() * 0.1]
+        })
+        .collect();
+    let (mut a, mut b) = (vec![0.0; 8], vec![0.0; 8]);
+    let err = kmeans(&points, 2, 4, 20, 7, &mut a);
+    kmeans(&points, 2, 4, 20, 7, &mut b);
+    assert_eq!(a, b);
+    assert!(err < 0.1, "mean squared error {err}");
+    for c in centers {
+        assert!(a.chunks_exact(2).any(|m| (m[0] - c[0]).abs() < 0.2 && (m[1] - c[1]).abs() < 0.2), "{c:?} not found in {a:?}");
+    }
+}
+
+/// Keys built from centroids are encoded exactly, so PQ attention differs from exact
+/// attention (f32 keys) only by the u8 rounding of the query tables.
+#[test]
+fn pq_attention_matches_exact_attention_on_representable_keys() {
+    let mut rng = Rng(7);
+    for (s, k) in [(8, 16), (16, 16), (8, 256)] {
+        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, context: 80 };
+        let books = random_books(&mut rng, PqShape::new(2, 2, 16, s, k).unwrap());
+        let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap();
+        let mut exact = ExactKvCache::new(shape, KeyPrecision::F32);
+        let sd = 16 / s;
+        for pos in 0..shape.context {
+            for layer in 0..2 {
+                let mut key = vec![0.0; 32];
+                for h in 0..2 {
+                    for sub in 0..s {
+                        let c = rng.below(k);
+                        key[h * 16 + sub * sd..][..sd].copy_from_slice(&books.book(layer, h)[(sub * k + c) * sd..][..sd]);
+                    }
+                }
+                let v = rng.vec(32, 1.0);
+                pq.store(layer, pos, &key, &v);
+                exact.store(layer, pos, &key, &v);
+            }
+        }
+        for (first, pos) in [(0, 0), (0, 79), (5, 40), (33, 64), (31, 31)] {
+            let q = rng.vec(64, 1.0);
+            let (mut a, mut b) = (vec![0.0; 64], vec![0.0; 64]);
+            pq.attend(1, first, pos, &q, 0.25, &mut a);
+            exact.attend(1, first, pos, &q, 0.25, &mut b);
+            let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(err < 0.05, "S={s} K={k} first={first} pos={pos}: max |pq − exact| {err}");
+        }
+    }
+}
