@@ -172,3 +172,35 @@ fn pq_attention_matches_exact_attention_on_representable_keys() {
         }
     }
 }
+
+/// Positions kept exact (sinks and the recent window) score exactly: with every position
+/// covered, PQ attention equals exact f16-key attention even with useless codebooks.
+#[test]
+fn exactly_kept_positions_score_exactly() {
+    let mut rng = Rng(8);
+    let shape = AttentionShape { layers: 2, n_heads: 2, n_kv_heads: 1, head_dim: 16, context: 70 };
+    let books = random_books(&mut rng, PqShape::new(2, 1, 16, 8, 16).unwrap());
+    for (sink, recent) in [(70, 0), (0, 70), (30, 40), (5, 65)] {
+        let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(sink, recent);
+        let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
+        let mut worst = 0.0f32;
+        for pos in 0..shape.context {
+            for layer in 0..2 {
+                let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
+                pq.store(layer, pos, &k, &v);
+                exact.store(layer, pos, &k, &v);
+            }
+            let q = rng.vec(32, 1.0);
+            let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
+            // with sink + recent = context every position is exact from the start
+            pq.attend(1, 0, pos, &q, 0.25, &mut a);
+            exact.attend(1, 0, pos, &q, 0.25, &mut b);
+            worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+        }
+        assert!(worst < 1e-5, "sink {sink} recent {recent}: max |pq − exact| {worst}");
+    }
+    // a window shorter than the context: positions outside it use the codes
+    let pq = PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(1, 4);
+    // 2 layers × 3 blocks of 32 keys × 4 code bytes, plus f16 keys of 1 + 4 positions per layer
+    assert_eq!(pq.key_bytes(), 2 * 3 * 32 * 4 + 2 * 2 * (1 + 4) * 16);
+}

@@ -23,15 +23,28 @@ pub struct CalibrateOptions {
     pub keys: usize,
     pub iterations: usize,
     pub threads: usize,
+    /// Scale key dimensions by the queries' RMS per dimension before k-means.
+    pub query_scaling: bool,
+    /// Reuse the keys and queries recorded here by an earlier run with the same model,
+    /// text and --ctx / --keys (or record them there).
+    pub recording: Option<std::path::PathBuf>,
 }
 
 /// k-means seed: fixed, so the same model, text and options give the same file.
 const SEED: u64 = 0x6c75_7472_615f_7071;
 
-/// Exact attention that also records the f32 keys it is given.
+/// Keys per (layer, KV head) and queries per layer, as the model produced them.
+#[derive(Default)]
+struct Recorded {
+    keys: Vec<Vec<f32>>,
+    queries: Vec<Vec<f32>>,
+}
+
+/// Exact attention that also records the f32 keys and queries it is given (the first
+/// `limit` positions fed).
 struct Recorder {
     inner: ExactKvCache,
-    keys: Arc<Mutex<Vec<Vec<f32>>>>,
+    seen: Arc<Mutex<Recorded>>,
     limit: usize,
 }
 
@@ -40,12 +53,11 @@ impl KvCache for Recorder {
         self.inner.shape()
     }
     fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let hd = self.inner.shape().head_dim;
-        let heads = self.inner.shape().n_kv_heads;
-        if let Ok(mut keys) = self.keys.lock() {
-            for (kvh, key) in k.chunks_exact(hd).enumerate() {
-                let store = &mut keys[layer * heads + kvh];
-                if store.len() < self.limit * hd {
+        let s = self.inner.shape();
+        if let Ok(mut seen) = self.seen.lock() {
+            for (kvh, key) in k.chunks_exact(s.head_dim).enumerate() {
+                let store = &mut seen.keys[layer * s.n_kv_heads + kvh];
+                if store.len() < self.limit * s.head_dim {
                     store.extend_from_slice(key);
                 }
             }
@@ -53,6 +65,12 @@ impl KvCache for Recorder {
         self.inner.store(layer, pos, k, v);
     }
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
+        if let Ok(mut seen) = self.seen.lock() {
+            let store = &mut seen.queries[layer];
+            if store.len() < self.limit * q.len() {
+                store.extend_from_slice(q);
+            }
+        }
         self.inner.attend(layer, first, pos, q, q_scale, out);
     }
     fn key_bytes(&self) -> usize {
@@ -67,7 +85,7 @@ impl KvCache for Recorder {
 }
 
 /// One codebook set per `opts.configs` entry, all from the keys of one run over `text`.
-pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result<Vec<Codebooks>, String> {
+pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result<Vec<Calibrated>, String> {
     let shape = loaded.attention_shape(opts.ctx);
     let shapes = opts
         .configs
@@ -84,10 +102,73 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
         return Err(format!("the text is {} tokens; calibration needs at least --centroids {most} keys", tokens.len()));
     }
 
-    // 1. keys, chunk by chunk, each chunk from position 0
+    // 1. keys and queries, chunk by chunk, each chunk from position 0
+    let (seen, fed) = match opts.recording.as_deref().map(|p| (p, load_recording(p, shape))) {
+        Some((_, Some(r))) => r,
+        other => {
+            let (seen, fed) = record(loaded, &tokens, shape, opts)?;
+            if let Some((path, _)) = other {
+                save_recording(path, shape, &seen, fed)?;
+            }
+            (seen, fed)
+        }
+    };
+
+    // 2. train on the first three quarters of the positions, measure on the rest
+    let train_n = if fed >= 4 * most { fed * 3 / 4 } else { fed };
+    let hd = shape.head_dim;
+    let mut train_keys: Vec<Vec<f32>> = seen.keys.iter().map(|k| k[..train_n * hd].to_vec()).collect();
+    for key in train_keys.iter_mut().flat_map(|k| k.chunks_exact_mut(hd)) {
+        opts.rotation.apply(key);
+    }
+    // per-dimension RMS of the (rotated) queries of each KV head's group, normalized to mean 1
+    let mut key_scale = Vec::new();
+    if opts.query_scaling {
+        let mut q = vec![0.0f32; hd];
+        for layer in 0..shape.layers {
+            for kvh in 0..shape.n_kv_heads {
+                let mut ms = vec![0.0f64; hd];
+                for pos in 0..train_n {
+                    for g in 0..shape.group() {
+                        q.copy_from_slice(&seen.queries[layer][(pos * shape.n_heads + kvh * shape.group() + g) * hd..][..hd]);
+                        opts.rotation.apply(&mut q);
+                        ms.iter_mut().zip(&q).for_each(|(m, &v)| *m += f64::from(v) * f64::from(v));
+                    }
+                }
+                let rms: Vec<f64> = ms.iter().map(|m| m.sqrt()).collect();
+                let mean = rms.iter().sum::<f64>() / hd as f64;
+                key_scale.extend(rms.iter().map(|r| (r / mean).max(1e-3) as f32));
+            }
+        }
+        for (h, keys) in train_keys.iter_mut().enumerate() {
+            let scale = &key_scale[h * hd..(h + 1) * hd];
+            for key in keys.chunks_exact_mut(hd) {
+                key.iter_mut().zip(scale).for_each(|(k, s)| *k *= s);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for &pq in &shapes {
+        let mut books = train(loaded, &train_keys, shape, pq, train_n, opts)?;
+        if opts.query_scaling {
+            books = books.with_key_scale(key_scale.clone()).map_err(|e| e.to_string())?;
+        }
+        if train_n < fed {
+            let f = fidelity(&books, &seen, shape, train_n..fed);
+            eprint!("score fidelity on {} held-out positions ({}):\n{}", fed - train_n, books.shape(), fidelity_table(&f));
+            out.push(Calibrated { books, fidelity: f });
+        } else {
+            out.push(Calibrated { books, fidelity: Vec::new() });
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the model with exact attention over `tokens`, recording keys and queries.
+fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &CalibrateOptions) -> Result<(Recorded, usize), String> {
     let heads = shape.layers * shape.n_kv_heads;
-    let keys = Arc::new(Mutex::new(vec![Vec::with_capacity(opts.keys * shape.head_dim); heads]));
-    let recorder = Recorder { inner: ExactKvCache::new(shape, KeyPrecision::F16), keys: keys.clone(), limit: opts.keys };
+    let seen = Arc::new(Mutex::new(Recorded { keys: vec![Vec::new(); heads], queries: vec![Vec::new(); shape.layers] }));
+    let recorder = Recorder { inner: ExactKvCache::new(shape, KeyPrecision::F16), seen: seen.clone(), limit: opts.keys };
     let mut session = loaded.session_with_cache(Box::new(recorder))?;
     let pool = Pool::new(opts.threads);
     let gemv = PoolGemv(&pool);
@@ -110,11 +191,177 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
     eprintln!("\rcollected {fed} keys per layer and KV head in {:.1} s", t.elapsed().as_secs_f64());
     drop(session);
 
-    let mut keys = Arc::try_unwrap(keys).map_err(|_| "key recorder still shared")?.into_inner().map_err(|e| e.to_string())?;
-    for key in keys.iter_mut().flat_map(|k| k.chunks_exact_mut(shape.head_dim)) {
-        opts.rotation.apply(key);
+    let seen = Arc::try_unwrap(seen).map_err(|_| "key recorder still shared")?.into_inner().map_err(|e| e.to_string())?;
+    Ok((seen, fed))
+}
+
+const RECORDING_MAGIC: &[u8; 8] = b"LUTRAKQ1";
+
+/// A recording's header: magic, then layers, KV heads, query heads, head_dim, context, positions (u64 LE).
+fn recording_header(shape: AttentionShape, fed: usize) -> Vec<u8> {
+    let mut h = RECORDING_MAGIC.to_vec();
+    for v in [shape.layers, shape.n_kv_heads, shape.n_heads, shape.head_dim, shape.context, fed] {
+        h.extend_from_slice(&(v as u64).to_le_bytes());
     }
-    shapes.iter().map(|&pq| train(loaded, &keys, shape, pq, fed, opts)).collect()
+    h
+}
+
+fn save_recording(path: &std::path::Path, shape: AttentionShape, seen: &Recorded, fed: usize) -> Result<(), String> {
+    let mut bytes = recording_header(shape, fed);
+    for v in seen.keys.iter().chain(&seen.queries).flatten() {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The recording at `path`, if it exists and was made for this attention shape.
+fn load_recording(path: &std::path::Path, shape: AttentionShape) -> Option<(Recorded, usize)> {
+    let bytes = std::fs::read(path).ok()?;
+    let fed = u64::from_le_bytes(bytes.get(48..56)?.try_into().ok()?) as usize;
+    if bytes.get(..56)? != recording_header(shape, fed).as_slice() {
+        return None;
+    }
+    let (k_len, q_len) = (fed.checked_mul(shape.head_dim)?, fed.checked_mul(shape.n_heads * shape.head_dim)?);
+    let total = shape.layers.checked_mul(shape.n_kv_heads * k_len + q_len)?;
+    let floats: Vec<f32> = bytes.get(56..)?.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    if floats.len() != total {
+        return None;
+    }
+    let (keys, queries) = floats.split_at(shape.layers * shape.n_kv_heads * k_len);
+    eprintln!("keys and queries of {fed} positions from {}", path.display());
+    Some((
+        Recorded {
+            keys: keys.chunks_exact(k_len).map(<[f32]>::to_vec).collect(),
+            queries: queries.chunks_exact(q_len).map(<[f32]>::to_vec).collect(),
+        },
+        fed,
+    ))
+}
+
+/// Trained codebooks and how well their scores follow exact scores on the held-out
+/// quarter of the positions, per layer (empty when the text was too short to hold any out).
+pub struct Calibrated {
+    pub books: Codebooks,
+    pub fidelity: Vec<LayerFidelity>,
+}
+
+/// PQ scores against exact scores for one layer, averaged over up to 32 query positions
+/// × the query heads of each KV head, each query scored against every held-out key.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerFidelity {
+    pub pearson: f64,
+    pub spearman: f64,
+    /// KL(softmax exact ‖ softmax PQ).
+    pub kl: f64,
+    /// The same KL with the query tables kept in f32 (no u8 rounding).
+    pub kl_f32_tables: f64,
+}
+
+/// One line per layer and a mean.
+pub fn fidelity_table(layers: &[LayerFidelity]) -> String {
+    let mut t = String::from("layer  pearson  spearman  KL(exact‖pq)  KL with f32 tables\n");
+    let line = |name: String, f: &LayerFidelity| {
+        format!("{name:>5}  {:>7.4}  {:>8.4}  {:>12.5}  {:>18.5}\n", f.pearson, f.spearman, f.kl, f.kl_f32_tables)
+    };
+    for (l, f) in layers.iter().enumerate() {
+        t += &line(l.to_string(), f);
+    }
+    t += &line("mean".into(), &mean_fidelity(layers));
+    t
+}
+
+pub fn mean_fidelity(layers: &[LayerFidelity]) -> LayerFidelity {
+    let n = layers.len().max(1) as f64;
+    let sum = |f: fn(&LayerFidelity) -> f64| layers.iter().map(f).sum::<f64>() / n;
+    LayerFidelity { pearson: sum(|f| f.pearson), spearman: sum(|f| f.spearman), kl: sum(|f| f.kl), kl_f32_tables: sum(|f| f.kl_f32_tables) }
+}
+
+fn fidelity(books: &Codebooks, seen: &Recorded, shape: AttentionShape, held: std::ops::Range<usize>) -> Vec<LayerFidelity> {
+    let (hd, group, pq) = (shape.head_dim, shape.group(), books.shape());
+    let scale = 1.0 / (hd as f32).sqrt();
+    let n = held.len();
+    let mut layers = Vec::new();
+    let mut codes = vec![0u8; pq.subspaces];
+    let (mut float, mut tables) = (vec![0.0f32; pq.subspaces * pq.centroids], vec![0u8; pq.subspaces * pq.centroids]);
+    for layer in 0..shape.layers {
+        let mut acc = [0.0f64; 4];
+        let mut count = 0;
+        for kvh in 0..shape.n_kv_heads {
+            let keys = &seen.keys[layer * shape.n_kv_heads + kvh][held.start * hd..held.end * hd];
+            let mut all_codes = Vec::with_capacity(n * pq.subspaces);
+            for key in keys.chunks_exact(hd) {
+                books.encode(layer, kvh, key, &mut codes);
+                all_codes.extend_from_slice(&codes);
+            }
+            let step = (n / 32).max(1);
+            for pos in held.clone().step_by(step) {
+                for g in 0..group {
+                    let h = kvh * group + g;
+                    let q = &seen.queries[layer][(pos * shape.n_heads + h) * hd..][..hd];
+                    let exact: Vec<f64> =
+                        keys.chunks_exact(hd).map(|k| f64::from(lutra_core::model::kv::kernels::dot(q, k) * scale)).collect();
+                    let ts = books.query_tables(layer, kvh, q, scale, &mut float, &mut tables);
+                    let approx: Vec<f64> = all_codes
+                        .chunks_exact(pq.subspaces)
+                        .map(|c| {
+                            let sum: u16 = c.iter().enumerate().map(|(s, &code)| u16::from(tables[s * pq.centroids + code as usize])).sum();
+                            f64::from(ts.score(sum))
+                        })
+                        .collect();
+                    let float_tables: Vec<f64> = all_codes
+                        .chunks_exact(pq.subspaces)
+                        .map(|c| {
+                            let sum: f32 = c.iter().enumerate().map(|(s, &code)| float[s * pq.centroids + code as usize]).sum();
+                            f64::from(sum + ts.bias)
+                        })
+                        .collect();
+                    acc[0] += pearson(&exact, &approx);
+                    acc[1] += pearson(&ranks(&exact), &ranks(&approx));
+                    acc[2] += kl_softmax(&exact, &approx);
+                    acc[3] += kl_softmax(&exact, &float_tables);
+                    count += 1;
+                }
+            }
+        }
+        let m = acc.map(|v| v / count as f64);
+        layers.push(LayerFidelity { pearson: m[0], spearman: m[1], kl: m[2], kl_f32_tables: m[3] });
+    }
+    layers
+}
+
+fn pearson(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        ab += (x - ma) * (y - mb);
+        aa += (x - ma) * (x - ma);
+        bb += (y - mb) * (y - mb);
+    }
+    if aa == 0.0 || bb == 0.0 {
+        return 1.0;
+    }
+    ab / (aa * bb).sqrt()
+}
+
+/// Ranks (ties in input order), for Spearman's correlation.
+fn ranks(v: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..v.len()).collect();
+    order.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+    let mut r = vec![0.0; v.len()];
+    for (rank, i) in order.into_iter().enumerate() {
+        r[i] = rank as f64;
+    }
+    r
+}
+
+fn kl_softmax(p_logits: &[f64], q_logits: &[f64]) -> f64 {
+    let lse = |v: &[f64]| {
+        let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+    };
+    let (lp, lq) = (lse(p_logits), lse(q_logits));
+    p_logits.iter().zip(q_logits).map(|(p, q)| (p - lp).exp() * ((p - lp) - (q - lq))).sum()
 }
 
 /// k-means per (layer, KV head, sub-space), jobs shared by the threads.

@@ -15,6 +15,7 @@ use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
 use lutra_core::{Error, Isa, PackedMatrix};
 
 use crate::pool::Pool;
+use crate::progress::Progress;
 
 /// Matrix-vector products split across a thread pool.
 pub struct PoolGemv<'p>(pub &'p Pool);
@@ -30,19 +31,20 @@ impl Gemv for PoolGemv<'_> {
 pub enum Attention {
     #[default]
     Exact,
-    Pq(Box<Codebooks>),
+    /// Codebooks, and the first / most recent positions whose keys stay exact.
+    Pq { books: Box<Codebooks>, sink: usize, recent: usize },
 }
 
 impl Attention {
     /// `--attention exact|pq` with `--codebooks FILE` (required for pq).
-    pub fn from_args(kind: &str, codebooks: Option<&Path>) -> Result<Attention, String> {
+    pub fn from_args(kind: &str, codebooks: Option<&Path>, sink: usize, recent: usize) -> Result<Attention, String> {
         match (kind, codebooks) {
             ("exact", None) => Ok(Attention::Exact),
             ("exact", Some(_)) => Err("--codebooks is only used with --attention pq".into()),
             ("pq", Some(path)) => {
                 let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
                 let books = Codebooks::from_gguf(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-                Ok(Attention::Pq(Box::new(books)))
+                Ok(Attention::Pq { books: Box::new(books), sink, recent })
             }
             ("pq", None) => Err("--attention pq needs --codebooks FILE (make one with `lutra calibrate`)".into()),
             (other, _) => Err(format!("--attention {other:?}: expected exact or pq")),
@@ -52,11 +54,12 @@ impl Attention {
     fn cache(&self, shape: AttentionShape, arch: &str) -> Result<Box<dyn KvCache>, String> {
         match self {
             Attention::Exact => Ok(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))),
-            Attention::Pq(books) => {
+            Attention::Pq { books, sink, recent } => {
                 if books.model() != arch {
                     return Err(format!("the codebooks were calibrated on a {} model, this is {arch}", books.model()));
                 }
-                let cache = PqKvCache::new(shape, (**books).clone(), Isa::best()).map_err(|e| e.to_string())?;
+                let cache =
+                    PqKvCache::new(shape, (**books).clone(), Isa::best()).map_err(|e| e.to_string())?.with_exact_keys(*sink, *recent);
                 Ok(Box::new(cache))
             }
         }
@@ -164,7 +167,8 @@ fn import_gemma(
     map: &memmap2::Mmap,
     show_progress: bool,
 ) -> Result<lutra_core::model::gemma3::Gemma3, lutra_core::model::ModelError> {
-    lutra_core::model::gemma3::Gemma3::from_gguf_with_progress(gguf, |p| {
+    let mut bar: Option<Progress> = None;
+    let model = lutra_core::model::gemma3::Gemma3::from_gguf_with_progress(gguf, |p| {
         if let Some(info) = gguf.tensor(p.tensor) {
             if let Ok(len) = info.byte_size() {
                 // Any later read of the range faults the pages back in from the file with
@@ -177,9 +181,13 @@ fn import_gemma(
             }
         }
         if show_progress {
-            eprint!("\rimporting tensors: {}/{}", p.done, p.total);
+            bar.get_or_insert_with(|| Progress::new("importing tensors", p.total)).update(p.done, p.tensor);
         }
-    })
+    });
+    if let Some(bar) = bar.as_mut() {
+        bar.finish();
+    }
+    model
 }
 
 /// A model and its tokenizer, loaded for evaluation: a llama2.c checkpoint or a Gemma 3 GGUF.
@@ -341,9 +349,6 @@ fn load_showing_progress(model: &Path, tokenizer: Option<&Path>, bits: u8, progr
         let gguf = lutra_core::gguf::Gguf::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
         let tokenizer = lutra_core::spm::SpmTokenizer::from_gguf(&gguf).map_err(|e| format!("{}: {e}", model.display()))?;
         let m = import_gemma(&gguf, &bytes, progress).map_err(|e| format!("{}: {e}", model.display()))?;
-        if progress {
-            eprintln!();
-        }
         return Ok(Loaded::Gemma { model: Box::new(m), tokenizer: Box::new(tokenizer) });
     }
     let ckpt = Checkpoint::parse(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
@@ -351,14 +356,15 @@ fn load_showing_progress(model: &Path, tokenizer: Option<&Path>, bits: u8, progr
     let tok_bytes = read(&tok_path, "tokenizer (pass --tokenizer FILE)")?;
     let tokenizer =
         Llama2cTokenizer::from_bytes(&tok_bytes, ckpt.config().vocab_size).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let mut bar: Option<Progress> = None;
     let model = Llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
         if progress {
-            eprint!("\rquantizing to {bits} bits: {done}/{total} matrices");
+            bar.get_or_insert_with(|| Progress::new(format!("quantizing to {bits} bits"), total)).update(done, "matrices");
         }
     })
     .map_err(|e| e.to_string())?;
-    if progress {
-        eprintln!();
+    if let Some(bar) = bar.as_mut() {
+        bar.finish();
     }
     Ok(Loaded::Llama { model: Box::new(model), tokenizer: Box::new(tokenizer) })
 }
@@ -498,9 +504,10 @@ pub struct VsLlamaCpp {
     pub tg_tps: f64,
     pub llamacpp_pp_tps: f64,
     pub llamacpp_tg_tps: f64,
-    /// Prompt and generated tokens actually timed (capped at the context).
+    /// Prompt and generated tokens actually timed (capped at the context; pp 0 at a depth).
     pub pp: usize,
     pub tg: usize,
+    pub depth: usize,
     /// Timed rounds (the warm-up round excluded).
     pub rounds: usize,
 }
@@ -512,38 +519,40 @@ pub struct VsLlamaCpp {
 /// left to park before the other engine is timed). llama.cpp's pp decodes the prompt as
 /// one batch, like llama-bench; lutra's feeds it one token at a time.
 #[cfg(feature = "llamacpp")]
-pub fn bench_model_vs_llamacpp(
-    loaded: &Loaded,
-    path: &Path,
-    threads: usize,
-    pp: usize,
-    tg: usize,
-    runs: usize,
-) -> Result<VsLlamaCpp, String> {
+pub fn bench_model_vs_llamacpp(loaded: &Loaded, path: &Path, threads: usize, spec: &ModelBench) -> Result<VsLlamaCpp, String> {
     use crate::llamacpp_model::LlamaCppModel;
+    let (pp, tg, runs, depth) = (spec.pp, spec.tg, spec.runs, spec.depth);
     if !matches!(loaded, Loaded::Gemma { .. }) {
         return Err(format!("{}: --llamacpp needs a GGUF model (llama.cpp cannot read llama2.c checkpoints)", path.display()));
     }
-    let context = loaded.max_context().min(pp.max(tg) + 1);
-    let (pp, tg) = (pp.min(context), tg.min(context - 1));
-    if pp == 0 || tg == 0 {
-        return Err(format!("--llamacpp needs --pp and --tg of at least 1 (got {pp} and {tg})"));
+    let context = loaded.max_context().min(depth + pp.max(tg) + 1);
+    let (pp, tg) = (pp.min(context - depth), tg.min(context - depth - 1));
+    if tg == 0 || (pp == 0 && depth == 0) {
+        return Err(format!("--llamacpp needs --tg (and, without --depth, --pp) of at least 1 (got {pp} and {tg})"));
     }
-    let mut llama = LlamaCppModel::load_with_context(path, threads, pp.max(tg))?;
+    // at a depth only generation is timed, after a context filled once
+    let pp = if depth > 0 { 0 } else { pp };
+    let mut llama = LlamaCppModel::load_with_context(path, threads, depth + pp.max(tg))?;
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = loaded.session(context, &Attention::Exact)?;
+    let mut session = loaded.session(context, &spec.attention)?;
+    if depth > 0 {
+        fill_depth(loaded, &gemv, &mut session, depth)?;
+        llama.fill(depth)?;
+        llama.pause();
+    }
     let rounds = runs.max(5);
     let (mut pp_tps, mut tg_tps, mut l_pp_tps, mut l_tg_tps) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds + 1 {
         let lutra = |session: &mut Session| -> Result<(f64, f64), String> {
-            let r = (lutra_pp(loaded, &gemv, session, 0, pp)?, lutra_tg(loaded, &gemv, session, 0, tg)?);
+            let pp_s = if pp > 0 { lutra_pp(loaded, &gemv, session, 0, pp)? } else { f64::NAN };
+            let r = (pp_s, lutra_tg(loaded, &gemv, session, depth, tg)?);
             // lutra's idle workers spin for at most 200 µs before parking.
             std::thread::sleep(std::time::Duration::from_millis(2));
             Ok(r)
         };
         let llamacpp = |llama: &mut LlamaCppModel| -> Result<(f64, f64), String> {
-            let r = (llama.pp(pp)?, llama.tg(tg)?);
+            let r = if depth > 0 { (f64::NAN, llama.tg_at(depth, tg)?) } else { (llama.pp(pp)?, llama.tg(tg)?) };
             llama.pause();
             Ok(r)
         };
@@ -570,20 +579,14 @@ pub fn bench_model_vs_llamacpp(
         llamacpp_tg_tps: median(l_tg_tps),
         pp,
         tg,
+        depth,
         rounds,
     })
 }
 
 /// Without the `llamacpp` feature there is no llama.cpp to compare with.
 #[cfg(not(feature = "llamacpp"))]
-pub fn bench_model_vs_llamacpp(
-    _loaded: &Loaded,
-    _path: &Path,
-    _threads: usize,
-    _pp: usize,
-    _tg: usize,
-    _runs: usize,
-) -> Result<VsLlamaCpp, String> {
+pub fn bench_model_vs_llamacpp(_loaded: &Loaded, _path: &Path, _threads: usize, _spec: &ModelBench) -> Result<VsLlamaCpp, String> {
     Err("--llamacpp: this lutra was built without llama.cpp; rebuild with `--features llamacpp` \
          (RUSTFLAGS=\"-C target-cpu=native\" cargo build --release -p lutra --features llamacpp)"
         .into())

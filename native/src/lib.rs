@@ -6,13 +6,17 @@ pub use lutra_core as core;
 
 pub mod baseline;
 pub mod bench;
+pub mod bench_attention;
 pub mod calibrate;
 pub mod generate;
 #[cfg(feature = "llamacpp")]
 pub mod ggml;
+#[cfg(feature = "llamacpp")]
+pub mod ggml_attention;
 pub mod hugepage;
 pub mod inspect;
 #[cfg(feature = "llamacpp")]
 pub mod llamacpp_model;
 pub mod parallel;
 pub mod pool;
+pub mod progress;

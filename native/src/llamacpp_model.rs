@@ -162,6 +162,50 @@ impl LlamaCppModel {
         Ok(t.elapsed().as_secs_f64())
     }
 
+    /// Clears the memory and decodes `depth` tokens (BOS first) in batches of up to
+    /// n_batch, untimed: the context that `tg_at` generates after, like `llama-bench -d`.
+    pub fn fill(&mut self, depth: usize) -> Result<(), String> {
+        if depth >= self.n_ctx {
+            return Err(format!("llama.cpp: depth {depth} does not fit the context of {}", self.n_ctx));
+        }
+        self.clear();
+        let mut done = 0;
+        while done < depth {
+            let n = (depth - done).min(self.n_batch);
+            self.tokens.clear();
+            for i in 0..n {
+                let t = match (done + i, self.bos) {
+                    (0, Some(bos)) => bos,
+                    _ => self.random_token(),
+                };
+                self.tokens.push(t);
+            }
+            self.decode_buffer()?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Text generation after a `fill(depth)`: drops whatever the memory holds past
+    /// `depth`, then decodes `n` tokens one at a time. Returns the seconds taken.
+    pub fn tg_at(&mut self, depth: usize, n: usize) -> Result<f64, String> {
+        if n == 0 || depth + n > self.n_ctx {
+            return Err(format!("llama.cpp tg: {n} tokens after {depth} (the context is {})", self.n_ctx));
+        }
+        // SAFETY: the context is live and no decode is in flight (`&mut self`); removing
+        // positions depth.. of sequence 0 only edits the cache's metadata.
+        unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ctx), 0, depth as i32, -1) };
+        let mut token = self.random_token();
+        let t = Instant::now();
+        for _ in 0..n {
+            self.tokens.clear();
+            self.tokens.push(token);
+            self.decode_buffer()?;
+            token = self.random_token();
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+
     /// Parks the threadpool's workers: after a decode they busy-poll for new work for a
     /// while (poll = 50), which would steal cores from whatever is timed next. The next
     /// decode wakes them.

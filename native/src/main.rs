@@ -37,11 +37,17 @@ struct AttentionArgs {
     /// Codebooks from `lutra calibrate`, for --attention pq
     #[arg(long)]
     codebooks: Option<std::path::PathBuf>,
+    /// With --attention pq: keep exact f16 keys of the first N positions (attention sinks)
+    #[arg(long, default_value_t = 0)]
+    pq_sink: usize,
+    /// With --attention pq: keep exact f16 keys of the N most recent positions
+    #[arg(long, default_value_t = 0)]
+    pq_recent: usize,
 }
 
 impl AttentionArgs {
     fn choice(&self) -> Result<lutra::generate::Attention, String> {
-        lutra::generate::Attention::from_args(&self.attention, self.codebooks.as_deref())
+        lutra::generate::Attention::from_args(&self.attention, self.codebooks.as_deref(), self.pq_sink, self.pq_recent)
     }
 }
 
@@ -60,7 +66,7 @@ struct CalibrateArgs {
     /// Centroids per sub-space: 16 (4-bit codes, in-register tables) or 256 (8-bit codes); a list trains one set each
     #[arg(long, default_value = "16")]
     centroids: String,
-    /// Rotation of keys and queries before quantization: hadamard or none
+    /// Transform of keys and queries before quantization: none, hadamard, rope-pairs
     #[arg(long, default_value = "hadamard")]
     rotation: String,
     /// Chunk length: the text runs in chunks of this many tokens, each from position 0
@@ -76,6 +82,12 @@ struct CalibrateArgs {
     bits: u8,
     #[arg(short, long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     threads: usize,
+    /// Scale key dimensions by the queries' RMS before k-means (query or none)
+    #[arg(long, default_value = "query")]
+    key_scale: String,
+    /// Record the keys and queries to this file, or reuse them from it when it matches the model and --ctx
+    #[arg(long)]
+    recording: Option<std::path::PathBuf>,
     /// Output file; with several sub-space or centroid counts, a pattern holding {s} and {k}
     #[arg(short, long)]
     output: String,
@@ -200,6 +212,28 @@ enum BenchCommand {
     Accuracy(AccuracyArgs),
     /// Model speed: prompt processing and generation tokens/s (medians)
     Model(BenchModelArgs),
+    /// One decode token's attention over one layer: NoMAD PQ keys vs exact f32/f16 keys (and llama.cpp)
+    Attention(BenchAttentionArgs),
+}
+
+#[derive(Args)]
+struct BenchAttentionArgs {
+    /// Context lengths (cached positions)
+    #[arg(long, default_value = "1024,4096,16384,32768")]
+    ctx: String,
+    /// Shapes: gemma3 (4 query heads, 1 KV head, head_dim 256), llama7b (32 heads, head_dim 128)
+    #[arg(long, default_value = "gemma3,llama7b")]
+    shapes: String,
+    /// Thread count for llama.cpp's rows (lutra's attention runs on one thread)
+    #[arg(short, long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+    /// Also time llama.cpp's ggml_flash_attn_ext with f16 and q8_0 keys (needs --features llamacpp)
+    #[arg(long)]
+    llamacpp: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -354,6 +388,18 @@ fn run(cli: Cli) -> Result<(), String> {
                 }
             }
         }
+        Command::Bench(BenchCommand::Attention(a)) => {
+            use lutra::bench_attention::{bench_attention, table, SHAPES};
+            let ctxs = list(&a.ctx, |c| c.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad context {c:?}")))?;
+            let shapes =
+                list(&a.shapes, |n| SHAPES.iter().copied().find(|s| s.name == n).ok_or(format!("unknown shape {n:?} (gemma3, llama7b)")))?;
+            let rows = bench_attention(&shapes, &ctxs, a.samples, a.llamacpp, a.threads.max(1))?;
+            if a.json {
+                rows.iter().for_each(|r| println!("{}", r.json()));
+            } else {
+                print!("{}", table(&rows));
+            }
+        }
         Command::Calibrate(a) => {
             let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
             let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
@@ -364,16 +410,22 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err("several --subspaces / --centroids: give -o a pattern with {s} and {k}".into());
             }
             let rotation = lutra::core::pq::Rotation::from_name(&a.rotation)
-                .ok_or_else(|| format!("--rotation {:?}: expected hadamard or none", a.rotation))?;
+                .ok_or_else(|| format!("--rotation {:?}: expected none, hadamard or rope-pairs", a.rotation))?;
             let opts = lutra::calibrate::CalibrateOptions {
                 configs,
                 rotation,
+                query_scaling: match a.key_scale.as_str() {
+                    "query" => true,
+                    "none" => false,
+                    other => return Err(format!("--key-scale {other:?}: expected query or none")),
+                },
+                recording: a.recording.clone(),
                 ctx: a.ctx,
                 keys: a.keys,
                 iterations: a.iterations,
                 threads: a.threads.max(1),
             };
-            for books in lutra::calibrate::calibrate(&loaded, &text, &opts)? {
+            for lutra::calibrate::Calibrated { books, .. } in lutra::calibrate::calibrate(&loaded, &text, &opts)? {
                 let s = books.shape();
                 let path = a.output.replace("{s}", &s.subspaces.to_string()).replace("{k}", &s.centroids.to_string());
                 std::fs::write(&path, books.to_gguf()).map_err(|e| format!("{path}: {e}"))?;
@@ -472,13 +524,21 @@ fn run(cli: Cli) -> Result<(), String> {
 /// `lutra bench model --llamacpp`: lutra and llama.cpp side by side, per thread count.
 fn bench_model_vs_llamacpp(a: &BenchModelArgs, loaded: &lutra::generate::Loaded, threads: &[usize]) -> Result<(), String> {
     let name = a.model.display();
+    let kind = &a.attention.attention;
+    let spec = lutra::generate::ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention: a.attention.choice()? };
     let mut header = false;
     for &t in threads {
-        let r = lutra::generate::bench_model_vs_llamacpp(loaded, &a.model, t, a.pp, a.tg, a.runs)?;
+        let r = lutra::generate::bench_model_vs_llamacpp(loaded, &a.model, t, &spec)?;
+        let num = |v: f64| if v.is_finite() { format!("{v:.1}") } else { "null".into() };
         if a.json {
             println!(
-                "{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"pp_tps\":{:.1},\"tg_tps\":{:.1},\"llamacpp_pp_tps\":{:.1},\"llamacpp_tg_tps\":{:.1}}}",
-                a.bits, r.pp_tps, r.tg_tps, r.llamacpp_pp_tps, r.llamacpp_tg_tps
+                "{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{},\"tg_tps\":{},\"llamacpp_pp_tps\":{},\"llamacpp_tg_tps\":{}}}",
+                a.bits,
+                r.depth,
+                num(r.pp_tps),
+                num(r.tg_tps),
+                num(r.llamacpp_pp_tps),
+                num(r.llamacpp_tg_tps)
             );
             continue;
         }
@@ -486,20 +546,27 @@ fn bench_model_vs_llamacpp(a: &BenchModelArgs, loaded: &lutra::generate::Loaded,
             header = true;
             print_context();
             println!(
-                "# {name}: lutra vs llama.cpp in this process, like `llama-bench -p {} -n {}`; tokens/s, medians of {} interleaved rounds (1 warm-up round discarded)",
-                r.pp, r.tg, r.rounds
+                "# {name}: lutra ({kind} attention) vs llama.cpp in this process, like `llama-bench -p {} -n {} -d {}`; tokens/s, medians of {} interleaved rounds (1 warm-up round discarded)",
+                r.pp, r.tg, r.depth, r.rounds
             );
             println!(
-                "# pp: lutra feeds the prompt one token at a time (no batched prefill yet); llama.cpp decodes it as one batch. tg: one token per decode, from an empty cache"
+                "# pp: lutra feeds the prompt one token at a time (no batched prefill yet); llama.cpp decodes it as one batch. tg: one token per decode, after the first {} positions",
+                r.depth
+            );
+        }
+        if r.pp > 0 {
+            println!(
+                "{t} thread(s): pp{} lutra {:.1}, llama.cpp {:.1} (lutra/llama.cpp {:.3})",
+                r.pp,
+                r.pp_tps,
+                r.llamacpp_pp_tps,
+                r.pp_tps / r.llamacpp_pp_tps
             );
         }
         println!(
-            "{t} thread(s): pp{} lutra {:.1}, llama.cpp {:.1} (lutra/llama.cpp {:.3}); tg{} lutra {:.1}, llama.cpp {:.1} (lutra/llama.cpp {:.3})",
-            r.pp,
-            r.pp_tps,
-            r.llamacpp_pp_tps,
-            r.pp_tps / r.llamacpp_pp_tps,
+            "{t} thread(s): tg{} at depth {} lutra {:.1}, llama.cpp {:.1} (lutra/llama.cpp {:.3})",
             r.tg,
+            r.depth,
             r.tg_tps,
             r.llamacpp_tg_tps,
             r.tg_tps / r.llamacpp_tg_tps

@@ -83,3 +83,70 @@ fn bad_input_is_a_clear_error() {
     failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--top-p", "1.5", "-n", "4"]), "top");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `lutra calibrate` writes codebooks that `--attention pq` reads; generation and
+/// perplexity run on them; bad or mismatched codebook files are clear errors.
+#[test]
+fn calibrate_then_pq_attention_and_bad_codebooks() {
+    let m = models().join("model.bin");
+    let m = m.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("lutra-pq-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let books = dir.join("stories.pq");
+    let text = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/text/stories.txt");
+    let out = lutra(&[
+        "calibrate",
+        "-m",
+        m,
+        "-f",
+        text.to_str().unwrap(),
+        "--ctx",
+        "64",
+        "--keys",
+        "128",
+        "--subspaces",
+        "24",
+        "--centroids",
+        "16",
+        "--iterations",
+        "4",
+        "-o",
+        books.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let b = books.to_str().unwrap();
+
+    let out = lutra(&["run", "-m", m, "-n", "24", "--temp", "0", "-t", "1", "--attention", "pq", "--codebooks", b, "--pq-recent", "8"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.split_whitespace().count() > 10, "{stdout}");
+    assert!(stderr.contains("pq16 S=24") && stderr.contains("MiB of keys"), "{stderr}");
+
+    let out =
+        lutra(&["perplexity", "-m", m, "-f", text.to_str().unwrap(), "--ctx", "128", "--attention", "pq", "--codebooks", b, "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("\"attention\":\"pq16 S=24") && stdout.contains("\"key_bytes\":"), "{stdout}");
+
+    // truncated, not codebooks, for another model, missing
+    let bytes = std::fs::read(&books).unwrap();
+    let bad = dir.join("bad.pq");
+    std::fs::write(&bad, &bytes[..bytes.len() / 2]).unwrap();
+    failed_with(&lutra(&["run", "-m", m, "-n", "4", "--attention", "pq", "--codebooks", bad.to_str().unwrap()]), "codebook file");
+    failed_with(&lutra(&["run", "-m", m, "-n", "4", "--attention", "pq", "--codebooks", m]), "codebook file");
+    let other = lutra::core::pq::Codebooks::new(
+        lutra::core::pq::PqShape::new(3, 6, 48, 24, 16).unwrap(),
+        "llama",
+        lutra::core::pq::Rotation::None,
+        vec![0.5; 3 * 6 * 16 * 48],
+    )
+    .unwrap();
+    std::fs::write(&bad, other.to_gguf()).unwrap();
+    failed_with(
+        &lutra(&["run", "-m", m, "-n", "4", "--attention", "pq", "--codebooks", bad.to_str().unwrap()]),
+        "codebooks are for 3 layers",
+    );
+    failed_with(&lutra(&["run", "-m", m, "-n", "4", "--attention", "pq"]), "--attention pq needs --codebooks");
+    failed_with(&lutra(&["run", "-m", m, "-n", "4", "--attention", "pq", "--codebooks", "/nonexistent.pq"]), "/nonexistent.pq");
+    failed_with(&lutra(&["run", "-m", m, "-n", "4", "--attention", "fast"]), "expected exact or pq");
+    let _ = std::fs::remove_dir_all(&dir);
+}

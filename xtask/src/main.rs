@@ -402,7 +402,12 @@ fn host_tests(ci: &mut Ci) -> Result {
     // debug builds (the nextest run above lists it as skipped) and run here in release.
     let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-tests", "--test", "gemma_logits"]))?;
     ci.count("host Gemma 3 270M vs llama.cpp (release)", &out, false)?;
-    expect_contains(&out, "gemma3_270m_agrees_with_llama_cpp ... ok", "Gemma 3 270M agreement test")
+    expect_contains(&out, "gemma3_270m_agrees_with_llama_cpp ... ok", "Gemma 3 270M agreement test")?;
+    // NoMAD PQ scores vs exact scores on real keys of both models (k-means: release only)
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra", "--test", "pq_fidelity", "--", "--nocapture"]))?;
+    ci.count("host PQ score fidelity on real keys (release)", &out, false)?;
+    expect_contains(&out, "gemma3_pq_scores_follow_exact_scores ... ok", "Gemma 3 PQ fidelity test")?;
+    expect_contains(&out, "stories15m_pq_scores_follow_exact_scores ... ok", "stories15M PQ fidelity test")
 }
 
 fn x86_tiers(ci: &mut Ci) -> Result {

@@ -18,19 +18,6 @@ pub(crate) fn rmsnorm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
-/// Numerically stable softmax in place.
-pub(crate) fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = libm::expf(*v - max);
-        sum += *v;
-    }
-    for v in x.iter_mut() {
-        *v /= sum;
-    }
-}
-
 /// `x += y`.
 pub(crate) fn add(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {

@@ -10,6 +10,8 @@ use alloc::vec::Vec;
 
 use super::codebook::{Codebooks, PqError};
 use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
+use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::model::kv::kernels::dot;
 use crate::model::kv::{AttentionShape, KvCache, ValueCache};
 use crate::Isa;
 
@@ -26,6 +28,13 @@ pub struct PqKvCache {
     tables: Vec<u8>,
     sums: Vec<u16>,
     scores: Vec<f32>,
+    /// Positions `0..sink` and the last `recent` positions also keep exact f16 keys
+    /// (`[layer][position][kv_dim]`; the recent ones in a ring), and score exactly.
+    sink: usize,
+    recent: usize,
+    sink_keys: Vec<u16>,
+    recent_keys: Vec<u16>,
+    row: Vec<f32>,
 }
 
 impl PqKvCache {
@@ -50,7 +59,24 @@ impl PqKvCache {
             sums: vec![0; blocks_per_head * BLOCK_KEYS],
             scores: vec![0.0; shape.group() * shape.context],
             books,
+            sink: 0,
+            recent: 0,
+            sink_keys: Vec::new(),
+            recent_keys: Vec::new(),
+            row: vec![0.0; shape.head_dim],
         })
+    }
+
+    /// Also keeps exact f16 keys of the first `sink` positions (where attention sinks
+    /// live) and of the most recent `recent` ones, and scores those exactly: a constant
+    /// `(sink + recent) · kv_dim · 2` bytes per layer, whatever the context.
+    pub fn with_exact_keys(mut self, sink: usize, recent: usize) -> PqKvCache {
+        let (layers, kv_dim) = (self.shape.layers, self.shape.kv_dim());
+        self.sink = sink.min(self.shape.context);
+        self.recent = recent.min(self.shape.context);
+        self.sink_keys = vec![0; layers * self.sink * kv_dim];
+        self.recent_keys = vec![0; layers * self.recent * kv_dim];
+        self
     }
 
     pub fn codebooks(&self) -> &Codebooks {
@@ -84,6 +110,15 @@ impl KvCache for PqKvCache {
                 }
             }
         }
+        let kv_dim = self.shape.kv_dim();
+        if pos < self.sink {
+            let at = (layer * self.sink + pos) * kv_dim;
+            self.sink_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
+        }
+        if self.recent > 0 {
+            let at = (layer * self.recent + pos % self.recent) * kv_dim;
+            self.recent_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
+        }
         self.values.store(layer, pos, v);
     }
 
@@ -109,13 +144,24 @@ impl KvCache for PqKvCache {
                 for (d, &sum) in self.scores[g * s.context..][..n].iter_mut().zip(&sums[skip..]) {
                     *d = scale.score(sum);
                 }
+                // the exactly kept positions overwrite their PQ scores
+                let sinks = first..(pos + 1).min(self.sink);
+                let recent = first.max((pos + 1).saturating_sub(self.recent))..pos + 1;
+                for (p, exact) in sinks.map(|p| (p, true)).chain(recent.map(|p| (p, false))) {
+                    let at =
+                        if exact { (layer * self.sink + p) * s.kv_dim() } else { (layer * self.recent + p % self.recent) * s.kv_dim() }
+                            + kvh * hd;
+                    let keys = if exact { &self.sink_keys } else { &self.recent_keys };
+                    self.row.iter_mut().zip(&keys[at..at + hd]).for_each(|(r, &h)| *r = f16_bits_to_f32(h));
+                    self.scores[g * s.context + p - first] = dot(qh, &self.row) * q_scale;
+                }
             }
             self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
         }
     }
 
     fn key_bytes(&self) -> usize {
-        self.codes.len()
+        self.codes.len() + 2 * (self.sink_keys.len() + self.recent_keys.len())
     }
 
     fn value_bytes(&self) -> usize {
@@ -124,6 +170,10 @@ impl KvCache for PqKvCache {
 
     fn describe(&self) -> String {
         let pq = self.books.shape();
-        format!("pq{} S={} ({}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16())
+        let mut d = format!("pq{} S={} ({}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16());
+        if self.sink + self.recent > 0 {
+            d += &format!(" + exact f16 keys of the first {} and last {} positions", self.sink, self.recent);
+        }
+        d
     }
 }

@@ -20,6 +20,9 @@ pub enum Rotation {
     /// Normalized Walsh–Hadamard transform over blocks of the largest power of two
     /// dividing `head_dim`.
     Hadamard,
+    /// Interleave the two halves (`v[i]`, `v[i + d/2]` become neighbours): the pairs
+    /// NEOX RoPE rotates together fall into the same sub-space.
+    RopePairs,
 }
 
 impl Rotation {
@@ -27,16 +30,27 @@ impl Rotation {
         match self {
             Rotation::None => "none",
             Rotation::Hadamard => "hadamard",
+            Rotation::RopePairs => "rope-pairs",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Rotation> {
-        [Rotation::None, Rotation::Hadamard].into_iter().find(|r| r.name() == name)
+        [Rotation::None, Rotation::Hadamard, Rotation::RopePairs].into_iter().find(|r| r.name() == name)
     }
 
     /// Applies the transform in place.
     pub fn apply(self, v: &mut [f32]) {
         if self == Rotation::None || v.is_empty() {
+            return;
+        }
+        if self == Rotation::RopePairs {
+            let half = v.len() / 2;
+            let mut copy = [0.0f32; MAX_HEAD_DIM];
+            copy[..v.len()].copy_from_slice(v);
+            for i in 0..half {
+                v[2 * i] = copy[i];
+                v[2 * i + 1] = copy[i + half];
+            }
             return;
         }
         let block = 1 << v.len().trailing_zeros();
@@ -186,10 +200,15 @@ pub struct Codebooks {
     rotation: Rotation,
     /// `[layer][kv_head][sub-space][centroid][sub_dim]`.
     data: Vec<f32>,
+    /// Empty, or `[layer][kv_head][head_dim]` positive factors: keys are multiplied and
+    /// queries divided by them before quantization (dot products unchanged), so that
+    /// k-means' squared error weighs each dimension as much as queries do.
+    key_scale: Vec<f32>,
 }
 
 const ARCH: &str = "lutra-pq";
 const TENSOR: &str = "pq.codebooks";
+const SCALE_TENSOR: &str = "pq.key_scale";
 
 impl Codebooks {
     /// `data` laid out `[layer][kv_head][sub-space][centroid][sub_dim]`, all finite.
@@ -201,7 +220,28 @@ impl Codebooks {
         if !data.iter().all(|v| v.is_finite()) {
             return Err(PqError::Malformed("codebook holds NaN or infinity"));
         }
-        Ok(Codebooks { shape, model: model.into(), rotation, data })
+        Ok(Codebooks { shape, model: model.into(), rotation, data, key_scale: Vec::new() })
+    }
+
+    /// Adds per-dimension key scales (`[layer][kv_head][head_dim]`, finite and > 0),
+    /// which the centroids must have been trained with.
+    pub fn with_key_scale(mut self, key_scale: Vec<f32>) -> Result<Codebooks, PqError> {
+        let s = self.shape;
+        if key_scale.len() != s.layers * s.kv_heads * s.head_dim {
+            return Err(PqError::Malformed("key scales do not match the codebook shape"));
+        }
+        if !key_scale.iter().all(|v| v.is_finite() && *v > 0.0) {
+            return Err(PqError::Malformed("key scales must be finite and positive"));
+        }
+        self.key_scale = key_scale;
+        Ok(self)
+    }
+
+    /// The per-dimension key scales of (layer, KV head), if any.
+    pub fn key_scale(&self, layer: usize, kv_head: usize) -> Option<&[f32]> {
+        let hd = self.shape.head_dim;
+        let i = layer * self.shape.kv_heads + kv_head;
+        self.key_scale.get(i * hd..(i + 1) * hd)
     }
 
     pub fn shape(&self) -> PqShape {
@@ -239,7 +279,7 @@ impl Codebooks {
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
         put_u32(&mut out, 3);
-        put_u64(&mut out, 1); // tensors
+        put_u64(&mut out, if self.key_scale.is_empty() { 1 } else { 2 }); // tensors
         let kvs: [(&str, KvValue<'_>); 8] = [
             ("general.architecture", KvValue::Str(ARCH)),
             ("lutra.pq.model_architecture", KvValue::Str(&self.model)),
@@ -271,9 +311,25 @@ impl Codebooks {
         }
         put_u32(&mut out, GgmlType::F32.id());
         put_u64(&mut out, 0); // offset within the data section
+        let scale_offset = (4 * self.data.len()).next_multiple_of(32);
+        if !self.key_scale.is_empty() {
+            put_str(&mut out, SCALE_TENSOR);
+            put_u32(&mut out, 2);
+            put_u64(&mut out, s.head_dim as u64);
+            put_u64(&mut out, (s.layers * s.kv_heads) as u64);
+            put_u32(&mut out, GgmlType::F32.id());
+            put_u64(&mut out, scale_offset as u64);
+        }
         out.resize(out.len().next_multiple_of(32), 0); // general.alignment default
+        let data_start = out.len();
         for v in &self.data {
             out.extend_from_slice(&v.to_le_bytes());
+        }
+        if !self.key_scale.is_empty() {
+            out.resize(data_start + scale_offset, 0);
+            for v in &self.key_scale {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
         }
         out
     }
@@ -296,7 +352,7 @@ impl Codebooks {
         let rotation = g
             .get_str("lutra.pq.rotation")
             .and_then(Rotation::from_name)
-            .ok_or(PqError::Malformed("lutra.pq.rotation is missing or not none / hadamard"))?;
+            .ok_or(PqError::Malformed("lutra.pq.rotation is missing or not none / hadamard / rope-pairs"))?;
         let info = g.tensor(TENSOR).ok_or(PqError::Malformed("tensor pq.codebooks is missing"))?;
         let want = [shape.sub_dim(), shape.centroids, shape.subspaces, shape.layers * shape.kv_heads].map(|d| d as u64);
         if info.ggml_type != GgmlType::F32 || info.shape() != want {
@@ -304,7 +360,17 @@ impl Codebooks {
         }
         let raw = g.tensor_data(&info)?;
         let data = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        Codebooks::new(shape, model, rotation, data)
+        let books = Codebooks::new(shape, model, rotation, data)?;
+        match g.tensor(SCALE_TENSOR) {
+            None => Ok(books),
+            Some(info) => {
+                if info.ggml_type != GgmlType::F32 || info.shape() != [shape.head_dim as u64, (shape.layers * shape.kv_heads) as u64] {
+                    return Err(PqError::Malformed("tensor pq.key_scale has the wrong type or shape for the metadata"));
+                }
+                let raw = g.tensor_data(&info)?;
+                books.with_key_scale(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+            }
+        }
     }
 
     /// Nearest centroid (squared L2) of each sub-space of `key`, one code per sub-space.
@@ -315,6 +381,9 @@ impl Codebooks {
         let key = &mut rotated[..key_in.len()];
         key.copy_from_slice(key_in);
         self.rotation.apply(key);
+        if let Some(scale) = self.key_scale(layer, kv_head) {
+            key.iter_mut().zip(scale).for_each(|(k, s)| *k *= s);
+        }
         for (s, (code, x)) in codes.iter_mut().zip(key.chunks_exact(sd)).enumerate() {
             let centroids = &book[s * k * sd..(s + 1) * k * sd];
             *code = nearest(centroids, x) as u8;
@@ -340,6 +409,9 @@ impl Codebooks {
         let q = &mut rotated[..q_in.len()];
         q.copy_from_slice(q_in);
         self.rotation.apply(q);
+        if let Some(scale) = self.key_scale(layer, kv_head) {
+            q.iter_mut().zip(scale).for_each(|(q, s)| *q /= s);
+        }
         let mut widest = 0.0f32;
         let mut bias = 0.0f32;
         for (s, (lut, qs)) in float.chunks_exact_mut(k).zip(q.chunks_exact(sd)).enumerate() {

@@ -6,8 +6,12 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::ops::softmax;
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use kernels::Rows;
+
+pub mod kernels;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
 
 /// What a cache holds: `layers` × `context` positions of `n_kv_heads` keys and values of
 /// `head_dim`, read by `n_heads` query heads (`n_heads / n_kv_heads` per KV head).
@@ -89,26 +93,10 @@ impl ValueCache {
         stride: usize,
         out: &mut [f32],
     ) {
-        let (first, n) = (positions.start, positions.len());
         let (hd, kv_dim) = (self.shape.head_dim, self.shape.kv_dim());
-        let group = out.len() / hd;
-        for g in 0..group {
-            softmax(&mut scores[g * stride..g * stride + n]);
-        }
-        out.fill(0.0);
-        let base = (layer * self.shape.context + first) * kv_dim + kv_head * hd;
-        for i in 0..n {
-            let v = &self.data[base + i * kv_dim..][..hd];
-            for (r, &h) in self.row.iter_mut().zip(v) {
-                *r = f16_bits_to_f32(h);
-            }
-            for (g, o) in out.chunks_exact_mut(hd).enumerate() {
-                let p = scores[g * stride + i];
-                for (o, &v) in o.iter_mut().zip(&self.row) {
-                    *o += p * v;
-                }
-            }
-        }
+        let base = (layer * self.shape.context + positions.start) * kv_dim + kv_head * hd;
+        let values = Rows { data: &self.data[base..], stride: kv_dim, len: hd, count: positions.len() };
+        kernels::softmax_mix_f16(values, scores, stride, &mut self.row, out);
     }
 }
 
@@ -172,17 +160,14 @@ impl KvCache for ExactKvCache {
         for kvh in 0..s.n_kv_heads {
             let heads = kvh * group * hd..(kvh + 1) * group * hd;
             let base = (layer * s.context + first) * kv_dim + kvh * hd;
-            for i in 0..n {
-                let at = base + i * kv_dim;
-                let key: &[f32] = match self.precision {
-                    KeyPrecision::F16 => {
-                        self.row.iter_mut().zip(&self.keys_f16[at..at + hd]).for_each(|(r, &h)| *r = f16_bits_to_f32(h));
-                        &self.row
-                    }
-                    KeyPrecision::F32 => &self.keys_f32[at..at + hd],
-                };
-                for (g, qh) in q[heads.clone()].chunks_exact(hd).enumerate() {
-                    self.scores[g * s.context + i] = dot(qh, key) * q_scale;
+            match self.precision {
+                KeyPrecision::F16 => {
+                    let keys = Rows { data: &self.keys_f16[base..], stride: kv_dim, len: hd, count: n };
+                    kernels::scores_f16(keys, &q[heads.clone()], q_scale, &mut self.row, &mut self.scores, s.context);
+                }
+                KeyPrecision::F32 => {
+                    let keys = Rows { data: &self.keys_f32[base..], stride: kv_dim, len: hd, count: n };
+                    kernels::scores_f32(keys, &q[heads.clone()], q_scale, &mut self.scores, s.context);
                 }
             }
             self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
@@ -203,17 +188,4 @@ impl KvCache for ExactKvCache {
             KeyPrecision::F32 => "exact f32".into(),
         }
     }
-}
-
-/// Dot product in 16 independent lanes, so it vectorizes.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for j in 0..16 {
-            acc[j] += x[j] * y[j];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }

@@ -1,0 +1,155 @@
+//! The f32 halves of attention shared by every key cache: exact scores, softmax, and the
+//! probability-weighted sum of f16 values. Each loop is written once, plainly enough to
+//! vectorize, and compiled twice on x86-64: for the baseline target and (in
+//! `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
+
+use crate::f16::f16_bits_to_f32;
+
+/// Where a run of cached rows lives: row `i` of `count` is `data[i * stride..][..len]`.
+#[derive(Clone, Copy)]
+pub struct Rows<'a, T> {
+    pub data: &'a [T],
+    pub stride: usize,
+    pub len: usize,
+    pub count: usize,
+}
+
+/// `scores[g * out_stride + i] = scale · q_g · key_i` for the query heads `q` (rows of
+/// `row.len()`) against f16 keys; `row` is scratch of one key.
+pub fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], scores: &mut [f32], out_stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86_64::scores_f16(keys, q, scale, row, scores, out_stride) {
+        return;
+    }
+    scores_f16_body(keys, q, scale, row, scores, out_stride)
+}
+
+/// As `scores_f16` for f32 keys.
+pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32], out_stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86_64::scores_f32(keys, q, scale, scores, out_stride) {
+        return;
+    }
+    scores_f32_body(keys, q, scale, scores, out_stride)
+}
+
+/// Softmax of each of the `out.len() / row.len()` probability rows `p[g * p_stride..][..count]`,
+/// then `out_g = Σ_i p_g[i] · value_i` over f16 values; `row` is scratch of one value.
+pub fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86_64::softmax_mix_f16(values, p, p_stride, row, out) {
+        return;
+    }
+    softmax_mix_f16_body(values, p, p_stride, row, out)
+}
+
+#[inline(always)]
+pub(super) fn scores_f16_body(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], scores: &mut [f32], out_stride: usize) {
+    let hd = keys.len;
+    for i in 0..keys.count {
+        for (r, &h) in row.iter_mut().zip(&keys.data[i * keys.stride..][..hd]) {
+            *r = f16_bits_to_f32(h);
+        }
+        for (g, qh) in q.chunks_exact(hd).enumerate() {
+            scores[g * out_stride + i] = dot(qh, row) * scale;
+        }
+    }
+}
+
+#[inline(always)]
+pub(super) fn scores_f32_body(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32], out_stride: usize) {
+    let hd = keys.len;
+    for i in 0..keys.count {
+        let key = &keys.data[i * keys.stride..][..hd];
+        for (g, qh) in q.chunks_exact(hd).enumerate() {
+            scores[g * out_stride + i] = dot(qh, key) * scale;
+        }
+    }
+}
+
+#[inline(always)]
+pub(super) fn softmax_mix_f16_body(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32]) {
+    let (hd, n) = (values.len, values.count);
+    let group = out.len() / hd;
+    for g in 0..group {
+        softmax(&mut p[g * p_stride..g * p_stride + n]);
+    }
+    out.fill(0.0);
+    for i in 0..n {
+        for (r, &h) in row.iter_mut().zip(&values.data[i * values.stride..][..hd]) {
+            *r = f16_bits_to_f32(h);
+        }
+        for (g, o) in out.chunks_exact_mut(hd).enumerate() {
+            let w = p[g * p_stride + i];
+            for (o, &v) in o.iter_mut().zip(row.iter()) {
+                *o += w * v;
+            }
+        }
+    }
+}
+
+/// Dot product in 16 independent lanes, so it vectorizes.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for j in 0..16 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Numerically stable softmax in place, with `exp` below.
+#[inline(always)]
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = exp(*v - max);
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// `e^x` for `x ≤ 0` (what softmax feeds it), branch-free so loops over it vectorize:
+/// `x = n·ln2 + r` with |r| ≤ ln2/2 (ln2 split in two for exactness), a degree-6
+/// polynomial for `e^r`, and `2^n` built in the exponent bits. Relative error < 3e-7;
+/// 0 below −87 (where f32 would go subnormal).
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = core::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
+    let x = x.max(-87.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    p * scale
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn exp_matches_libm_over_the_softmax_range() {
+        let mut worst = 0.0f64;
+        for i in 0..=200_000 {
+            let x = -87.0 * i as f32 / 200_000.0;
+            let want = f64::from(libm::expf(x));
+            worst = worst.max((f64::from(exp(x)) - want).abs() / want);
+        }
+        assert!(worst < 3e-7, "worst relative error {worst:e}");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
+    }
+}

@@ -1,0 +1,156 @@
+//! Attention loops for CPUs with AVX2 + FMA + F16C (`Isa::Avx2` and above): f16 keys and
+//! values converted by `vcvtph2ps`, products by FMA, the query heads of a KV head sharing
+//! each converted row. Each entry returns false, doing nothing, where it cannot run (no
+//! such CPU, or a head_dim that is not a multiple of 16); `kernels.rs` then runs the
+//! portable loop.
+
+use core::arch::x86_64::*;
+
+use super::kernels::{self, Rows};
+use crate::Isa;
+
+/// Query heads handled per pass over the rows (4 heads × 2 vectors = 8 accumulators).
+const HEADS: usize = 4;
+/// Value rows per block: a block is re-read from L1 for each 16 dimensions.
+const ROW_BLOCK: usize = 32;
+
+fn usable(rows_len: usize) -> bool {
+    rows_len.is_multiple_of(16) && Isa::Avx2.is_available()
+}
+
+/// Whether every row `i < count` lies inside `data`.
+fn in_bounds<T>(r: &Rows<'_, T>) -> bool {
+    r.count == 0 || (r.count - 1).checked_mul(r.stride).and_then(|s| s.checked_add(r.len)).is_some_and(|end| end <= r.data.len())
+}
+
+pub(super) fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, _row: &mut [f32], scores: &mut [f32], out_stride: usize) -> bool {
+    let group = q.len() / keys.len.max(1);
+    if !usable(keys.len) || !in_bounds(&keys) || scores.len() < (group.max(1) - 1) * out_stride + keys.count {
+        return false;
+    }
+    for first in (0..group).step_by(HEADS) {
+        let heads = (group - first).min(HEADS);
+        let q = &q[first * keys.len..(first + heads) * keys.len];
+        let scores = &mut scores[first * out_stride..];
+        // SAFETY: the CPU has AVX2, FMA and F16C and every row is inside `keys.data`
+        // (both checked above); `q` holds `heads` rows and `scores` `heads` rows of `out_stride` ≥ count.
+        unsafe { scores_f16_avx2(keys, q, heads, scale, scores, out_stride) };
+    }
+    true
+}
+
+pub(super) fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32], out_stride: usize) -> bool {
+    if !Isa::Avx2.is_available() {
+        return false;
+    }
+    // SAFETY: the CPU has AVX2, FMA and F16C (checked just above); the body is safe code.
+    unsafe { scores_f32_autovectorized(keys, q, scale, scores, out_stride) };
+    true
+}
+
+pub(super) fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, _row: &mut [f32], out: &mut [f32]) -> bool {
+    let (hd, n) = (values.len, values.count);
+    let group = out.len() / hd.max(1);
+    if !usable(hd) || !in_bounds(&values) || p.len() < (group.max(1) - 1) * p_stride + n || out.len() != group * hd {
+        return false;
+    }
+    // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the body is safe code.
+    unsafe { softmax_rows(p, p_stride, n, group) };
+    out.fill(0.0);
+    for first in (0..group).step_by(HEADS) {
+        let heads = (group - first).min(HEADS);
+        // SAFETY: as above, plus every row inside `values.data` (checked); `p` holds the
+        // `heads` probability rows from `first`, `out` their `heads × hd` outputs.
+        unsafe { mix_f16_avx2(values, &p[first * p_stride..], p_stride, heads, &mut out[first * hd..(first + heads) * hd]) };
+    }
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scores_f32_autovectorized(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32], out_stride: usize) {
+    kernels::scores_f32_body(keys, q, scale, scores, out_stride)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn softmax_rows(p: &mut [f32], p_stride: usize, n: usize, group: usize) {
+    for g in 0..group {
+        kernels::softmax(&mut p[g * p_stride..g * p_stride + n]);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `scores[g * out_stride + i] = scale · q_g · key_i` for `heads` ≤ 4 query heads.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `keys.len` a multiple of 16; every row inside `keys.data`;
+/// `q.len() == heads * keys.len`; `scores` holds `heads` rows of `out_stride ≥ keys.count`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f32, scores: &mut [f32], out_stride: usize) {
+    // SAFETY: the caller guarantees the CPU features and that every row, query and
+    // score index used below is in bounds (see # Safety).
+    unsafe {
+        let hd = keys.len;
+        let qp = q.as_ptr();
+        for i in 0..keys.count {
+            let row = keys.data.as_ptr().add(i * keys.stride);
+            // two accumulators per head so 8 FMA chains are in flight
+            let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
+            for c in (0..hd).step_by(16) {
+                let k0 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast()));
+                let k1 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c + 8).cast()));
+                for (g, a) in acc.iter_mut().enumerate().take(heads) {
+                    a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c)), k0, a[0]);
+                    a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c + 8)), k1, a[1]);
+                }
+            }
+            for (g, a) in acc.iter().enumerate().take(heads) {
+                *scores.get_unchecked_mut(g * out_stride + i) = hsum(_mm256_add_ps(a[0], a[1])) * scale;
+            }
+        }
+    }
+}
+
+/// `out_g += Σ_i p[g * p_stride + i] · value_i` for `heads` ≤ 4 query heads.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `values.len` a multiple of 16; every row inside `values.data`;
+/// `p` holds `heads` rows of `p_stride ≥ values.count`; `out.len() == heads * values.len`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads: usize, out: &mut [f32]) {
+    // SAFETY: the caller guarantees the CPU features and that every row, probability
+    // and output index used below is in bounds (see # Safety).
+    unsafe {
+        let hd = values.len;
+        let op = out.as_mut_ptr();
+        for block in (0..values.count).step_by(ROW_BLOCK) {
+            let end = (block + ROW_BLOCK).min(values.count);
+            for c in (0..hd).step_by(16) {
+                let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
+                for (g, a) in acc.iter_mut().enumerate().take(heads) {
+                    a[0] = _mm256_loadu_ps(op.add(g * hd + c));
+                    a[1] = _mm256_loadu_ps(op.add(g * hd + c + 8));
+                }
+                for i in block..end {
+                    let row = values.data.as_ptr().add(i * values.stride + c);
+                    let v0 = _mm256_cvtph_ps(_mm_loadu_si128(row.cast()));
+                    let v1 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(8).cast()));
+                    for (g, a) in acc.iter_mut().enumerate().take(heads) {
+                        let w = _mm256_set1_ps(*p.get_unchecked(g * p_stride + i));
+                        a[0] = _mm256_fmadd_ps(w, v0, a[0]);
+                        a[1] = _mm256_fmadd_ps(w, v1, a[1]);
+                    }
+                }
+                for (g, a) in acc.iter().enumerate().take(heads) {
+                    _mm256_storeu_ps(op.add(g * hd + c), a[0]);
+                    _mm256_storeu_ps(op.add(g * hd + c + 8), a[1]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Exact attention (f16 and f32 keys, f16 values) against a plain f64 transcription of
+//! softmax(q·K·scale)·V, on every path this CPU runs (AVX2 + F16C kernels for head_dim
+//! multiple of 16, the portable loops otherwise).
+
+mod common;
+
+use common::Rng;
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+fn f16_round(x: f32) -> f64 {
+    f64::from(half::f16::from_f32(x).to_f32())
+}
+
+#[test]
+fn exact_attention_matches_an_f64_reference() {
+    let mut rng = Rng(11);
+    for (n_heads, n_kv_heads, head_dim) in [(4, 1, 256), (6, 6, 48), (8, 2, 40), (5, 1, 16), (9, 3, 128)] {
+        for precision in [KeyPrecision::F16, KeyPrecision::F32] {
+            let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context: 75 };
+            let mut cache = ExactKvCache::new(shape, precision);
+            let kv_dim = shape.kv_dim();
+            let (mut keys, mut values) = (Vec::new(), Vec::new());
+            for pos in 0..shape.context {
+                let (k, v) = (rng.vec(kv_dim, 2.0), rng.vec(kv_dim, 1.0));
+                cache.store(1, pos, &k, &v);
+                keys.push(k);
+                values.push(v);
+            }
+            for (first, pos) in [(0, 0), (0, 74), (10, 50), (33, 33)] {
+                let q = rng.vec(n_heads * head_dim, 1.0);
+                let mut out = vec![0.0; q.len()];
+                let scale = 1.0 / (head_dim as f32).sqrt();
+                cache.attend(1, first, pos, &q, scale, &mut out);
+                let group = n_heads / n_kv_heads;
+                for h in 0..n_heads {
+                    let kvh = h / group;
+                    let qh = &q[h * head_dim..(h + 1) * head_dim];
+                    let scores: Vec<f64> = (first..=pos)
+                        .map(|p| {
+                            let k = &keys[p][kvh * head_dim..(kvh + 1) * head_dim];
+                            let key = |x: f32| if precision == KeyPrecision::F16 { f16_round(x) } else { f64::from(x) };
+                            qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * key(b)).sum::<f64>() * f64::from(scale)
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let sum: f64 = w.iter().sum();
+                    for d in 0..head_dim {
+                        let want: f64 = (first..=pos).zip(&w).map(|(p, w)| w / sum * f16_round(values[p][kvh * head_dim + d])).sum();
+                        let got = f64::from(out[h * head_dim + d]);
+                        assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {precision:?} h{h} d{d}: {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+}
