@@ -12,6 +12,7 @@ use lutra_core::pq::{Codebooks, PqShape, Rotation};
 
 use crate::generate::{Loaded, PoolGemv};
 use crate::pool::Pool;
+use crate::progress::Progress;
 
 pub struct CalibrateOptions {
     /// (sub-spaces, centroids) of each codebook set to train from the same keys.
@@ -175,20 +176,20 @@ fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &Calibra
     let t = Instant::now();
     let wanted = opts.keys.min(tokens.len());
     let mut fed = 0usize;
+    let mut bar = Progress::new("collecting keys and queries", wanted);
     'chunks: for chunk in tokens.chunks(shape.context) {
         for (pos, &token) in chunk.iter().enumerate() {
             let input = if pos == 0 { loaded.bos() } else { token };
             loaded.forward(&gemv, &mut session, input, pos)?;
             fed += 1;
-            if fed.is_multiple_of(64) {
-                eprint!("\rcollecting keys: {fed}/{wanted} tokens ({:.0} s)", t.elapsed().as_secs_f64());
-            }
+            bar.update(fed, "tokens");
             if fed >= wanted {
                 break 'chunks;
             }
         }
     }
-    eprintln!("\rcollected {fed} keys per layer and KV head in {:.1} s", t.elapsed().as_secs_f64());
+    bar.finish();
+    eprintln!("collected {fed} keys per layer and KV head in {:.1} s", t.elapsed().as_secs_f64());
     drop(session);
 
     let seen = Arc::try_unwrap(seen).map_err(|_| "key recorder still shared")?.into_inner().map_err(|e| e.to_string())?;
@@ -380,6 +381,7 @@ fn train(
     let books: Vec<Mutex<Vec<f32>>> = (0..heads).map(|_| Mutex::new(vec![0.0; pq.book_len()])).collect();
     let t = Instant::now();
     let err_sum = Mutex::new(0.0f64);
+    let bar = Mutex::new(Progress::new(format!("k-means, {k} centroids"), jobs));
     std::thread::scope(|scope| {
         for _ in 0..opts.threads {
             scope.spawn(|| {
@@ -402,17 +404,20 @@ fn train(
                     if let Ok(mut book) = books[head].lock() {
                         book[s * k * sd..(s + 1) * k * sd].copy_from_slice(&centroids);
                     }
-                    if job.is_multiple_of(16) {
-                        eprint!("\rk-means: {job}/{jobs} sub-spaces ({:.0} s)", t.elapsed().as_secs_f64());
+                    if let Ok(mut bar) = bar.lock() {
+                        bar.update(job + 1, "sub-spaces");
                     }
                 }
             });
         }
     });
+    if let Ok(mut bar) = bar.lock() {
+        bar.finish();
+    }
     let err = err_sum.into_inner().map_err(|e| e.to_string())?;
     let energy: f64 = keys.iter().flatten().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / (heads * fed) as f64;
     eprintln!(
-        "\rk-means: {jobs} sub-spaces of {k} centroids in {:.1} s; {pq}: key reconstruction error {:.4} of the key energy",
+        "k-means: {jobs} sub-spaces of {k} centroids in {:.1} s; {pq}: key reconstruction error {:.4} of the key energy",
         t.elapsed().as_secs_f64(),
         err / heads as f64 / energy
     );

@@ -460,15 +460,15 @@ pub struct ModelBench {
 /// progress on stderr when it takes long.
 fn fill_depth(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, depth: usize) -> Result<(), String> {
     let vocab = loaded.vocab_size();
-    let t = Instant::now();
+    let mut bar = (depth >= 256).then(|| Progress::new(format!("filling the context to depth {depth}"), depth));
     for pos in 0..depth {
         loaded.forward(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
-        if (pos + 1).is_multiple_of(256) {
-            eprint!("\rfilling the context to depth {depth}: {}/{depth} ({:.0} s)", pos + 1, t.elapsed().as_secs_f64());
+        if let Some(bar) = bar.as_mut() {
+            bar.update(pos + 1, "tokens");
         }
     }
-    if depth >= 256 {
-        eprintln!();
+    if let Some(bar) = bar.as_mut() {
+        bar.finish();
     }
     Ok(())
 }

@@ -6,6 +6,10 @@ use clap::{Args, Parser, Subcommand};
 use lutra::bench::{self, Bits, GemvOptions, Regime};
 use lutra::core::Isa;
 
+/// Weights and KV caches on transparent huge pages (see `hugepage`).
+#[global_allocator]
+static ALLOCATOR: lutra::hugepage::HugePageAllocator = lutra::hugepage::HugePageAllocator;
+
 #[derive(Parser)]
 #[command(name = "lutra", version, about = "Low-bit LLM kernels by table lookup instead of multiply-add")]
 struct Cli {
@@ -67,7 +71,7 @@ struct CalibrateArgs {
     #[arg(long, default_value = "16")]
     centroids: String,
     /// Transform of keys and queries before quantization: none, hadamard, rope-pairs
-    #[arg(long, default_value = "hadamard")]
+    #[arg(long, default_value = "none")]
     rotation: String,
     /// Chunk length: the text runs in chunks of this many tokens, each from position 0
     #[arg(long, default_value_t = 1024)]

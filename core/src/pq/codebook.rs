@@ -3,6 +3,7 @@
 //! file `lutra calibrate` writes.
 
 use alloc::string::String;
+use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -200,6 +201,9 @@ pub struct Codebooks {
     rotation: Rotation,
     /// `[layer][kv_head][sub-space][centroid][sub_dim]`.
     data: Vec<f32>,
+    /// The same values as `[layer][kv_head][sub-space][sub_dim][centroid]`, so encoding
+    /// and table building loop over contiguous centroids (and vectorize).
+    by_dim: Vec<f32>,
     /// Empty, or `[layer][kv_head][head_dim]` positive factors: keys are multiplied and
     /// queries divided by them before quantization (dot products unchanged), so that
     /// k-means' squared error weighs each dimension as much as queries do.
@@ -220,7 +224,16 @@ impl Codebooks {
         if !data.iter().all(|v| v.is_finite()) {
             return Err(PqError::Malformed("codebook holds NaN or infinity"));
         }
-        Ok(Codebooks { shape, model: model.into(), rotation, data, key_scale: Vec::new() })
+        let (k, sd) = (shape.centroids, shape.sub_dim());
+        let mut by_dim = vec![0.0; data.len()];
+        for (book, out) in data.chunks_exact(k * sd).zip(by_dim.chunks_exact_mut(k * sd)) {
+            for c in 0..k {
+                for d in 0..sd {
+                    out[d * k + c] = book[c * sd + d];
+                }
+            }
+        }
+        Ok(Codebooks { shape, model: model.into(), rotation, data, by_dim, key_scale: Vec::new() })
     }
 
     /// Adds per-dimension key scales (`[layer][kv_head][head_dim]`, finite and > 0),
@@ -376,7 +389,7 @@ impl Codebooks {
     /// Nearest centroid (squared L2) of each sub-space of `key`, one code per sub-space.
     pub fn encode(&self, layer: usize, kv_head: usize, key_in: &[f32], codes: &mut [u8]) {
         let (k, sd) = (self.shape.centroids, self.shape.sub_dim());
-        let book = self.book(layer, kv_head);
+        let book = self.book_by_dim(layer, kv_head);
         let mut rotated = [0.0f32; MAX_HEAD_DIM];
         let key = &mut rotated[..key_in.len()];
         key.copy_from_slice(key_in);
@@ -384,10 +397,32 @@ impl Codebooks {
         if let Some(scale) = self.key_scale(layer, kv_head) {
             key.iter_mut().zip(scale).for_each(|(k, s)| *k *= s);
         }
+        let mut dist = [0.0f32; 256];
+        let dist = &mut dist[..k];
         for (s, (code, x)) in codes.iter_mut().zip(key.chunks_exact(sd)).enumerate() {
-            let centroids = &book[s * k * sd..(s + 1) * k * sd];
-            *code = nearest(centroids, x) as u8;
+            let by_dim = &book[s * k * sd..(s + 1) * k * sd];
+            // the same sums in the same order as `nearest`, centroids side by side
+            dist.fill(0.0);
+            for (&xd, row) in x.iter().zip(by_dim.chunks_exact(k)) {
+                for (d, &c) in dist.iter_mut().zip(row) {
+                    *d += (c - xd) * (c - xd);
+                }
+            }
+            let mut best = (0, f32::INFINITY);
+            for (c, &d) in dist.iter().enumerate() {
+                if d < best.1 {
+                    best = (c, d);
+                }
+            }
+            *code = best.0 as u8;
         }
+    }
+
+    /// One (layer, KV head) codebook as `[sub-space][sub_dim][centroid]`.
+    fn book_by_dim(&self, layer: usize, kv_head: usize) -> &[f32] {
+        let n = self.shape.book_len();
+        let i = layer * self.shape.kv_heads + kv_head;
+        &self.by_dim[i * n..(i + 1) * n]
     }
 
     /// Query tables of one query head against one (layer, KV head) codebook:
@@ -404,7 +439,7 @@ impl Codebooks {
         tables: &mut [u8],
     ) -> TableScale {
         let (k, sd) = (self.shape.centroids, self.shape.sub_dim());
-        let book = self.book(layer, kv_head);
+        let book = self.book_by_dim(layer, kv_head);
         let mut rotated = [0.0f32; MAX_HEAD_DIM];
         let q = &mut rotated[..q_in.len()];
         q.copy_from_slice(q_in);
@@ -415,10 +450,14 @@ impl Codebooks {
         let mut widest = 0.0f32;
         let mut bias = 0.0f32;
         for (s, (lut, qs)) in float.chunks_exact_mut(k).zip(q.chunks_exact(sd)).enumerate() {
-            let centroids = &book[s * k * sd..(s + 1) * k * sd];
-            for (v, c) in lut.iter_mut().zip(centroids.chunks_exact(sd)) {
-                *v = qs.iter().zip(c).map(|(a, b)| a * b).sum::<f32>() * q_scale;
+            let by_dim = &book[s * k * sd..(s + 1) * k * sd];
+            lut.fill(0.0);
+            for (&qd, row) in qs.iter().zip(by_dim.chunks_exact(k)) {
+                for (v, &c) in lut.iter_mut().zip(row) {
+                    *v += qd * c;
+                }
             }
+            lut.iter_mut().for_each(|v| *v *= q_scale);
             let (lo, hi) = lut.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
             widest = widest.max(hi - lo);
             bias += lo;
@@ -427,7 +466,8 @@ impl Codebooks {
         let scale = if widest > 0.0 { widest / 255.0 } else { 1.0 };
         let inv = 1.0 / scale;
         for (t, &v) in tables.iter_mut().zip(float.iter()) {
-            *t = libm::roundf(v * inv).clamp(0.0, 255.0) as u8;
+            // v ≥ 0: adding ½ and truncating rounds to nearest; `as` saturates at 255
+            *t = (v * inv + 0.5) as u8;
         }
         TableScale { scale, bias }
     }

@@ -102,15 +102,29 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Numerically stable softmax in place, with `exp` below.
+/// Numerically stable softmax in place, with `exp` below. The max and the sum run in 16
+/// independent lanes so that every loop vectorizes.
 #[inline(always)]
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v);
+        }
+    }
+    let max = chunks.remainder().iter().chain(&lanes).copied().fold(f32::NEG_INFINITY, f32::max);
     for v in x.iter_mut() {
         *v = exp(*v - max);
-        sum += *v;
     }
+    let mut sums = [0.0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (s, &v) in sums.iter_mut().zip(c) {
+            *s += v;
+        }
+    }
+    let sum = sums.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;

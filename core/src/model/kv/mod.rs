@@ -66,7 +66,8 @@ pub struct ValueCache {
 
 impl ValueCache {
     pub fn new(shape: AttentionShape) -> ValueCache {
-        ValueCache { shape, data: vec![0; shape.layers * shape.context * shape.kv_dim()], row: vec![0.0; shape.head_dim] }
+        // the row scratch holds a block of rows for the x86 kernel, one row elsewhere
+        ValueCache { shape, data: vec![0; shape.layers * shape.context * shape.kv_dim()], row: vec![0.0; 16 * shape.head_dim] }
     }
 
     pub fn bytes(&self) -> usize {

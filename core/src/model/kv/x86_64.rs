@@ -11,8 +11,9 @@ use crate::Isa;
 
 /// Query heads handled per pass over the rows (4 heads × 2 vectors = 8 accumulators).
 const HEADS: usize = 4;
-/// Value rows per block: a block is re-read from L1 for each 16 dimensions.
-const ROW_BLOCK: usize = 32;
+/// Value rows per block: a block is converted once, then re-read from L1 for each 16
+/// dimensions (the callers' scratch holds this many rows).
+pub(super) const ROW_BLOCK: usize = 16;
 
 fn usable(rows_len: usize) -> bool {
     rows_len.is_multiple_of(16) && Isa::Avx2.is_available()
@@ -48,10 +49,15 @@ pub(super) fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mu
     true
 }
 
-pub(super) fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, _row: &mut [f32], out: &mut [f32]) -> bool {
+pub(super) fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, scratch: &mut [f32], out: &mut [f32]) -> bool {
     let (hd, n) = (values.len, values.count);
     let group = out.len() / hd.max(1);
-    if !usable(hd) || !in_bounds(&values) || p.len() < (group.max(1) - 1) * p_stride + n || out.len() != group * hd {
+    if !usable(hd)
+        || !in_bounds(&values)
+        || p.len() < (group.max(1) - 1) * p_stride + n
+        || out.len() != group * hd
+        || scratch.len() < ROW_BLOCK * hd
+    {
         return false;
     }
     // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the body is safe code.
@@ -60,8 +66,9 @@ pub(super) fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: us
     for first in (0..group).step_by(HEADS) {
         let heads = (group - first).min(HEADS);
         // SAFETY: as above, plus every row inside `values.data` (checked); `p` holds the
-        // `heads` probability rows from `first`, `out` their `heads × hd` outputs.
-        unsafe { mix_f16_avx2(values, &p[first * p_stride..], p_stride, heads, &mut out[first * hd..(first + heads) * hd]) };
+        // `heads` probability rows from `first`, `out` their `heads × hd` outputs, and
+        // `scratch` ROW_BLOCK rows (checked).
+        unsafe { mix_f16_avx2(values, &p[first * p_stride..], p_stride, heads, scratch, &mut out[first * hd..(first + heads) * hd]) };
     }
     true
 }
@@ -116,20 +123,31 @@ unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f
     }
 }
 
-/// `out_g += Σ_i p[g * p_stride + i] · value_i` for `heads` ≤ 4 query heads.
+/// `out_g += Σ_i p[g * p_stride + i] · value_i` for `heads` ≤ 4 query heads: a block of
+/// rows is converted to f32 in `scratch` front to back (one sequential stream), then
+/// summed 16 dimensions at a time in registers from L1.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `values.len` a multiple of 16; every row inside `values.data`;
-/// `p` holds `heads` rows of `p_stride ≥ values.count`; `out.len() == heads * values.len`.
+/// `p` holds `heads` rows of `p_stride ≥ values.count`; `out.len() == heads * values.len`;
+/// `scratch.len() ≥ ROW_BLOCK * values.len`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads: usize, out: &mut [f32]) {
-    // SAFETY: the caller guarantees the CPU features and that every row, probability
-    // and output index used below is in bounds (see # Safety).
+unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads: usize, scratch: &mut [f32], out: &mut [f32]) {
+    // SAFETY: the caller guarantees the CPU features and that every row, probability,
+    // scratch and output index used below is in bounds (see # Safety).
     unsafe {
         let hd = values.len;
         let op = out.as_mut_ptr();
+        let sp = scratch.as_mut_ptr();
         for block in (0..values.count).step_by(ROW_BLOCK) {
             let end = (block + ROW_BLOCK).min(values.count);
+            for i in block..end {
+                let row = values.data.as_ptr().add(i * values.stride);
+                let dst = sp.add((i - block) * hd);
+                for c in (0..hd).step_by(8) {
+                    _mm256_storeu_ps(dst.add(c), _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast())));
+                }
+            }
             for c in (0..hd).step_by(16) {
                 let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
                 for (g, a) in acc.iter_mut().enumerate().take(heads) {
@@ -137,9 +155,8 @@ unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads:
                     a[1] = _mm256_loadu_ps(op.add(g * hd + c + 8));
                 }
                 for i in block..end {
-                    let row = values.data.as_ptr().add(i * values.stride + c);
-                    let v0 = _mm256_cvtph_ps(_mm_loadu_si128(row.cast()));
-                    let v1 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(8).cast()));
+                    let v = sp.add((i - block) * hd + c);
+                    let (v0, v1) = (_mm256_loadu_ps(v), _mm256_loadu_ps(v.add(8)));
                     for (g, a) in acc.iter_mut().enumerate().take(heads) {
                         let w = _mm256_set1_ps(*p.get_unchecked(g * p_stride + i));
                         a[0] = _mm256_fmadd_ps(w, v0, a[0]);
