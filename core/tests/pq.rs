@@ -199,6 +199,27 @@ fn exactly_kept_positions_score_exactly() {
         }
         assert!(worst < 1e-5, "sink {sink} recent {recent}: max |pq − exact| {worst}");
     }
+    // layers kept exact score exactly too, with no window at all
+    let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true]);
+    let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
+    for pos in 0..shape.context {
+        for layer in 0..2 {
+            let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
+            pq.store(layer, pos, &k, &v);
+            exact.store(layer, pos, &k, &v);
+        }
+    }
+    let q = rng.vec(32, 1.0);
+    let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
+    pq.attend(1, 3, 69, &q, 0.25, &mut a);
+    exact.attend(1, 3, 69, &q, 0.25, &mut b);
+    assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-5), "{a:?} vs {b:?}");
+    pq.attend(0, 3, 69, &q, 0.25, &mut a);
+    exact.attend(0, 3, 69, &q, 0.25, &mut b);
+    assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-3), "layer 0 is PQ with useless codebooks");
+    // 1 PQ layer × 3 blocks × 32 keys × 4 code bytes + 1 exact layer × 70 positions × 16 f16
+    assert_eq!(pq.key_bytes(), 3 * 32 * 4 + 2 * 70 * 16);
+
     // a window shorter than the context: positions outside it use the codes
     let pq = PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(1, 4);
     // 2 layers × 3 blocks of 32 keys × 4 code bytes, plus f16 keys of 1 + 4 positions per layer

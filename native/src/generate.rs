@@ -31,35 +31,40 @@ impl Gemv for PoolGemv<'_> {
 pub enum Attention {
     #[default]
     Exact,
-    /// Codebooks, and the first / most recent positions whose keys stay exact.
-    Pq { books: Box<Codebooks>, sink: usize, recent: usize },
+    /// Codebooks, the first / most recent positions whose keys stay exact, and whether
+    /// sliding-window layers keep exact keys (`long_only`).
+    Pq { books: Box<Codebooks>, sink: usize, recent: usize, long_only: bool },
 }
 
 impl Attention {
     /// `--attention exact|pq` with `--codebooks FILE` (required for pq).
-    pub fn from_args(kind: &str, codebooks: Option<&Path>, sink: usize, recent: usize) -> Result<Attention, String> {
+    pub fn from_args(kind: &str, codebooks: Option<&Path>, sink: usize, recent: usize, long_only: bool) -> Result<Attention, String> {
         match (kind, codebooks) {
             ("exact", None) => Ok(Attention::Exact),
             ("exact", Some(_)) => Err("--codebooks is only used with --attention pq".into()),
             ("pq", Some(path)) => {
                 let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
                 let books = Codebooks::from_gguf(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-                Ok(Attention::Pq { books: Box::new(books), sink, recent })
+                Ok(Attention::Pq { books: Box::new(books), sink, recent, long_only })
             }
             ("pq", None) => Err("--attention pq needs --codebooks FILE (make one with `lutra calibrate`)".into()),
             (other, _) => Err(format!("--attention {other:?}: expected exact or pq")),
         }
     }
 
-    fn cache(&self, shape: AttentionShape, arch: &str) -> Result<Box<dyn KvCache>, String> {
+    /// `sliding[l]`: layer `l` attends within a sliding window only.
+    fn cache(&self, shape: AttentionShape, arch: &str, sliding: &[bool]) -> Result<Box<dyn KvCache>, String> {
         match self {
             Attention::Exact => Ok(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))),
-            Attention::Pq { books, sink, recent } => {
+            Attention::Pq { books, sink, recent, long_only } => {
                 if books.model() != arch {
                     return Err(format!("the codebooks were calibrated on a {} model, this is {arch}", books.model()));
                 }
-                let cache =
+                let mut cache =
                     PqKvCache::new(shape, (**books).clone(), Isa::best()).map_err(|e| e.to_string())?.with_exact_keys(*sink, *recent);
+                if *long_only {
+                    cache = cache.with_exact_layers(sliding);
+                }
                 Ok(Box::new(cache))
             }
         }
@@ -317,7 +322,14 @@ impl Loaded {
     }
     /// A session of `context` positions reading keys as `attention` says.
     pub fn session(&self, context: usize, attention: &Attention) -> Result<Session, String> {
-        self.session_with_cache(attention.cache(self.attention_shape(context), self.architecture())?)
+        self.session_with_cache(attention.cache(self.attention_shape(context), self.architecture(), &self.sliding_layers())?)
+    }
+    /// Which layers attend within a sliding window only (Gemma 3's local layers).
+    pub fn sliding_layers(&self) -> Vec<bool> {
+        match self {
+            Loaded::Llama { model, .. } => vec![false; model.config.n_layers],
+            Loaded::Gemma { model, .. } => (0..model.config.n_layers).map(|l| !model.config.is_global(l)).collect(),
+        }
     }
     /// A session over a given KV cache (made for `attention_shape`).
     pub fn session_with_cache(&self, cache: Box<dyn KvCache>) -> Result<Session, String> {

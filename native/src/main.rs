@@ -41,17 +41,25 @@ struct AttentionArgs {
     /// Codebooks from `lutra calibrate`, for --attention pq
     #[arg(long)]
     codebooks: Option<std::path::PathBuf>,
-    /// With --attention pq: keep exact f16 keys of the first N positions (attention sinks)
-    #[arg(long, default_value_t = 0)]
+    /// With --attention pq: keep exact f16 keys of the first N positions (attention sinks; 0 = none)
+    #[arg(long, default_value_t = 4)]
     pq_sink: usize,
-    /// With --attention pq: keep exact f16 keys of the N most recent positions
-    #[arg(long, default_value_t = 0)]
+    /// With --attention pq: keep exact f16 keys of the N most recent positions (0 = pure PQ)
+    #[arg(long, default_value_t = 64)]
     pq_recent: usize,
+    /// With --attention pq: which layers use PQ keys: long (layers without a sliding window; the others keep exact keys) or all
+    #[arg(long, default_value = "long")]
+    pq_layers: String,
 }
 
 impl AttentionArgs {
     fn choice(&self) -> Result<lutra::generate::Attention, String> {
-        lutra::generate::Attention::from_args(&self.attention, self.codebooks.as_deref(), self.pq_sink, self.pq_recent)
+        let long_only = match self.pq_layers.as_str() {
+            "long" => true,
+            "all" => false,
+            other => return Err(format!("--pq-layers {other:?}: expected long or all")),
+        };
+        lutra::generate::Attention::from_args(&self.attention, self.codebooks.as_deref(), self.pq_sink, self.pq_recent, long_only)
     }
 }
 

@@ -11,17 +11,29 @@ use alloc::vec::Vec;
 use super::codebook::{Codebooks, PqError};
 use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
-use crate::model::kv::kernels::dot;
+use crate::model::kv::kernels::{self, dot, Rows};
 use crate::model::kv::{AttentionShape, KvCache, ValueCache};
 use crate::Isa;
+
+/// Where a layer's keys live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// PQ codes, the n-th PQ layer.
+    Pq(usize),
+    /// Exact f16 keys, the n-th exact layer.
+    Exact(usize),
+}
 
 pub struct PqKvCache {
     shape: AttentionShape,
     books: Codebooks,
     isa: Isa,
     blocks_per_head: usize,
-    /// `[layer][kv_head][block][block_bytes]`.
+    slots: Vec<Slot>,
+    /// `[pq layer][kv_head][block][block_bytes]`.
     codes: Vec<u8>,
+    /// `[exact layer][position][kv_dim]` f16, for layers kept exact.
+    exact_keys: Vec<u16>,
     values: ValueCache,
     key_codes: Vec<u8>,
     float_tables: Vec<f32>,
@@ -51,7 +63,9 @@ impl PqKvCache {
             shape,
             isa,
             blocks_per_head,
+            slots: (0..shape.layers).map(Slot::Pq).collect(),
             codes: vec![0; shape.layers * shape.n_kv_heads * blocks_per_head * pq.block_bytes()],
+            exact_keys: Vec::new(),
             values: ValueCache::new(shape),
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
@@ -79,13 +93,35 @@ impl PqKvCache {
         self
     }
 
+    /// Keeps exact f16 keys in the layers marked `true` (e.g. sliding-window layers,
+    /// which never attend to more than their window, so lookups cannot pay off there);
+    /// codes are kept for the others only.
+    pub fn with_exact_layers(mut self, exact: &[bool]) -> PqKvCache {
+        let (mut n_pq, mut n_exact) = (0, 0);
+        self.slots = (0..self.shape.layers)
+            .map(|l| {
+                if exact.get(l).copied().unwrap_or(false) {
+                    n_exact += 1;
+                    Slot::Exact(n_exact - 1)
+                } else {
+                    n_pq += 1;
+                    Slot::Pq(n_pq - 1)
+                }
+            })
+            .collect();
+        self.codes = vec![0; n_pq * self.shape.n_kv_heads * self.blocks_per_head * self.books.shape().block_bytes()];
+        self.exact_keys = vec![0; n_exact * self.shape.context * self.shape.kv_dim()];
+        self
+    }
+
     pub fn codebooks(&self) -> &Codebooks {
         &self.books
     }
 
-    fn head_codes(&self, layer: usize, kv_head: usize) -> core::ops::Range<usize> {
+    /// The code bytes of the `pq`-th PQ layer's KV head.
+    fn head_codes(&self, pq: usize, kv_head: usize) -> core::ops::Range<usize> {
         let len = self.blocks_per_head * self.books.shape().block_bytes();
-        let at = (layer * self.shape.n_kv_heads + kv_head) * len;
+        let at = (pq * self.shape.n_kv_heads + kv_head) * len;
         at..at + len
     }
 }
@@ -96,11 +132,21 @@ impl KvCache for PqKvCache {
     }
 
     fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let kv_dim = self.shape.kv_dim();
+        let slot = match self.slots[layer] {
+            Slot::Exact(e) => {
+                let at = (e * self.shape.context + pos) * kv_dim;
+                self.exact_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
+                self.values.store(layer, pos, v);
+                return;
+            }
+            Slot::Pq(p) => p,
+        };
         let pq = self.books.shape();
         let (block, key) = (pos / BLOCK_KEYS, pos % BLOCK_KEYS);
         for (kvh, key_vec) in k.chunks_exact(self.shape.head_dim).enumerate() {
             self.books.encode(layer, kvh, key_vec, &mut self.key_codes);
-            let range = self.head_codes(layer, kvh);
+            let range = self.head_codes(slot, kvh);
             let block = &mut self.codes[range][block * pq.block_bytes()..(block + 1) * pq.block_bytes()];
             for (s, &code) in self.key_codes.iter().enumerate() {
                 if pq.centroids == 16 {
@@ -110,7 +156,6 @@ impl KvCache for PqKvCache {
                 }
             }
         }
-        let kv_dim = self.shape.kv_dim();
         if pos < self.sink {
             let at = (layer * self.sink + pos) * kv_dim;
             self.sink_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
@@ -125,10 +170,23 @@ impl KvCache for PqKvCache {
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let (s, pq) = (self.shape, self.books.shape());
         let (hd, group, n) = (s.head_dim, s.group(), pos + 1 - first);
+        let slot = match self.slots[layer] {
+            Slot::Exact(e) => {
+                for kvh in 0..s.n_kv_heads {
+                    let heads = kvh * group * hd..(kvh + 1) * group * hd;
+                    let base = (e * s.context + first) * s.kv_dim() + kvh * hd;
+                    let keys = Rows { data: &self.exact_keys[base..], stride: s.kv_dim(), len: hd, count: n };
+                    kernels::scores_f16(keys, &q[heads.clone()], q_scale, &mut self.row, &mut self.scores, s.context);
+                    self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
+                }
+                return;
+            }
+            Slot::Pq(p) => p,
+        };
         let (first_block, end_block) = (first / BLOCK_KEYS, pos / BLOCK_KEYS + 1);
         let skip = first - first_block * BLOCK_KEYS;
         for kvh in 0..s.n_kv_heads {
-            let range = self.head_codes(layer, kvh);
+            let range = self.head_codes(slot, kvh);
             let codes = &self.codes[range][first_block * pq.block_bytes()..end_block * pq.block_bytes()];
             let sums = &mut self.sums[..(end_block - first_block) * BLOCK_KEYS];
             let heads = kvh * group * hd..(kvh + 1) * group * hd;
@@ -161,7 +219,7 @@ impl KvCache for PqKvCache {
     }
 
     fn key_bytes(&self) -> usize {
-        self.codes.len() + 2 * (self.sink_keys.len() + self.recent_keys.len())
+        self.codes.len() + 2 * (self.exact_keys.len() + self.sink_keys.len() + self.recent_keys.len())
     }
 
     fn value_bytes(&self) -> usize {
@@ -173,6 +231,10 @@ impl KvCache for PqKvCache {
         let mut d = format!("pq{} S={} ({}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16());
         if self.sink + self.recent > 0 {
             d += &format!(" + exact f16 keys of the first {} and last {} positions", self.sink, self.recent);
+        }
+        let exact = self.slots.iter().filter(|s| matches!(s, Slot::Exact(_))).count();
+        if exact > 0 {
+            d += &format!("; exact f16 keys in {exact} of {} layers", self.shape.layers);
         }
         d
     }
