@@ -151,12 +151,10 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (na.sqrt() * nb.sqrt())
 }
 
-/// Issue #3 asks for the greedy token to be identical at every one of 64 positions and a
-/// logits cosine ≥ 0.999. With int8 activation tables the logits of the 8-bit model are
-/// off by up to 0.6 (worst cosine 0.99919 over this run), and one of the 60 generated
-/// positions is a near-tie in the reference (top two within 0.25) that flips. Until
-/// 16-bit tables for ≥ 5-bit weights land, this test holds the cosine at every position,
-/// the top-1 token wherever the reference's margin exceeds 0.25, and at most 2 flips.
+/// Issue #3: over a 64-position greedy run (teacher-forced on the reference's path), the
+/// LUT forward at 8 bits has the reference's top-1 token at every position and a logits
+/// cosine ≥ 0.999. With int8 tables alone 8-bit weights reach only cosine 0.9989 and one
+/// near-tie flips; the model adds residual tables for ≥ 5-bit weights (0.99984, 64/64).
 #[test]
 fn lut_forward_at_8_bits_agrees_with_the_f32_reference() {
     let bytes = read("model.bin");
@@ -180,19 +178,14 @@ fn lut_forward_at_8_bits_agrees_with_the_f32_reference() {
         let mut sorted = want.clone();
         sorted.sort_by(|a, b| b.total_cmp(a));
         let margin = sorted[0] - sorted[1];
-        if pos + 1 >= prompt.len() {
-            same += usize::from(argmax(got) == next);
-            assert!(
-                argmax(got) == next || margin < 0.25,
-                "pos {pos}: greedy token {} differs from the reference's {next} (margin {margin})",
-                argmax(got)
-            );
-        }
+        same += usize::from(argmax(got) == argmax(&want));
+        assert_eq!(argmax(got), argmax(&want), "pos {pos}: greedy token differs from the reference's (its top-two margin {margin})");
         token = next;
     }
-    let generated = 64 - (prompt.len() - 1);
-    eprintln!("8 bits, 64 positions: worst logits cosine {worst:.6}, max |logit error| {max_err:.3}, top-1 identical at {same}/{generated} generated positions");
-    assert!(same + 2 >= generated);
+    eprintln!(
+        "8 bits, 64 positions: worst logits cosine {worst:.6}, max |logit error| {max_err:.3}, top-1 identical at {same}/64 positions"
+    );
+    assert_eq!(same, 64);
 }
 
 #[test]

@@ -189,6 +189,32 @@ fn build_group(xs: &[f32], quads: &mut [Block64]) -> (f32, f32) {
     (absmax / 127.0, sum)
 }
 
+/// Residual tables of one group: what `first` (int8 entries at step `first_scale`) leaves
+/// of each exact entry, quantized again at its own step; returns that step.
+#[inline(always)]
+fn build_residual_group(xs: &[f32], first: &[Block64], first_scale: f32, quads: &mut [Block64]) -> f32 {
+    let entry = |a: &[f32], idx: usize| ((SIGNS[0][idx] * a[0] + SIGNS[1][idx] * a[1]) + SIGNS[2][idx] * a[2]) + SIGNS[3][idx] * a[3];
+    let mut absmax = 0.0f32;
+    for (q, xq) in first.iter().zip(xs.chunks_exact(16)) {
+        for (lane, a) in xq.chunks_exact(4).enumerate() {
+            for idx in 0..16 {
+                let r = entry(a, idx) - first_scale * f32::from(q.0[16 * lane + idx] as i8);
+                absmax = absmax.max(r.abs());
+            }
+        }
+    }
+    let inv = if absmax > 0.0 { 127.0 / absmax } else { 0.0 };
+    for ((q, f), xq) in quads.iter_mut().zip(first).zip(xs.chunks_exact(16)) {
+        for (lane, a) in xq.chunks_exact(4).enumerate() {
+            for idx in 0..16 {
+                let r = entry(a, idx) - first_scale * f32::from(f.0[16 * lane + idx] as i8);
+                q.0[16 * lane + idx] = ((r * inv).clamp(-127.0, 127.0) + ROUND_MAGIC).to_bits() as u8;
+            }
+        }
+    }
+    absmax / 127.0
+}
+
 /// The portable builder, for tests that pin every builder to it.
 pub fn build_tables_portable(x: &[f32], group: usize, quads: &mut [Block64], scale: &mut [f32], sum: &mut [f32]) {
     build_tables(x, group, quads, scale, sum)
@@ -230,6 +256,24 @@ impl OwnedTables {
     }
     pub fn view(&self) -> Tables<'_> {
         Tables { quads: &self.quads, scale: &self.scale, sum: &self.sum, cols: self.cols, group: self.group }
+    }
+
+    /// Residual tables of `x` after `first` (tables of the same `x`, cols and group):
+    /// each entry is what `first`'s int8 entry misses, quantized to int8 at its own step
+    /// per group, with Σa = 0. A GEMV over them adds only the correction, so the sum of
+    /// the two GEMVs sees tables about 127× finer: for 5- to 8-bit weights, where int8
+    /// tables are the larger error. Allocation-free; one portable builder.
+    pub fn build_residual(&mut self, x: &[f32], first: Tables<'_>) -> Result<Tables<'_>, Error> {
+        if x.len() != self.cols || first.cols != self.cols || first.group != self.group {
+            return Err(Error::TablesMismatch { tables_cols: first.cols, tables_group: first.group, cols: self.cols, group: self.group });
+        }
+        let per_group = self.group / 16;
+        for (g, xs) in x.chunks_exact(self.group).enumerate() {
+            let range = g * per_group..(g + 1) * per_group;
+            self.scale[g] = build_residual_group(xs, &first.quads[range.clone()], first.scale[g], &mut self.quads[range]);
+            self.sum[g] = 0.0;
+        }
+        Ok(self.view())
     }
 }
 

@@ -12,6 +12,7 @@ use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm};
 use super::{group_for, Gemv, ModelError};
 use crate::llama2c::{Checkpoint, F32Tensor};
+use crate::lut::Tables;
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
 
 /// Hyperparameters.
@@ -178,9 +179,10 @@ impl Llama {
             // attention: norm, qkv, rope
             rmsnorm(&mut s.xb, &s.x, &layer.rms_att, c.norm_eps);
             let t = s.tables_dim.build(&s.xb)?;
-            gemv.gemv(&layer.wq, t, &mut s.q)?;
-            gemv.gemv(&layer.wk, t, &mut s.k)?;
-            gemv.gemv(&layer.wv, t, &mut s.v)?;
+            let r = residual(&mut s.residual_dim, &s.xb, t)?;
+            product(gemv, &layer.wq, t, r, &mut s.q, &mut s.scratch)?;
+            product(gemv, &layer.wk, t, r, &mut s.k, &mut s.scratch)?;
+            product(gemv, &layer.wv, t, r, &mut s.v, &mut s.scratch)?;
             rope(&mut s.q, &mut s.k, pos, head_size, c.rope_theta);
 
             // the new key and value into the cache, attention over positions 0..=pos
@@ -189,26 +191,30 @@ impl Llama {
 
             // output projection and residual
             let t = s.tables_dim.build(&s.xb)?;
-            gemv.gemv(&layer.wo, t, &mut s.xb2)?;
+            let r = residual(&mut s.residual_dim, &s.xb, t)?;
+            product(gemv, &layer.wo, t, r, &mut s.xb2, &mut s.scratch)?;
             add(&mut s.x, &s.xb2);
 
             // ffn: norm, gate and up, SiLU, down, residual
             rmsnorm(&mut s.xb, &s.x, &layer.rms_ffn, c.norm_eps);
             let t = s.tables_dim.build(&s.xb)?;
-            gemv.gemv(&layer.w1, t, &mut s.hb)?;
-            gemv.gemv(&layer.w3, t, &mut s.hb2)?;
+            let r = residual(&mut s.residual_dim, &s.xb, t)?;
+            product(gemv, &layer.w1, t, r, &mut s.hb, &mut s.scratch)?;
+            product(gemv, &layer.w3, t, r, &mut s.hb2, &mut s.scratch)?;
             for (h, &up) in s.hb.iter_mut().zip(&s.hb2) {
                 *h = *h / (1.0 + libm::expf(-*h)) * up;
             }
             let t = s.tables_hidden.build(&s.hb)?;
-            gemv.gemv(&layer.w2, t, &mut s.xb)?;
+            let r = residual(&mut s.residual_hidden, &s.hb, t)?;
+            product(gemv, &layer.w2, t, r, &mut s.xb, &mut s.scratch)?;
             add(&mut s.x, &s.xb);
         }
 
         // final norm and classifier
         rmsnorm(&mut s.xb, &s.x, &self.rms_final, c.norm_eps);
         let t = s.tables_dim.build(&s.xb)?;
-        gemv.gemv(&self.classifier, t, &mut s.logits)?;
+        let r = residual(&mut s.residual_dim, &s.xb, t)?;
+        product(gemv, &self.classifier, t, r, &mut s.logits, &mut s.scratch)?;
         Ok(&s.logits)
     }
 }
@@ -228,6 +234,11 @@ pub struct State {
     cache: Box<dyn KvCache>,
     tables_dim: OwnedTables,
     tables_hidden: OwnedTables,
+    /// Residual tables, for weights of 5 bits or more (`None` below).
+    residual_dim: Option<OwnedTables>,
+    residual_hidden: Option<OwnedTables>,
+    /// The residual products, before they are added.
+    scratch: Vec<f32>,
 }
 
 impl State {
@@ -244,6 +255,8 @@ impl State {
         if cache.shape() != model.attention_shape(context) {
             return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
         }
+        // int8 tables dominate the error of ≥ 5-bit weights: add the residual products
+        let fine = model.classifier.layout().bits >= 5;
         Ok(State {
             context,
             x: vec![0.0; c.dim],
@@ -258,6 +271,9 @@ impl State {
             cache,
             tables_dim: OwnedTables::new(c.dim, model.group_dim)?,
             tables_hidden: OwnedTables::new(c.hidden_dim, model.group_hidden)?,
+            residual_dim: fine.then(|| OwnedTables::new(c.dim, model.group_dim)).transpose()?,
+            residual_hidden: fine.then(|| OwnedTables::new(c.hidden_dim, model.group_hidden)).transpose()?,
+            scratch: vec![0.0; if fine { c.vocab_size.max(c.hidden_dim).max(c.dim) } else { 0 }],
         })
     }
 
@@ -273,6 +289,32 @@ impl State {
     pub fn cache(&self) -> &dyn KvCache {
         &*self.cache
     }
+}
+
+/// Residual tables of `x` after `t`, when the state keeps them.
+fn residual<'r>(tables: &'r mut Option<OwnedTables>, x: &[f32], t: Tables<'_>) -> Result<Option<Tables<'r>>, ModelError> {
+    Ok(match tables {
+        Some(r) => Some(r.build_residual(x, t)?),
+        None => None,
+    })
+}
+
+/// `y = W·x` over the tables `t`, plus the product over the residual tables `r` if any.
+fn product<G: Gemv>(
+    gemv: &G,
+    m: &Matrix,
+    t: Tables<'_>,
+    r: Option<Tables<'_>>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), ModelError> {
+    gemv.gemv(m, t, y)?;
+    if let Some(r) = r {
+        let extra = &mut scratch[..y.len()];
+        gemv.gemv(m, r, extra)?;
+        add(y, extra);
+    }
+    Ok(())
 }
 
 /// llama2.c's RoPE: rotate adjacent pairs (i, i+1), frequency by position within the head.
