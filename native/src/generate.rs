@@ -203,8 +203,8 @@ pub enum Loaded {
 
 /// One sequence's working memory for a `Loaded` model.
 pub enum Session {
-    Llama(State),
-    Gemma(lutra_core::model::gemma3::Gemma3State),
+    Llama(Box<State>),
+    Gemma(Box<lutra_core::model::gemma3::Gemma3State>),
 }
 
 impl Session {
@@ -334,8 +334,10 @@ impl Loaded {
     /// A session over a given KV cache (made for `attention_shape`).
     pub fn session_with_cache(&self, cache: Box<dyn KvCache>) -> Result<Session, String> {
         match self {
-            Loaded::Llama { model, .. } => State::with_cache(model, cache).map(Session::Llama),
-            Loaded::Gemma { model, .. } => lutra_core::model::gemma3::Gemma3State::with_cache(model, cache).map(Session::Gemma),
+            Loaded::Llama { model, .. } => State::with_cache(model, cache).map(|s| Session::Llama(Box::new(s))),
+            Loaded::Gemma { model, .. } => {
+                lutra_core::model::gemma3::Gemma3State::with_cache(model, cache).map(|s| Session::Gemma(Box::new(s)))
+            }
         }
         .map_err(|e| e.to_string())
     }
