@@ -68,6 +68,30 @@ pub struct TablesMut<'a> {
 }
 
 impl<'a> TablesMut<'a> {
+    /// Residual tables of `x` after `first` (tables of the same `x`, cols and group):
+    /// each entry is what `first`'s int8 entry misses, quantized to int8 at its own step
+    /// per group, with Σa = 0. A GEMV over them adds only the correction, so the sum of
+    /// the two GEMVs sees tables about 127× finer: for 5- to 8-bit weights, where int8
+    /// tables are the larger error. One portable builder.
+    pub fn build_residual(self, x: &[f32], first: Tables<'_>) -> Result<Tables<'a>, Error> {
+        let cols = x.len();
+        if first.cols != cols
+            || first.group != self.group
+            || self.quads.len() != cols / 16
+            || self.scale.len() != first.scale.len()
+            || self.sum.len() != first.scale.len()
+        {
+            return Err(Error::TablesMismatch { tables_cols: first.cols, tables_group: first.group, cols, group: self.group });
+        }
+        let per_group = self.group / 16;
+        for (g, xs) in x.chunks_exact(self.group).enumerate() {
+            let range = g * per_group..(g + 1) * per_group;
+            self.scale[g] = build_residual_group(xs, &first.quads[range.clone()], first.scale[g], &mut self.quads[range]);
+            self.sum[g] = 0.0;
+        }
+        Ok(Tables { quads: self.quads, scale: self.scale, sum: self.sum, cols, group: self.group })
+    }
+
     /// Build the tables of `x` (length `16 · quads.len()`) for weight groups of `group`.
     pub fn build(self, x: &[f32]) -> Result<Tables<'a>, Error> {
         let cols = x.len();
@@ -258,22 +282,12 @@ impl OwnedTables {
         Tables { quads: &self.quads, scale: &self.scale, sum: &self.sum, cols: self.cols, group: self.group }
     }
 
-    /// Residual tables of `x` after `first` (tables of the same `x`, cols and group):
-    /// each entry is what `first`'s int8 entry misses, quantized to int8 at its own step
-    /// per group, with Σa = 0. A GEMV over them adds only the correction, so the sum of
-    /// the two GEMVs sees tables about 127× finer: for 5- to 8-bit weights, where int8
-    /// tables are the larger error. Allocation-free; one portable builder.
+    /// Residual tables of `x` after `first`: see `TablesMut::build_residual`.
     pub fn build_residual(&mut self, x: &[f32], first: Tables<'_>) -> Result<Tables<'_>, Error> {
-        if x.len() != self.cols || first.cols != self.cols || first.group != self.group {
-            return Err(Error::TablesMismatch { tables_cols: first.cols, tables_group: first.group, cols: self.cols, group: self.group });
+        if x.len() != self.cols {
+            return Err(Error::BufferSize { what: "activations", expected: self.cols, got: x.len() });
         }
-        let per_group = self.group / 16;
-        for (g, xs) in x.chunks_exact(self.group).enumerate() {
-            let range = g * per_group..(g + 1) * per_group;
-            self.scale[g] = build_residual_group(xs, &first.quads[range.clone()], first.scale[g], &mut self.quads[range]);
-            self.sum[g] = 0.0;
-        }
-        Ok(self.view())
+        TablesMut { quads: &mut self.quads, scale: &mut self.scale, sum: &mut self.sum, group: self.group }.build_residual(x, first)
     }
 }
 
