@@ -628,3 +628,24 @@ fn residual_tables_refine_the_product() {
     let mut other = OwnedTables::new(cols, 32).unwrap();
     assert!(other.build_residual(&x, t).is_err());
 }
+
+/// A Q8_0 import in chunks of rows is byte-identical to the import in one piece, and
+/// reports every source byte once, in order.
+#[test]
+fn chunked_q8_0_import_is_identical() {
+    let mut rng = Rng(7);
+    let (rows, cols) = (100, 64);
+    let mut blocks = Vec::new();
+    for _ in 0..rows * cols / 32 {
+        blocks.extend_from_slice(&half::f16::from_f32(0.01 + rng.uniform() * 0.1).to_bits().to_le_bytes());
+        blocks.extend((0..32).map(|_| rng.below(256) as u8));
+    }
+    let whole = PackedMatrix::from_q8_0(&blocks, rows, cols).unwrap();
+    let mut seen = Vec::new();
+    let chunked = PackedMatrix::from_q8_0_chunked(&blocks, rows, cols, 32, |r| seen.push(r)).unwrap();
+    assert_eq!(chunked.as_bytes(), whole.as_bytes());
+    assert_eq!(seen.first().map(|r| r.start), Some(0));
+    assert_eq!(seen.last().map(|r| r.end), Some(blocks.len()));
+    assert!(seen.windows(2).all(|w| w[0].end == w[1].start));
+    assert!(PackedMatrix::from_q8_0_chunked(&blocks, rows, cols, 48, |_| {}).is_err());
+}

@@ -175,17 +175,23 @@ fn import_gemma(
     let mut bar: Option<Progress> = None;
     let model = lutra_core::model::gemma3::Gemma3::from_gguf_with_progress(gguf, |p| {
         if let Some(info) = gguf.tensor(p.tensor) {
-            if let Ok(len) = info.byte_size() {
+            // a chunk releases what it read; a finished tensor releases all of it
+            let range = p.consumed.clone().map(Ok).unwrap_or_else(|| info.byte_size().map(|len| 0..len as usize));
+            if let Ok(range) = range {
                 // Any later read of the range faults the pages back in from the file with
                 // the same contents, so the borrows held by `gguf` stay valid; a failure
                 // just leaves the pages resident.
                 // SAFETY: `map` is a read-only file mapping; MADV_DONTNEED only drops pages.
                 let _ = unsafe {
-                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, gguf.data_start() + info.offset as usize, len as usize)
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        gguf.data_start() + info.offset as usize + range.start,
+                        range.len(),
+                    )
                 };
             }
         }
-        if show_progress {
+        if show_progress && p.consumed.is_none() {
             bar.get_or_insert_with(|| Progress::new("importing tensors", p.total)).update(p.done, p.tensor);
         }
     });

@@ -13,7 +13,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::{matrix, meta_f32, meta_u32, vector, Matrix};
+use super::import::{matrix_releasing, meta_f32, meta_u32, vector, Matrix};
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place};
 use super::{Gemv, ModelError};
@@ -66,12 +66,15 @@ pub struct Gemma3Layer {
     pub post_ffn_norm: Vec<f32>,
 }
 
-/// Reported after each imported tensor.
+/// Reported after each imported tensor, and after each chunk of a tensor imported in
+/// chunks (`consumed` then holds the byte range of the tensor's data read so far).
 pub struct Imported<'a> {
     pub done: usize,
     pub total: usize,
-    /// The tensor just imported.
+    /// The tensor just imported (or being imported).
     pub tensor: &'a str,
+    /// `Some(bytes of the tensor's data)` for a chunk, `None` once the tensor is done.
+    pub consumed: Option<core::ops::Range<usize>>,
 }
 
 struct Importer<'g, 'a, F> {
@@ -84,10 +87,13 @@ struct Importer<'g, 'a, F> {
 impl<F: FnMut(Imported<'_>)> Importer<'_, '_, F> {
     fn report(&mut self, tensor: &str) {
         self.done += 1;
-        (self.progress)(Imported { done: self.done, total: self.total, tensor });
+        (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
     }
     fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Matrix, ModelError> {
-        let m = matrix(self.g, &name, Some(shape))?;
+        let (done, total, progress) = (self.done, self.total, &mut self.progress);
+        let m = matrix_releasing(self.g, &name, Some(shape), |range| {
+            progress(Imported { done, total, tensor: &name, consumed: Some(range) });
+        })?;
         self.report(&name);
         Ok(m)
     }

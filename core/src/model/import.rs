@@ -35,10 +35,26 @@ fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usi
 
 /// Import matrix `name` (`rows × cols` = ggml `ne1 × ne0`).
 pub fn matrix(g: &Gguf<'_>, name: &str, expected: Option<(usize, usize)>) -> Result<Matrix, ModelError> {
+    matrix_releasing(g, name, expected, |_| {})
+}
+
+/// Rows per chunk of a chunked import.
+const CHUNK_ROWS: usize = 4096;
+
+/// As `matrix`; Q8_0 tensors (the large embeddings) are imported in chunks of rows and
+/// `consumed` gets each chunk's byte range within the tensor's data once it is read, so a
+/// caller can release those file pages early.
+pub fn matrix_releasing(
+    g: &Gguf<'_>,
+    name: &str,
+    expected: Option<(usize, usize)>,
+    consumed: impl FnMut(core::ops::Range<usize>),
+) -> Result<Matrix, ModelError> {
     let info = info(g, name)?;
     let (rows, cols) = shape(&info, expected)?;
     let data = g.tensor_data(&info)?;
     let m = match info.ggml_type {
+        GgmlType::Q8_0 if rows > CHUNK_ROWS => PackedMatrix::from_q8_0_chunked(data, rows, cols, CHUNK_ROWS, consumed),
         GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
         GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
         GgmlType::Q8_0 => PackedMatrix::from_q8_0(data, rows, cols),

@@ -569,4 +569,34 @@ impl PackedMatrix<crate::AlignedBytes> {
     pub fn from_q8_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q8_0_layout(rows, cols)?, |l, o| import_q8_0_into(blocks, l, o))
     }
+
+    /// As `from_q8_0`, `chunk_rows` rows (a multiple of 32) at a time, calling `done` with
+    /// the byte range of `blocks` each chunk consumed: a caller importing from a mapped
+    /// file can release those pages before the next chunk is read, so the file and the
+    /// import are never both resident in full. The result is byte-identical.
+    pub fn from_q8_0_chunked(
+        blocks: &[u8],
+        rows: usize,
+        cols: usize,
+        chunk_rows: usize,
+        mut done: impl FnMut(core::ops::Range<usize>),
+    ) -> Result<Self, Error> {
+        let layout = q8_0_layout(rows, cols)?;
+        let row_bytes = cols / 32 * 34;
+        if chunk_rows == 0 || !chunk_rows.is_multiple_of(crate::TILE_ROWS) || blocks.len() != rows * row_bytes {
+            return Err(Error::BufferSize { what: "Q8_0 blocks", expected: rows * row_bytes, got: blocks.len() });
+        }
+        let mut data = crate::AlignedBytes::zeroed(layout.total_bytes());
+        let tile_bytes = layout.groups() * layout.record_bytes();
+        for first in (0..rows).step_by(chunk_rows) {
+            let n = chunk_rows.min(rows - first);
+            let src = first * row_bytes..(first + n) * row_bytes;
+            let part = Self::from_q8_0(&blocks[src.clone()], n, cols)?;
+            let at = first / crate::TILE_ROWS * tile_bytes;
+            let bytes = part.as_bytes();
+            data.as_mut()[at..at + bytes.len()].copy_from_slice(bytes);
+            done(src);
+        }
+        Ok(PackedMatrix { layout, data })
+    }
 }
