@@ -198,12 +198,12 @@ impl GgmlAttention {
         let graph_bytes = unsafe { sys::ggml_graph_overhead_custom(GRAPH_SIZE, false) };
         att.compute_ctx = new_context(overhead * GRAPH_SIZE + graph_bytes)?;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        // SAFETY: compute_ctx is live with room for the graph and its < GRAPH_SIZE
-        // tensors; the views stay inside the cache tensors (they describe exactly their
-        // n_kv rows of n_kv_heads * head_dim elements, the strides llama_kv_cache::get_k
-        // uses); shapes satisfy ggml_flash_attn_ext's asserts (same head_dim for q, k
-        // and v, n_heads a multiple of n_kv_heads, f16 contiguous mask); results are
-        // checked for null before use.
+        // The views describe exactly the caches' n_kv rows of n_kv_heads * head_dim
+        // elements (the strides llama_kv_cache::get_k uses); shapes satisfy
+        // ggml_flash_attn_ext's asserts (same head_dim for q, k and v, n_heads a multiple
+        // of n_kv_heads, f16 contiguous mask); results are checked for null before use.
+        // SAFETY: compute_ctx is live with room for the graph and its < GRAPH_SIZE tensors,
+        // and every view stays inside its cache tensor (above).
         unsafe {
             let c = att.compute_ctx;
             let q_cur = sys::ggml_new_tensor_3d(c, sys::GGML_TYPE_F32, head_dim as i64, n_heads as i64, 1);
@@ -395,11 +395,10 @@ fn fill_cache(t: *mut sys::ggml_tensor, ty: sys::ggml_type, n_embd: usize, ctx: 
                     f.clear();
                     f.extend((row0 * n_embd..(row0 + n) * n_embd).map(|k| normal(seed, k)));
                     let bytes = &mut q[..n * row_bytes];
-                    // SAFETY: `f` holds n rows of n_embd f32 and `bytes` n rows of
-                    // row_bytes; n_embd is a multiple of the block size and no
-                    // importance matrix is needed (f16, q8_0). The tensor has ctx >=
-                    // row0 + n rows of row_bytes bytes, and this thread alone writes
-                    // rows first..last (see CacheTensor).
+                    // n_embd is a multiple of the block size and no importance matrix
+                    // is needed (f16, q8_0). The tensor has ctx >= row0 + n rows of
+                    // row_bytes bytes; this thread alone writes rows first..last (CacheTensor).
+                    // SAFETY: `f` holds n rows of n_embd f32 and `bytes` n rows of row_bytes.
                     unsafe {
                         sys::ggml_quantize_chunk(ty, f.as_ptr(), bytes.as_mut_ptr().cast(), 0, n as i64, n_embd as i64, ptr::null());
                         sys::ggml_backend_tensor_set(t.get(), bytes.as_ptr().cast(), row0 * row_bytes, bytes.len());
