@@ -140,21 +140,8 @@ impl GgmlGemv {
         };
         // From here on every early return drops `gemv`, which frees what was made.
 
-        // SAFETY: plain constructor calls; results are checked for null before use and
-        // owned by `gemv` (freed in Drop). `threads` is within 1..=GGML_MAX_N_THREADS.
-        unsafe {
-            gemv.backend = sys::ggml_backend_cpu_init();
-            if gemv.backend.is_null() {
-                return Err("ggml_backend_cpu_init failed".into());
-            }
-            let mut params = sys::ggml_threadpool_params_default(threads as i32);
-            gemv.threadpool = sys::ggml_threadpool_new(&mut params);
-            if gemv.threadpool.is_null() {
-                return Err(format!("ggml_threadpool_new({threads}) failed"));
-            }
-            sys::ggml_backend_cpu_set_n_threads(gemv.backend, threads as i32);
-            sys::ggml_backend_cpu_set_threadpool(gemv.backend, gemv.threadpool);
-        }
+        // owned by `gemv` (freed in Drop); `threads` is within 1..=GGML_MAX_N_THREADS
+        (gemv.backend, gemv.threadpool) = cpu_backend(threads)?;
 
         // Weight tensors: metadata in a no_alloc context, data in a backend buffer.
         // SAFETY: ggml_tensor_overhead has no preconditions.
@@ -430,8 +417,31 @@ fn lookup_type(name: &str) -> Result<sys::ggml_type, String> {
     Ok(ty)
 }
 
+/// A CPU backend running on a new threadpool of `threads` (1..=GGML_MAX_N_THREADS):
+/// `(backend, threadpool)`, both owned by the caller (free the backend first). On an error
+/// nothing is left allocated.
+pub(crate) fn cpu_backend(threads: usize) -> Result<(sys::ggml_backend_t, *mut sys::ggml_threadpool), String> {
+    // SAFETY: plain constructor calls; results are checked for null before use, and the
+    // backend is freed again if the threadpool cannot be made.
+    unsafe {
+        let backend = sys::ggml_backend_cpu_init();
+        if backend.is_null() {
+            return Err("ggml_backend_cpu_init failed".into());
+        }
+        let mut params = sys::ggml_threadpool_params_default(threads as i32);
+        let threadpool = sys::ggml_threadpool_new(&mut params);
+        if threadpool.is_null() {
+            sys::ggml_backend_free(backend);
+            return Err(format!("ggml_threadpool_new({threads}) failed"));
+        }
+        sys::ggml_backend_cpu_set_n_threads(backend, threads as i32);
+        sys::ggml_backend_cpu_set_threadpool(backend, threadpool);
+        Ok((backend, threadpool))
+    }
+}
+
 /// A no_alloc ggml context for tensor metadata of at most `bytes`.
-fn new_context(bytes: usize) -> Result<*mut sys::ggml_context, String> {
+pub(crate) fn new_context(bytes: usize) -> Result<*mut sys::ggml_context, String> {
     let params = sys::ggml_init_params { mem_size: bytes, mem_buffer: ptr::null_mut(), no_alloc: true };
     // SAFETY: valid parameters; ggml allocates the metadata arena itself.
     let ctx = unsafe { sys::ggml_init(params) };

@@ -40,6 +40,8 @@ use std::ptr;
 
 use llama_cpp_sys_2 as sys;
 
+use crate::ggml::{cpu_backend, new_context};
+
 /// Seed of the query.
 const QUERY_SEED: u64 = 0x6c75_7472_612d_6100;
 /// Seed of the keys.
@@ -149,21 +151,8 @@ impl GgmlAttention {
         };
         // From here on every early return drops `att`, which frees what was made.
 
-        // SAFETY: plain constructor calls; results are checked for null before use and
-        // owned by `att` (freed in Drop). `threads` is within 1..=GGML_MAX_N_THREADS.
-        unsafe {
-            att.backend = sys::ggml_backend_cpu_init();
-            if att.backend.is_null() {
-                return Err("ggml_backend_cpu_init failed".into());
-            }
-            let mut params = sys::ggml_threadpool_params_default(threads as i32);
-            att.threadpool = sys::ggml_threadpool_new(&mut params);
-            if att.threadpool.is_null() {
-                return Err(format!("ggml_threadpool_new({threads}) failed"));
-            }
-            sys::ggml_backend_cpu_set_n_threads(att.backend, threads as i32);
-            sys::ggml_backend_cpu_set_threadpool(att.backend, att.threadpool);
-        }
+        // owned by `att` (freed in Drop); `threads` is within 1..=GGML_MAX_N_THREADS
+        (att.backend, att.threadpool) = cpu_backend(threads)?;
 
         // The caches: metadata in a no_alloc context, data in a CPU buffer, as
         // llama_kv_cache allocates them (one 2-D tensor per cache and layer, n_stream 1).
@@ -340,18 +329,6 @@ impl Drop for GgmlAttention {
                 sys::ggml_threadpool_free(self.threadpool);
             }
         }
-    }
-}
-
-/// A no_alloc ggml context for tensor metadata of at most `bytes`.
-fn new_context(bytes: usize) -> Result<*mut sys::ggml_context, String> {
-    let params = sys::ggml_init_params { mem_size: bytes, mem_buffer: ptr::null_mut(), no_alloc: true };
-    // SAFETY: valid parameters; ggml allocates the metadata arena itself.
-    let ctx = unsafe { sys::ggml_init(params) };
-    if ctx.is_null() {
-        Err("ggml_init failed".into())
-    } else {
-        Ok(ctx)
     }
 }
 
