@@ -6,7 +6,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::f16::f32_to_f16_bits;
 use kernels::Rows;
 
 pub mod kernels;
@@ -127,15 +127,6 @@ impl ExactKvCache {
             values: ValueCache::new(shape),
             scores: vec![0.0; shape.group() * shape.context],
             row: vec![0.0; shape.head_dim],
-        }
-    }
-
-    /// The stored key of (layer, position, KV head), as f32.
-    pub fn key(&self, layer: usize, pos: usize, kv_head: usize, out: &mut [f32]) {
-        let at = (layer * self.shape.context + pos) * self.shape.kv_dim() + kv_head * self.shape.head_dim;
-        match self.precision {
-            KeyPrecision::F16 => out.iter_mut().zip(&self.keys_f16[at..]).for_each(|(o, &h)| *o = f16_bits_to_f32(h)),
-            KeyPrecision::F32 => out.copy_from_slice(&self.keys_f32[at..at + self.shape.head_dim]),
         }
     }
 }
