@@ -17,6 +17,37 @@ fn random_books(rng: &mut Rng, shape: PqShape) -> Codebooks {
     Codebooks::new(shape, "gemma3", Rotation::None, data).unwrap()
 }
 
+/// Key and query matrices `M = R·D`, `Q = R·D⁻¹` (R a product of random Givens
+/// rotations, D positive diagonal), so `Mᵀ·Q = I`, for every (layer, KV head); and, per
+/// head, the inverse key matrix `M⁻¹ = D⁻¹·Rᵀ`.
+fn random_transforms(rng: &mut Rng, heads: usize, hd: usize) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let (mut all, mut inverses) = (Vec::new(), Vec::new());
+    for _ in 0..heads {
+        let mut r = vec![0.0f32; hd * hd];
+        (0..hd).for_each(|i| r[i * hd + i] = 1.0);
+        for _ in 0..4 * hd {
+            let (i, j) = (rng.below(hd), rng.below(hd));
+            if i == j {
+                continue;
+            }
+            let a = rng.normal();
+            let (c, s) = (a.cos(), a.sin());
+            for row in r.chunks_exact_mut(hd) {
+                let (x, y) = (row[i], row[j]);
+                row[i] = c * x - s * y;
+                row[j] = s * x + c * y;
+            }
+        }
+        let d: Vec<f32> = (0..hd).map(|_| 0.5 + rng.below(100) as f32 / 50.0).collect();
+        let m: Vec<f32> = (0..hd * hd).map(|x| r[x] * d[x % hd]).collect();
+        let q: Vec<f32> = (0..hd * hd).map(|x| r[x] / d[x % hd]).collect();
+        inverses.push((0..hd * hd).map(|x| r[(x % hd) * hd + x / hd] / d[x / hd]).collect());
+        all.extend(m);
+        all.extend(q);
+    }
+    (all, inverses)
+}
+
 #[test]
 fn codebook_file_round_trips() {
     let mut rng = Rng(1);
@@ -24,6 +55,42 @@ fn codebook_file_round_trips() {
         let books = random_books(&mut rng, PqShape::new(2, 3, 16, s, k).unwrap());
         let back = Codebooks::from_gguf(&books.to_gguf()).unwrap();
         assert_eq!(back, books);
+        let scaled = books.clone().with_key_scale((0..6 * 16).map(|i| 0.5 + i as f32 / 64.0).collect()).unwrap();
+        assert_eq!(Codebooks::from_gguf(&scaled.to_gguf()).unwrap(), scaled);
+        let transformed = scaled.with_key_transform(random_transforms(&mut rng, 6, 16).0).unwrap();
+        let back = Codebooks::from_gguf(&transformed.to_gguf()).unwrap();
+        assert_eq!(back, transformed);
+        assert!(back.key_transform(1, 2).is_some() && back.key_scale(1, 2).is_some());
+    }
+}
+
+#[test]
+fn key_transforms_leave_scores_unchanged() {
+    let mut rng = Rng(9);
+    let (hd, s) = (16, 8);
+    for k in [16, 256] {
+        let shape = PqShape::new(1, 2, hd, s, k).unwrap();
+        let (transform, inverses) = random_transforms(&mut rng, 2, hd);
+        let books = random_books(&mut rng, shape).with_key_transform(transform).unwrap();
+        for (kvh, inverse) in inverses.iter().enumerate() {
+            let book = books.book(0, kvh);
+            for _ in 0..20 {
+                // a key whose transform is made of centroids: it encodes to them, and the
+                // tables score it as q·key to within their rounding
+                let codes: Vec<usize> = (0..s).map(|_| rng.below(k)).collect();
+                let moved: Vec<f32> = (0..hd).map(|d| book[(d / 2 * k + codes[d / 2]) * 2 + d % 2]).collect();
+                let key: Vec<f32> = inverse.chunks_exact(hd).map(|row| row.iter().zip(&moved).map(|(a, b)| a * b).sum()).collect();
+                let mut got = vec![0u8; s];
+                books.encode(0, kvh, &key, &mut got);
+                assert_eq!(got.iter().map(|&c| c as usize).collect::<Vec<_>>(), codes);
+                let q = rng.vec(hd, 1.0);
+                let (mut float, mut tables) = (vec![0.0; s * k], vec![0u8; s * k]);
+                let ts = books.query_tables(0, kvh, &q, 1.0, &mut float, &mut tables);
+                let sum: u16 = (0..s).map(|i| u16::from(tables[i * k + codes[i]])).sum();
+                let exact: f32 = q.iter().zip(&key).map(|(a, b)| a * b).sum();
+                assert!((ts.score(sum) - exact).abs() <= s as f32 * ts.scale * 0.5 + 1e-3, "{} vs {exact}", ts.score(sum));
+            }
+        }
     }
 }
 
@@ -37,7 +104,8 @@ fn impossible_shapes_are_refused() {
 #[test]
 fn hostile_codebook_files_are_typed_errors() {
     let mut rng = Rng(2);
-    let books = random_books(&mut rng, PqShape::new(2, 1, 8, 4, 16).unwrap());
+    let plain = random_books(&mut rng, PqShape::new(2, 1, 8, 4, 16).unwrap());
+    let books = plain.clone().with_key_transform(random_transforms(&mut rng, 2, 8).0).unwrap();
     let file = books.to_gguf();
     // truncated anywhere
     for len in 0..file.len() {
@@ -55,10 +123,16 @@ fn hostile_codebook_files_are_typed_errors() {
         }
     }
     // a NaN centroid
-    let mut nan = file.clone();
+    let mut nan = plain.to_gguf();
     let at = nan.len() - 4;
     nan[at..].copy_from_slice(&f32::NAN.to_le_bytes());
     assert!(matches!(Codebooks::from_gguf(&nan), Err(PqError::Malformed(_))));
+    // a NaN in a key matrix, and matrices of the wrong size
+    let mut nan = file.clone();
+    let at = nan.len() - 4 * 8 * 8 - 4;
+    nan[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    assert!(matches!(Codebooks::from_gguf(&nan), Err(PqError::Malformed(_))));
+    assert!(matches!(books.clone().with_key_transform(vec![0.0; 7]), Err(PqError::Malformed(_))));
     // a model file is not a codebook file
     let mut other = file.clone();
     let pos = other.windows(8).position(|w| w == b"lutra-pq").unwrap();

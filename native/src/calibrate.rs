@@ -24,11 +24,37 @@ pub struct CalibrateOptions {
     pub keys: usize,
     pub iterations: usize,
     pub threads: usize,
-    /// Scale key dimensions by the queries' RMS per dimension before k-means.
-    pub query_scaling: bool,
+    /// How keys are transformed before k-means (queries inversely, so scores are unchanged).
+    pub key_transform: KeyTransform,
     /// Reuse the keys and queries recorded here by an earlier run with the same model,
     /// text and --ctx / --keys (or record them there).
     pub recording: Option<std::path::PathBuf>,
+}
+
+/// Makes k-means' squared error on keys stand for the error of the scores they get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyTransform {
+    None,
+    /// Scale each key dimension by the queries' RMS in it.
+    QueryRms,
+    /// Whiten by the queries' second moment (squared key error then equals the mean squared
+    /// score error over queries), rotate to the principal axes of the whitened keys, and
+    /// deal those axes out to the sub-spaces so each gets a similar share of the variance
+    /// (Ge et al., "Optimized Product Quantization", eigenvalue allocation).
+    Opq,
+}
+
+impl KeyTransform {
+    pub const NAMES: &'static str = "none, query-rms or opq";
+
+    pub fn from_name(name: &str) -> Option<KeyTransform> {
+        match name {
+            "none" => Some(KeyTransform::None),
+            "query-rms" => Some(KeyTransform::QueryRms),
+            "opq" => Some(KeyTransform::Opq),
+            _ => None,
+        }
+    }
 }
 
 /// k-means seed: fixed, so the same model, text and options give the same file.
@@ -122,24 +148,39 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
     for key in train_keys.iter_mut().flat_map(|k| k.chunks_exact_mut(hd)) {
         opts.rotation.apply(key);
     }
-    // per-dimension RMS of the (rotated) queries of each KV head's group, normalized to mean 1
-    let mut key_scale = Vec::new();
-    if opts.query_scaling {
+    // second moments of the (rotated) queries of each KV head's group
+    let moments: Vec<Vec<f64>> = if opts.key_transform == KeyTransform::None {
+        Vec::new()
+    } else {
         let mut q = vec![0.0f32; hd];
+        let mut out = Vec::new();
         for layer in 0..shape.layers {
             for kvh in 0..shape.n_kv_heads {
-                let mut ms = vec![0.0f64; hd];
+                let mut m = vec![0.0f64; hd * hd];
                 for pos in 0..train_n {
                     for g in 0..shape.group() {
                         q.copy_from_slice(&seen.queries[layer][(pos * shape.n_heads + kvh * shape.group() + g) * hd..][..hd]);
                         opts.rotation.apply(&mut q);
-                        ms.iter_mut().zip(&q).for_each(|(m, &v)| *m += f64::from(v) * f64::from(v));
+                        for (i, &qi) in q.iter().enumerate() {
+                            let row = &mut m[i * hd..(i + 1) * hd];
+                            row.iter_mut().zip(&q).for_each(|(m, &qj)| *m += f64::from(qi) * f64::from(qj));
+                        }
                     }
                 }
-                let rms: Vec<f64> = ms.iter().map(|m| m.sqrt()).collect();
-                let mean = rms.iter().sum::<f64>() / hd as f64;
-                key_scale.extend(rms.iter().map(|r| (r / mean).max(1e-3) as f32));
+                let n = (train_n * shape.group()) as f64;
+                m.iter_mut().for_each(|v| *v /= n);
+                out.push(m);
             }
+        }
+        out
+    };
+    // per-dimension RMS of the queries, normalized to mean 1
+    let mut key_scale = Vec::new();
+    if opts.key_transform == KeyTransform::QueryRms {
+        for m in &moments {
+            let rms: Vec<f64> = (0..hd).map(|i| m[i * hd + i].sqrt()).collect();
+            let mean = rms.iter().sum::<f64>() / hd as f64;
+            key_scale.extend(rms.iter().map(|r| (r / mean).max(1e-3) as f32));
         }
         for (h, keys) in train_keys.iter_mut().enumerate() {
             let scale = &key_scale[h * hd..(h + 1) * hd];
@@ -150,8 +191,26 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
     }
     let mut out = Vec::new();
     for &pq in &shapes {
-        let mut books = train(loaded, &train_keys, shape, pq, train_n, opts)?;
-        if opts.query_scaling {
+        let mut books = if opts.key_transform == KeyTransform::Opq {
+            let t = Instant::now();
+            let transforms: Vec<Vec<f32>> =
+                moments.iter().zip(&train_keys).map(|(m, keys)| opq_transform(m, keys, hd, pq.subspaces)).collect();
+            eprintln!("opq: {} key transforms in {:.1} s", transforms.len(), t.elapsed().as_secs_f64());
+            let mut moved = train_keys.clone();
+            for (keys, t) in moved.iter_mut().zip(&transforms) {
+                let mut copy = vec![0.0f32; hd];
+                for key in keys.chunks_exact_mut(hd) {
+                    copy.copy_from_slice(key);
+                    for (x, row) in key.iter_mut().zip(t[..hd * hd].chunks_exact(hd)) {
+                        *x = lutra_core::model::kv::kernels::dot(row, &copy);
+                    }
+                }
+            }
+            train(loaded, &moved, shape, pq, train_n, opts)?.with_key_transform(transforms.concat()).map_err(|e| e.to_string())?
+        } else {
+            train(loaded, &train_keys, shape, pq, train_n, opts)?
+        };
+        if opts.key_transform == KeyTransform::QueryRms {
             books = books.with_key_scale(key_scale.clone()).map_err(|e| e.to_string())?;
         }
         if train_n < fed {
@@ -256,6 +315,72 @@ pub struct LayerFidelity {
     pub kl: f64,
     /// The same KL with the query tables kept in f32 (no u8 rounding).
     pub kl_f32_tables: f64,
+}
+
+/// The learned key and query matrices `[M, Q]` (each `hd × hd`, row-major) of one
+/// (layer, KV head), from the queries' second moment `q_moment` and the training `keys`:
+/// with `Σ_q = U Λ Uᵀ`, `M = R Λ^½ Uᵀ` and `Q = R Λ^-½ Uᵀ`, so `(Q q)·(M k) = q·k`, and
+/// `‖M (k − k̂)‖²` is the score error `k̂` causes, averaged over the queries. `R` turns the
+/// whitened keys to their principal axes, dealt out so each sub-space's product of
+/// variances is about equal.
+fn opq_transform(q_moment: &[f64], keys: &[f32], hd: usize, subspaces: usize) -> Vec<f32> {
+    let (lambda, u) = crate::linalg::symmetric_eigen(q_moment, hd);
+    let floor = lambda.iter().copied().fold(0.0f64, f64::max) * 1e-6;
+    let root: Vec<f64> = lambda.iter().map(|&l| l.max(floor).max(f64::MIN_POSITIVE).sqrt()).collect();
+    // whitening W = Λ^½ Uᵀ: row i is root[i] · (column i of U)
+    let mut w = vec![0.0f64; hd * hd];
+    for i in 0..hd {
+        for j in 0..hd {
+            w[i * hd + j] = root[i] * u[j * hd + i];
+        }
+    }
+    // covariance of the whitened keys
+    let n = keys.len() / hd;
+    let (mut mean, mut cov) = (vec![0.0f64; hd], vec![0.0f64; hd * hd]);
+    let mut white = vec![0.0f64; hd];
+    let mut whitened = Vec::with_capacity(n * hd);
+    for key in keys.chunks_exact(hd) {
+        for (x, row) in white.iter_mut().zip(w.chunks_exact(hd)) {
+            *x = row.iter().zip(key).map(|(a, &b)| a * f64::from(b)).sum();
+        }
+        mean.iter_mut().zip(&white).for_each(|(m, x)| *m += x);
+        whitened.extend_from_slice(&white);
+    }
+    mean.iter_mut().for_each(|m| *m /= n as f64);
+    for x in whitened.chunks_exact(hd) {
+        for i in 0..hd {
+            let xi = x[i] - mean[i];
+            cov[i * hd..(i + 1) * hd].iter_mut().zip(x).zip(&mean).for_each(|((c, xj), mj)| *c += xi * (xj - mj));
+        }
+    }
+    let (variance, v) = crate::linalg::symmetric_eigen(&cov, hd);
+    // eigenvalue allocation: largest variance first, each to the sub-space (with room)
+    // whose product of variances is smallest so far
+    let sd = hd / subspaces;
+    let mut order: Vec<usize> = (0..hd).collect();
+    order.sort_by(|&a, &b| variance[b].total_cmp(&variance[a]));
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); subspaces];
+    let mut log_product = vec![0.0f64; subspaces];
+    for axis in order {
+        let s = (0..subspaces).filter(|&s| members[s].len() < sd).min_by(|&a, &b| log_product[a].total_cmp(&log_product[b])).unwrap_or(0);
+        members[s].push(axis);
+        log_product[s] += variance[axis].max(1e-30).ln();
+    }
+    // M = R W and Q = R Λ^-1 W (= R Λ^-½ Uᵀ); row r of R is principal axis `axis`
+    let mut out = vec![0.0f32; 2 * hd * hd];
+    let (m, q) = out.split_at_mut(hd * hd);
+    for (r, &axis) in members.iter().flatten().enumerate() {
+        for j in 0..hd {
+            let (mut mk, mut mq) = (0.0f64, 0.0f64);
+            for i in 0..hd {
+                mk += v[i * hd + axis] * w[i * hd + j];
+                mq += v[i * hd + axis] * w[i * hd + j] / (root[i] * root[i]);
+            }
+            m[r * hd + j] = mk as f32;
+            q[r * hd + j] = mq as f32;
+        }
+    }
+    out
 }
 
 /// One line per layer and a mean.

@@ -15,6 +15,7 @@ pub mod ggml;
 pub mod ggml_attention;
 pub mod hugepage;
 pub mod inspect;
+pub mod linalg;
 #[cfg(feature = "llamacpp")]
 pub mod llamacpp_model;
 pub mod parallel;

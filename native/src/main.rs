@@ -94,9 +94,9 @@ struct CalibrateArgs {
     bits: u8,
     #[arg(short, long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     threads: usize,
-    /// Scale key dimensions by the queries' RMS before k-means (query or none)
-    #[arg(long, default_value = "query")]
-    key_scale: String,
+    /// Transform of keys (and inversely queries) before k-means, so that key error stands for score error: opq (learned per layer and KV head: whitened by the queries, principal axes shared out among sub-spaces), query-rms (each dimension scaled by the queries' RMS) or none
+    #[arg(long, default_value = "opq")]
+    key_transform: String,
     /// Record the keys and queries to this file, or reuse them from it when it matches the model and --ctx
     #[arg(long)]
     recording: Option<std::path::PathBuf>,
@@ -426,11 +426,8 @@ fn run(cli: Cli) -> Result<(), String> {
             let opts = lutra::calibrate::CalibrateOptions {
                 configs,
                 rotation,
-                query_scaling: match a.key_scale.as_str() {
-                    "query" => true,
-                    "none" => false,
-                    other => return Err(format!("--key-scale {other:?}: expected query or none")),
-                },
+                key_transform: lutra::calibrate::KeyTransform::from_name(&a.key_transform)
+                    .ok_or_else(|| format!("--key-transform {:?}: expected {}", a.key_transform, lutra::calibrate::KeyTransform::NAMES))?,
                 recording: a.recording.clone(),
                 ctx: a.ctx,
                 keys: a.keys,

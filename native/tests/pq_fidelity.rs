@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use lutra::calibrate::{calibrate, fidelity_table, CalibrateOptions, Calibrated, LayerFidelity};
+use lutra::calibrate::{calibrate, fidelity_table, CalibrateOptions, Calibrated, KeyTransform, LayerFidelity};
 use lutra::core::pq::Rotation;
 use lutra::generate::load;
 
@@ -16,8 +16,16 @@ fn root() -> PathBuf {
 fn run(model: &str, text: &str, configs: Vec<(usize, usize)>, ctx: usize, keys: usize) -> Vec<Calibrated> {
     let loaded = load(&root().join(model), None, 8).unwrap_or_else(|e| panic!("{e}\n  run `cargo xtask models all` first"));
     let text = std::fs::read_to_string(text).unwrap();
-    let opts =
-        CalibrateOptions { configs, rotation: Rotation::None, ctx, keys, iterations: 20, threads: 2, query_scaling: true, recording: None };
+    let opts = CalibrateOptions {
+        configs,
+        rotation: Rotation::None,
+        ctx,
+        keys,
+        iterations: 20,
+        threads: 2,
+        key_transform: KeyTransform::Opq,
+        recording: None,
+    };
     calibrate(&loaded, &text, &opts).unwrap()
 }
 

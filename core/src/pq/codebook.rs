@@ -208,11 +208,16 @@ pub struct Codebooks {
     /// queries divided by them before quantization (dot products unchanged), so that
     /// k-means' squared error weighs each dimension as much as queries do.
     key_scale: Vec<f32>,
+    /// Empty, or `[layer][kv_head][key, query][head_dim][head_dim]` row-major matrices `M`
+    /// and `Q` with `Mᵀ·Q = I`: keys are multiplied by `M`, queries by `Q`, so
+    /// `(Q·q)·(M·k) = q·k`. Calibration learns them (see `lutra calibrate --key-transform opq`).
+    key_transform: Vec<f32>,
 }
 
 const ARCH: &str = "lutra-pq";
 const TENSOR: &str = "pq.codebooks";
 const SCALE_TENSOR: &str = "pq.key_scale";
+const TRANSFORM_TENSOR: &str = "pq.key_transform";
 
 impl Codebooks {
     /// `data` laid out `[layer][kv_head][sub-space][centroid][sub_dim]`, all finite.
@@ -233,7 +238,48 @@ impl Codebooks {
                 }
             }
         }
-        Ok(Codebooks { shape, model: model.into(), rotation, data, by_dim, key_scale: Vec::new() })
+        Ok(Codebooks { shape, model: model.into(), rotation, data, by_dim, key_scale: Vec::new(), key_transform: Vec::new() })
+    }
+
+    /// Adds per-(layer, KV head) key and query matrices (`[layer][kv_head][key, query]
+    /// [head_dim][head_dim]`, finite), which the centroids must have been trained with.
+    pub fn with_key_transform(mut self, key_transform: Vec<f32>) -> Result<Codebooks, PqError> {
+        let s = self.shape;
+        if key_transform.len() != s.layers * s.kv_heads * 2 * s.head_dim * s.head_dim {
+            return Err(PqError::Malformed("key transforms do not match the codebook shape"));
+        }
+        if !key_transform.iter().all(|v| v.is_finite()) {
+            return Err(PqError::Malformed("key transforms hold NaN or infinity"));
+        }
+        self.key_transform = key_transform;
+        Ok(self)
+    }
+
+    /// The (key, query) matrices of (layer, KV head), if any.
+    pub fn key_transform(&self, layer: usize, kv_head: usize) -> Option<(&[f32], &[f32])> {
+        let n = self.shape.head_dim * self.shape.head_dim;
+        let i = layer * self.shape.kv_heads + kv_head;
+        self.key_transform.get(2 * i * n..2 * (i + 1) * n).map(|m| m.split_at(n))
+    }
+
+    /// Rotation, key scales and key matrix applied to a key or (`query`) a query, in place.
+    fn transform(&self, layer: usize, kv_head: usize, v: &mut [f32], query: bool) {
+        self.rotation.apply(v);
+        if let Some(scale) = self.key_scale(layer, kv_head) {
+            if query {
+                v.iter_mut().zip(scale).for_each(|(x, s)| *x /= s);
+            } else {
+                v.iter_mut().zip(scale).for_each(|(x, s)| *x *= s);
+            }
+        }
+        if let Some((key_m, query_m)) = self.key_transform(layer, kv_head) {
+            let mut copy = [0.0f32; MAX_HEAD_DIM];
+            copy[..v.len()].copy_from_slice(v);
+            let (m, n) = (if query { query_m } else { key_m }, v.len());
+            for (x, row) in v.iter_mut().zip(m.chunks_exact(n)) {
+                *x = crate::model::kv::kernels::dot(row, &copy[..n]);
+            }
+        }
     }
 
     /// Adds per-dimension key scales (`[layer][kv_head][head_dim]`, finite and > 0),
@@ -292,7 +338,19 @@ impl Codebooks {
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
         put_u32(&mut out, 3);
-        put_u64(&mut out, if self.key_scale.is_empty() { 1 } else { 2 }); // tensors
+        let hd = s.head_dim as u64;
+        let heads = (s.layers * s.kv_heads) as u64;
+        let books_shape = [s.sub_dim() as u64, s.centroids as u64, s.subspaces as u64, heads];
+        let (scale_shape, transform_shape) = ([hd, heads], [hd, hd, 2, heads]);
+        let tensors: Vec<(&str, &[u64], &[f32])> = [
+            (TENSOR, &books_shape[..], &self.data[..]),
+            (SCALE_TENSOR, &scale_shape[..], &self.key_scale[..]),
+            (TRANSFORM_TENSOR, &transform_shape[..], &self.key_transform[..]),
+        ]
+        .into_iter()
+        .filter(|t| !t.2.is_empty())
+        .collect();
+        put_u64(&mut out, tensors.len() as u64);
         let kvs: [(&str, KvValue<'_>); 8] = [
             ("general.architecture", KvValue::Str(ARCH)),
             ("lutra.pq.model_architecture", KvValue::Str(&self.model)),
@@ -317,32 +375,19 @@ impl Codebooks {
                 }
             }
         }
-        put_str(&mut out, TENSOR);
-        put_u32(&mut out, 4);
-        for d in [s.sub_dim(), s.centroids, s.subspaces, s.layers * s.kv_heads] {
-            put_u64(&mut out, d as u64);
-        }
-        put_u32(&mut out, GgmlType::F32.id());
-        put_u64(&mut out, 0); // offset within the data section
-        let scale_offset = (4 * self.data.len()).next_multiple_of(32);
-        if !self.key_scale.is_empty() {
-            put_str(&mut out, SCALE_TENSOR);
-            put_u32(&mut out, 2);
-            put_u64(&mut out, s.head_dim as u64);
-            put_u64(&mut out, (s.layers * s.kv_heads) as u64);
+        let mut offset = 0;
+        for (name, dims, data) in &tensors {
+            put_str(&mut out, name);
+            put_u32(&mut out, dims.len() as u32);
+            dims.iter().for_each(|&d| put_u64(&mut out, d));
             put_u32(&mut out, GgmlType::F32.id());
-            put_u64(&mut out, scale_offset as u64);
+            put_u64(&mut out, offset as u64); // within the data section
+            offset = (offset + 4 * data.len()).next_multiple_of(32);
         }
         out.resize(out.len().next_multiple_of(32), 0); // general.alignment default
-        let data_start = out.len();
-        for v in &self.data {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        if !self.key_scale.is_empty() {
-            out.resize(data_start + scale_offset, 0);
-            for v in &self.key_scale {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+        for (_, _, data) in &tensors {
+            data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            out.resize(out.len().next_multiple_of(32), 0);
         }
         out
     }
@@ -373,17 +418,24 @@ impl Codebooks {
         }
         let raw = g.tensor_data(&info)?;
         let data = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        let books = Codebooks::new(shape, model, rotation, data)?;
-        match g.tensor(SCALE_TENSOR) {
-            None => Ok(books),
-            Some(info) => {
-                if info.ggml_type != GgmlType::F32 || info.shape() != [shape.head_dim as u64, (shape.layers * shape.kv_heads) as u64] {
-                    return Err(PqError::Malformed("tensor pq.key_scale has the wrong type or shape for the metadata"));
-                }
-                let raw = g.tensor_data(&info)?;
-                books.with_key_scale(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        let mut books = Codebooks::new(shape, model, rotation, data)?;
+        let floats = |name: &'static str, dims: &[u64], wrong: &'static str| -> Result<Option<Vec<f32>>, PqError> {
+            let Some(info) = g.tensor(name) else { return Ok(None) };
+            if info.ggml_type != GgmlType::F32 || info.shape() != dims {
+                return Err(PqError::Malformed(wrong));
             }
+            Ok(Some(g.tensor_data(&info)?.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()))
+        };
+        let (hd, heads) = (shape.head_dim as u64, (shape.layers * shape.kv_heads) as u64);
+        if let Some(scale) = floats(SCALE_TENSOR, &[hd, heads], "tensor pq.key_scale has the wrong type or shape for the metadata")? {
+            books = books.with_key_scale(scale)?;
         }
+        if let Some(m) =
+            floats(TRANSFORM_TENSOR, &[hd, hd, 2, heads], "tensor pq.key_transform has the wrong type or shape for the metadata")?
+        {
+            books = books.with_key_transform(m)?;
+        }
+        Ok(books)
     }
 
     /// Nearest centroid (squared L2) of each sub-space of `key`, one code per sub-space.
@@ -393,10 +445,7 @@ impl Codebooks {
         let mut rotated = [0.0f32; MAX_HEAD_DIM];
         let key = &mut rotated[..key_in.len()];
         key.copy_from_slice(key_in);
-        self.rotation.apply(key);
-        if let Some(scale) = self.key_scale(layer, kv_head) {
-            key.iter_mut().zip(scale).for_each(|(k, s)| *k *= s);
-        }
+        self.transform(layer, kv_head, key, false);
         let mut dist = [0.0f32; 256];
         let dist = &mut dist[..k];
         for (s, (code, x)) in codes.iter_mut().zip(key.chunks_exact(sd)).enumerate() {
@@ -443,10 +492,7 @@ impl Codebooks {
         let mut rotated = [0.0f32; MAX_HEAD_DIM];
         let q = &mut rotated[..q_in.len()];
         q.copy_from_slice(q_in);
-        self.rotation.apply(q);
-        if let Some(scale) = self.key_scale(layer, kv_head) {
-            q.iter_mut().zip(scale).for_each(|(q, s)| *q /= s);
-        }
+        self.transform(layer, kv_head, q, true);
         let mut widest = 0.0f32;
         let mut bias = 0.0f32;
         for (s, (lut, qs)) in float.chunks_exact_mut(k).zip(q.chunks_exact(sd)).enumerate() {
