@@ -96,7 +96,7 @@ fn key_transforms_leave_scores_unchanged() {
 
 #[test]
 fn impossible_shapes_are_refused() {
-    for (hd, s, k) in [(16, 0, 16), (16, 3, 16), (16, 32, 16), (24, 16, 16), (16, 4, 8), (16, 4, 17), (512, 512, 16)] {
+    for (hd, s, k) in [(16, 0, 16), (16, 3, 16), (16, 32, 16), (16, 18, 16), (16, 4, 8), (16, 4, 17), (512, 512, 16)] {
         assert!(matches!(PqShape::new(1, 1, hd, s, k), Err(PqError::BadShape(_))), "{hd} {s} {k}");
     }
 }
@@ -187,6 +187,36 @@ fn query_tables_reproduce_centroid_dot_products() {
             let exact: f32 = (0..8).map(|s| (0..4).map(|d| q[s * 4 + d] * book[(s * k + codes[s]) * 4 + d]).sum::<f32>() * 0.5).sum();
             let sum: u16 = (0..8).map(|s| u16::from(tables[s * k + codes[s]])).sum();
             assert!((ts.score(sum) - exact).abs() <= 8.0 * ts.scale * 0.5 + 1e-4, "{} vs {exact}", ts.score(sum));
+        }
+    }
+}
+
+#[test]
+fn uneven_subspaces_encode_score_and_round_trip() {
+    let mut rng = Rng(10);
+    for k in [16, 256] {
+        // 10 dimensions in 4 sub-spaces: 3, 3, 2, 2
+        let shape = PqShape::new(1, 1, 10, 4, k).unwrap();
+        assert_eq!((0..4).map(|s| shape.sub_range(s)).collect::<Vec<_>>(), [0..3, 3..6, 6..8, 8..10]);
+        let books = random_books(&mut rng, shape);
+        assert_eq!(Codebooks::from_gguf(&books.to_gguf()).unwrap(), books);
+        let book = books.book(0, 0);
+        let centroid = |s: usize, c: usize| {
+            let r = shape.sub_range(s);
+            &book[k * r.start + c * r.len()..][..r.len()]
+        };
+        for _ in 0..20 {
+            let codes: Vec<usize> = (0..4).map(|_| rng.below(k)).collect();
+            let key: Vec<f32> = (0..4).flat_map(|s| centroid(s, codes[s]).to_vec()).collect();
+            let mut got = [0u8; 4];
+            books.encode(0, 0, &key, &mut got);
+            assert_eq!(got.map(usize::from).to_vec(), codes);
+            let q = rng.vec(10, 1.0);
+            let (mut float, mut tables) = (vec![0.0; 4 * k], vec![0u8; 4 * k]);
+            let ts = books.query_tables(0, 0, &q, 1.0, &mut float, &mut tables);
+            let sum: u16 = (0..4).map(|s| u16::from(tables[s * k + codes[s]])).sum();
+            let exact: f32 = q.iter().zip(&key).map(|(a, b)| a * b).sum();
+            assert!((ts.score(sum) - exact).abs() <= 4.0 * ts.scale * 0.5 + 1e-4, "{} vs {exact}", ts.score(sum));
         }
     }
 }

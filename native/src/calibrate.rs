@@ -193,8 +193,7 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
     for &pq in &shapes {
         let mut books = if opts.key_transform == KeyTransform::Opq {
             let t = Instant::now();
-            let transforms: Vec<Vec<f32>> =
-                moments.iter().zip(&train_keys).map(|(m, keys)| opq_transform(m, keys, hd, pq.subspaces)).collect();
+            let transforms: Vec<Vec<f32>> = moments.iter().zip(&train_keys).map(|(m, keys)| opq_transform(m, keys, pq)).collect();
             eprintln!("opq: {} key transforms in {:.1} s", transforms.len(), t.elapsed().as_secs_f64());
             let mut moved = train_keys.clone();
             for (keys, t) in moved.iter_mut().zip(&transforms) {
@@ -323,7 +322,8 @@ pub struct LayerFidelity {
 /// `‖M (k − k̂)‖²` is the score error `k̂` causes, averaged over the queries. `R` turns the
 /// whitened keys to their principal axes, dealt out so each sub-space's product of
 /// variances is about equal.
-fn opq_transform(q_moment: &[f64], keys: &[f32], hd: usize, subspaces: usize) -> Vec<f32> {
+fn opq_transform(q_moment: &[f64], keys: &[f32], pq: PqShape) -> Vec<f32> {
+    let (hd, subspaces) = (pq.head_dim, pq.subspaces);
     let (lambda, u) = crate::linalg::symmetric_eigen(q_moment, hd);
     let floor = lambda.iter().copied().fold(0.0f64, f64::max) * 1e-6;
     let root: Vec<f64> = lambda.iter().map(|&l| l.max(floor).max(f64::MIN_POSITIVE).sqrt()).collect();
@@ -356,13 +356,15 @@ fn opq_transform(q_moment: &[f64], keys: &[f32], hd: usize, subspaces: usize) ->
     let (variance, v) = crate::linalg::symmetric_eigen(&cov, hd);
     // eigenvalue allocation: largest variance first, each to the sub-space (with room)
     // whose product of variances is smallest so far
-    let sd = hd / subspaces;
     let mut order: Vec<usize> = (0..hd).collect();
     order.sort_by(|&a, &b| variance[b].total_cmp(&variance[a]));
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); subspaces];
     let mut log_product = vec![0.0f64; subspaces];
     for axis in order {
-        let s = (0..subspaces).filter(|&s| members[s].len() < sd).min_by(|&a, &b| log_product[a].total_cmp(&log_product[b])).unwrap_or(0);
+        let s = (0..subspaces)
+            .filter(|&s| members[s].len() < pq.sub_range(s).len())
+            .min_by(|&a, &b| log_product[a].total_cmp(&log_product[b]))
+            .unwrap_or(0);
         members[s].push(axis);
         log_product[s] += variance[axis].max(1e-30).ln();
     }
@@ -500,7 +502,7 @@ fn train(
     opts: &CalibrateOptions,
 ) -> Result<Codebooks, String> {
     let heads = keys.len();
-    let (sd, k) = (pq.sub_dim(), pq.centroids);
+    let k = pq.centroids;
     let jobs = heads * pq.subspaces;
     let next = AtomicUsize::new(0);
     let books: Vec<Mutex<Vec<f32>>> = (0..heads).map(|_| Mutex::new(vec![0.0; pq.book_len()])).collect();
@@ -511,23 +513,25 @@ fn train(
         for _ in 0..opts.threads {
             scope.spawn(|| {
                 let mut points = Vec::new();
-                let mut centroids = vec![0.0f32; k * sd];
+                let mut centroids = Vec::new();
                 loop {
                     let job = next.fetch_add(1, Ordering::Relaxed);
                     if job >= jobs {
                         break;
                     }
                     let (head, s) = (job / pq.subspaces, job % pq.subspaces);
+                    let dims = pq.sub_range(s);
                     points.clear();
                     for key in keys[head].chunks_exact(shape.head_dim) {
-                        points.extend_from_slice(&key[s * sd..(s + 1) * sd]);
+                        points.extend_from_slice(&key[dims.clone()]);
                     }
-                    let err = kmeans(&points, sd, k, opts.iterations, SEED ^ job as u64, &mut centroids);
+                    centroids.resize(k * dims.len(), 0.0);
+                    let err = kmeans(&points, dims.len(), k, opts.iterations, SEED ^ job as u64, &mut centroids);
                     if let Ok(mut e) = err_sum.lock() {
                         *e += f64::from(err);
                     }
                     if let Ok(mut book) = books[head].lock() {
-                        book[s * k * sd..(s + 1) * k * sd].copy_from_slice(&centroids);
+                        book[k * dims.start..k * dims.end].copy_from_slice(&centroids);
                     }
                     if let Ok(mut bar) = bar.lock() {
                         bar.update(job + 1, "sub-spaces");

@@ -72,7 +72,7 @@ struct CalibrateArgs {
     /// Calibration text (keep it apart from the text perplexity is measured on)
     #[arg(short, long)]
     file: std::path::PathBuf,
-    /// Sub-spaces per key (even, dividing head_dim; 4-bit codes take S/2 bytes per key, 8-bit S); a list trains one set each
+    /// Sub-spaces per key (even, ≤ head_dim; when S does not divide head_dim the first head_dim % S get one value more; 4-bit codes take S/2 bytes per key, 8-bit S); a list trains one set each
     #[arg(long, default_value = "64")]
     subspaces: String,
     /// Centroids per sub-space: 16 (4-bit codes, in-register tables) or 256 (8-bit codes); a list trains one set each

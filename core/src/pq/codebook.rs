@@ -85,8 +85,9 @@ pub struct PqShape {
 }
 
 impl PqShape {
-    /// Checks what the kernels and the code layout need: `head_dim` divisible by an even
-    /// `subspaces` ≤ 256, and 16 or 256 centroids.
+    /// Checks what the kernels and the code layout need: an even number of sub-spaces,
+    /// at most 256 and at most `head_dim`, and 16 or 256 centroids. When `subspaces` does
+    /// not divide `head_dim`, the first `head_dim % subspaces` sub-spaces get one value more.
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize, subspaces: usize, centroids: usize) -> Result<PqShape, PqError> {
         let s = PqShape { layers, kv_heads, head_dim, subspaces, centroids };
         let ok = layers > 0
@@ -96,7 +97,7 @@ impl PqShape {
             && subspaces > 0
             && subspaces <= 256
             && subspaces.is_multiple_of(2)
-            && head_dim.is_multiple_of(subspaces)
+            && subspaces <= head_dim
             && (centroids == 16 || centroids == 256);
         if ok {
             Ok(s)
@@ -105,9 +106,17 @@ impl PqShape {
         }
     }
 
-    /// Values per sub-space.
-    pub fn sub_dim(&self) -> usize {
-        self.head_dim / self.subspaces
+    /// Whether every sub-space has the same number of values.
+    pub fn is_uniform(&self) -> bool {
+        self.head_dim.is_multiple_of(self.subspaces)
+    }
+
+    /// The key dimensions of sub-space `s` (its centroids are `centroids × len` values at
+    /// `centroids × start` of each codebook).
+    pub fn sub_range(&self, s: usize) -> core::ops::Range<usize> {
+        let (base, extra) = (self.head_dim / self.subspaces, self.head_dim % self.subspaces);
+        let start = s * base + s.min(extra);
+        start..start + base + usize::from(s < extra)
     }
 
     /// f32 values of one (layer, KV head) codebook: `centroids × head_dim`.
@@ -144,7 +153,11 @@ impl fmt::Display for PqShape {
             self.kv_heads,
             self.head_dim,
             self.subspaces,
-            self.sub_dim(),
+            if self.is_uniform() {
+                alloc::format!("{}", self.head_dim / self.subspaces)
+            } else {
+                alloc::format!("{}–{}", self.head_dim / self.subspaces, self.head_dim / self.subspaces + 1)
+            },
             self.centroids
         )
     }
@@ -170,7 +183,7 @@ impl fmt::Display for PqError {
         match self {
             PqError::BadShape(s) => write!(
                 f,
-                "impossible product quantization {} sub-spaces × {} centroids for head_dim {} (sub-spaces: even, ≤ 256, dividing head_dim; centroids: 16 or 256)",
+                "impossible product quantization {} sub-spaces × {} centroids for head_dim {} (sub-spaces: even, ≤ 256 and ≤ head_dim; centroids: 16 or 256)",
                 s.subspaces, s.centroids, s.head_dim
             ),
             PqError::Gguf(e) => write!(f, "codebook file: {e}"),
@@ -229,12 +242,17 @@ impl Codebooks {
         if !data.iter().all(|v| v.is_finite()) {
             return Err(PqError::Malformed("codebook holds NaN or infinity"));
         }
-        let (k, sd) = (shape.centroids, shape.sub_dim());
+        let k = shape.centroids;
         let mut by_dim = vec![0.0; data.len()];
-        for (book, out) in data.chunks_exact(k * sd).zip(by_dim.chunks_exact_mut(k * sd)) {
-            for c in 0..k {
-                for d in 0..sd {
-                    out[d * k + c] = book[c * sd + d];
+        for (book, out) in data.chunks_exact(shape.book_len()).zip(by_dim.chunks_exact_mut(shape.book_len())) {
+            for s in 0..shape.subspaces {
+                let r = shape.sub_range(s);
+                let sd = r.len();
+                let (book, out) = (&book[k * r.start..k * r.end], &mut out[k * r.start..k * r.end]);
+                for c in 0..k {
+                    for d in 0..sd {
+                        out[d * k + c] = book[c * sd + d];
+                    }
                 }
             }
         }
@@ -332,7 +350,8 @@ impl Codebooks {
     }
 
     /// The side file: GGUF v3, metadata `lutra.pq.*`, one f32 tensor
-    /// `pq.codebooks` of ggml shape `[sub_dim, centroids, subspaces, layers · kv_heads]`.
+    /// `pq.codebooks` of ggml shape `[sub_dim, centroids, subspaces, layers · kv_heads]`
+    /// (`[centroids · head_dim, layers · kv_heads]` when sub-spaces differ in size).
     pub fn to_gguf(&self) -> Vec<u8> {
         let s = self.shape;
         let mut out = Vec::new();
@@ -340,7 +359,7 @@ impl Codebooks {
         put_u32(&mut out, 3);
         let hd = s.head_dim as u64;
         let heads = (s.layers * s.kv_heads) as u64;
-        let books_shape = [s.sub_dim() as u64, s.centroids as u64, s.subspaces as u64, heads];
+        let books_shape = books_tensor_shape(s);
         let (scale_shape, transform_shape) = ([hd, heads], [hd, hd, 2, heads]);
         let tensors: Vec<(&str, &[u64], &[f32])> = [
             (TENSOR, &books_shape[..], &self.data[..]),
@@ -412,8 +431,7 @@ impl Codebooks {
             .and_then(Rotation::from_name)
             .ok_or(PqError::Malformed("lutra.pq.rotation is missing or not none / hadamard / rope-pairs"))?;
         let info = g.tensor(TENSOR).ok_or(PqError::Malformed("tensor pq.codebooks is missing"))?;
-        let want = [shape.sub_dim(), shape.centroids, shape.subspaces, shape.layers * shape.kv_heads].map(|d| d as u64);
-        if info.ggml_type != GgmlType::F32 || info.shape() != want {
+        if info.ggml_type != GgmlType::F32 || info.shape() != books_tensor_shape(shape).as_slice() {
             return Err(PqError::Malformed("tensor pq.codebooks has the wrong type or shape for the metadata"));
         }
         let raw = g.tensor_data(&info)?;
@@ -440,7 +458,7 @@ impl Codebooks {
 
     /// Nearest centroid (squared L2) of each sub-space of `key`, one code per sub-space.
     pub fn encode(&self, layer: usize, kv_head: usize, key_in: &[f32], codes: &mut [u8]) {
-        let (k, sd) = (self.shape.centroids, self.shape.sub_dim());
+        let k = self.shape.centroids;
         let book = self.book_by_dim(layer, kv_head);
         let mut rotated = [0.0f32; MAX_HEAD_DIM];
         let key = &mut rotated[..key_in.len()];
@@ -448,8 +466,9 @@ impl Codebooks {
         self.transform(layer, kv_head, key, false);
         let mut dist = [0.0f32; 256];
         let dist = &mut dist[..k];
-        for (s, (code, x)) in codes.iter_mut().zip(key.chunks_exact(sd)).enumerate() {
-            let by_dim = &book[s * k * sd..(s + 1) * k * sd];
+        for (s, code) in codes.iter_mut().enumerate().take(self.shape.subspaces) {
+            let r = self.shape.sub_range(s);
+            let (x, by_dim) = (&key[r.clone()], &book[k * r.start..k * r.end]);
             // the same sums in the same order as `nearest`, centroids side by side
             dist.fill(0.0);
             for (&xd, row) in x.iter().zip(by_dim.chunks_exact(k)) {
@@ -487,7 +506,7 @@ impl Codebooks {
         float: &mut [f32],
         tables: &mut [u8],
     ) -> TableScale {
-        let (k, sd) = (self.shape.centroids, self.shape.sub_dim());
+        let k = self.shape.centroids;
         let book = self.book_by_dim(layer, kv_head);
         let mut rotated = [0.0f32; MAX_HEAD_DIM];
         let q = &mut rotated[..q_in.len()];
@@ -495,8 +514,9 @@ impl Codebooks {
         self.transform(layer, kv_head, q, true);
         let mut widest = 0.0f32;
         let mut bias = 0.0f32;
-        for (s, (lut, qs)) in float.chunks_exact_mut(k).zip(q.chunks_exact(sd)).enumerate() {
-            let by_dim = &book[s * k * sd..(s + 1) * k * sd];
+        for (s, lut) in float.chunks_exact_mut(k).enumerate().take(self.shape.subspaces) {
+            let r = self.shape.sub_range(s);
+            let (qs, by_dim) = (&q[r.clone()], &book[k * r.start..k * r.end]);
             lut.fill(0.0);
             for (&qd, row) in qs.iter().zip(by_dim.chunks_exact(k)) {
                 for (v, &c) in lut.iter_mut().zip(row) {
@@ -516,6 +536,16 @@ impl Codebooks {
             *t = (v * inv + 0.5) as u8;
         }
         TableScale { scale, bias }
+    }
+}
+
+/// ggml shape of `pq.codebooks`.
+fn books_tensor_shape(s: PqShape) -> Vec<u64> {
+    let heads = (s.layers * s.kv_heads) as u64;
+    if s.is_uniform() {
+        vec![(s.head_dim / s.subspaces) as u64, s.centroids as u64, s.subspaces as u64, heads]
+    } else {
+        vec![(s.centroids * s.head_dim) as u64, heads]
     }
 }
 
