@@ -228,7 +228,7 @@ impl KvCache for PqKvCache {
 
     fn describe(&self) -> String {
         let pq = self.books.shape();
-        let mut d = format!("pq{} S={} ({}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16());
+        let mut d = format!("pq{} S={} ({:.1}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16());
         if self.sink + self.recent > 0 {
             d += &format!(" + exact f16 keys of the first {} and last {} positions", self.sink, self.recent);
         }

@@ -294,9 +294,9 @@ impl Codebooks {
             let mut copy = [0.0f32; MAX_HEAD_DIM];
             copy[..v.len()].copy_from_slice(v);
             let (m, n) = (if query { query_m } else { key_m }, v.len());
-            for (x, row) in v.iter_mut().zip(m.chunks_exact(n)) {
-                *x = crate::model::kv::kernels::dot(row, &copy[..n]);
-            }
+            // M·v is v scored against M's rows: the attention kernel (AVX2 + FMA when present)
+            let rows = crate::model::kv::kernels::Rows { data: m, stride: n, len: n, count: n };
+            crate::model::kv::kernels::scores_f32(rows, &copy[..n], 1.0, v, n);
         }
     }
 
