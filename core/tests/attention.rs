@@ -58,3 +58,37 @@ fn exact_attention_matches_an_f64_reference() {
         }
     }
 }
+
+/// Sliding-window layers keep a ring of their window: attention over the last `window`
+/// positions, from a partial window at the start to long after the ring wrapped (and a
+/// caller asking for fewer positions than the ring holds), equals a full-context cache's.
+#[test]
+fn windowed_layers_keep_a_ring_and_attend_as_the_full_cache() {
+    let mut rng = Rng(12);
+    let (window, context) = (24, 100);
+    for precision in [KeyPrecision::F16, KeyPrecision::F32] {
+        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context };
+        let mut ring = ExactKvCache::with_windows(shape, precision, &[window, 0]);
+        let mut full = ExactKvCache::new(shape, precision);
+        let width = if precision == KeyPrecision::F16 { 2 } else { 4 };
+        assert_eq!(ring.key_bytes(), (window + context) * shape.kv_dim() * width);
+        assert_eq!(ring.value_bytes(), (window + context) * shape.kv_dim() * 2);
+        let mut worst = 0.0f32;
+        for pos in 0..context {
+            for layer in 0..2 {
+                let (k, v) = (rng.vec(shape.kv_dim(), 2.0), rng.vec(shape.kv_dim(), 1.0));
+                ring.store(layer, pos, &k, &v);
+                full.store(layer, pos, &k, &v);
+            }
+            let q = rng.vec(4 * 32, 1.0);
+            let first = (pos + 1).saturating_sub(window);
+            for (layer, first) in [(0, first), (0, first + (pos - first) / 2), (1, 0), (1, first)] {
+                let (mut a, mut b) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+                ring.attend(layer, first, pos, &q, 0.2, &mut a);
+                full.attend(layer, first, pos, &q, 0.2, &mut b);
+                worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+            }
+        }
+        assert!(worst < 1e-5, "{precision:?}: max |ring − full| {worst}");
+    }
+}

@@ -304,7 +304,7 @@ fn exactly_kept_positions_score_exactly() {
         assert!(worst < 1e-5, "sink {sink} recent {recent}: max |pq − exact| {worst}");
     }
     // layers kept exact score exactly too, with no window at all
-    let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true]);
+    let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true], &[]);
     let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
     for pos in 0..shape.context {
         for layer in 0..2 {
@@ -323,6 +323,24 @@ fn exactly_kept_positions_score_exactly() {
     assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-3), "layer 0 is PQ with useless codebooks");
     // 1 PQ layer × 3 blocks × 32 keys × 4 code bytes + 1 exact layer × 70 positions × 16 f16
     assert_eq!(pq.key_bytes(), 3 * 32 * 4 + 2 * 70 * 16);
+
+    // an exact layer with a sliding window keeps a ring of it, and attends as before
+    let mut ring = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true], &[0, 16]);
+    assert_eq!(ring.key_bytes(), 3 * 32 * 4 + 2 * 16 * 16);
+    assert_eq!(ring.value_bytes(), (70 + 16) * 16 * 2);
+    let mut worst = 0.0f32;
+    for pos in 0..shape.context {
+        for layer in 0..2 {
+            let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
+            ring.store(layer, pos, &k, &v);
+            exact.store(layer, pos, &k, &v);
+        }
+        let first = (pos + 1).saturating_sub(16);
+        ring.attend(1, first, pos, &q, 0.25, &mut a);
+        exact.attend(1, first, pos, &q, 0.25, &mut b);
+        worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+    }
+    assert!(worst < 1e-5, "ring vs exact: {worst}");
 
     // a window shorter than the context: positions outside it use the codes
     let pq = PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(1, 4);

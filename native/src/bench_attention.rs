@@ -61,8 +61,12 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
             ];
             for (kind, s, k) in pq_shapes(shape) {
                 let pq = PqShape::new(1, shape.n_kv_heads, shape.head_dim, s, k).map_err(|e| e.to_string())?;
-                // timing does not depend on what the centroids are
-                let books = Codebooks::new(pq, "bench", Rotation::Hadamard, normals(pq.kv_heads * pq.book_len(), 1, 1.0))
+                // timing does not depend on what the centroids and the key / query matrices
+                // (which `calibrate --key-transform opq` learns) are
+                let hd = shape.head_dim;
+                let transform = normals(pq.kv_heads * 2 * hd * hd, 2, 1.0 / (hd as f32).sqrt());
+                let books = Codebooks::new(pq, "bench", Rotation::None, normals(pq.kv_heads * pq.book_len(), 1, 1.0))
+                    .and_then(|b| b.with_key_transform(transform))
                     .map_err(|e| e.to_string())?;
                 caches.push((kind.into(), Box::new(PqKvCache::new(att, books, Isa::best()).map_err(|e| e.to_string())?)));
             }

@@ -227,7 +227,8 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
 fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &CalibrateOptions) -> Result<(Recorded, usize), String> {
     let heads = shape.layers * shape.n_kv_heads;
     let seen = Arc::new(Mutex::new(Recorded { keys: vec![Vec::new(); heads], queries: vec![Vec::new(); shape.layers] }));
-    let recorder = Recorder { inner: ExactKvCache::new(shape, KeyPrecision::F16), seen: seen.clone(), limit: opts.keys };
+    let inner = ExactKvCache::with_windows(shape, KeyPrecision::F16, &loaded.layer_windows());
+    let recorder = Recorder { inner, seen: seen.clone(), limit: opts.keys };
     let mut session = loaded.session_with_cache(Box::new(recorder))?;
     let pool = Pool::new(opts.threads);
     let gemv = PoolGemv(&pool);

@@ -52,10 +52,10 @@ impl Attention {
         }
     }
 
-    /// `sliding[l]`: layer `l` attends within a sliding window only.
-    fn cache(&self, shape: AttentionShape, arch: &str, sliding: &[bool]) -> Result<Box<dyn KvCache>, String> {
+    /// `windows[l] > 0`: layer `l` attends to its last `windows[l]` positions only.
+    fn cache(&self, shape: AttentionShape, arch: &str, windows: &[usize]) -> Result<Box<dyn KvCache>, String> {
         match self {
-            Attention::Exact => Ok(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))),
+            Attention::Exact => Ok(Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, windows))),
             Attention::Pq { books, sink, recent, long_only } => {
                 if books.model() != arch {
                     return Err(format!("the codebooks were calibrated on a {} model, this is {arch}", books.model()));
@@ -63,7 +63,8 @@ impl Attention {
                 let mut cache =
                     PqKvCache::new(shape, (**books).clone(), Isa::best()).map_err(|e| e.to_string())?.with_exact_keys(*sink, *recent);
                 if *long_only {
-                    cache = cache.with_exact_layers(sliding);
+                    let sliding: Vec<bool> = windows.iter().map(|&w| w > 0).collect();
+                    cache = cache.with_exact_layers(&sliding, windows);
                 }
                 Ok(Box::new(cache))
             }
@@ -328,13 +329,13 @@ impl Loaded {
     }
     /// A session of `context` positions reading keys as `attention` says.
     pub fn session(&self, context: usize, attention: &Attention) -> Result<Session, String> {
-        self.session_with_cache(attention.cache(self.attention_shape(context), self.architecture(), &self.sliding_layers())?)
+        self.session_with_cache(attention.cache(self.attention_shape(context), self.architecture(), &self.layer_windows())?)
     }
-    /// Which layers attend within a sliding window only (Gemma 3's local layers).
-    pub fn sliding_layers(&self) -> Vec<bool> {
+    /// Each layer's sliding window (Gemma 3's local layers), 0 where it attends to everything.
+    pub fn layer_windows(&self) -> Vec<usize> {
         match self {
-            Loaded::Llama { model, .. } => vec![false; model.config.n_layers],
-            Loaded::Gemma { model, .. } => (0..model.config.n_layers).map(|l| !model.config.is_global(l)).collect(),
+            Loaded::Llama { model, .. } => vec![0; model.config.n_layers],
+            Loaded::Gemma { model, .. } => model.config.layer_windows(),
         }
     }
     /// A session over a given KV cache (made for `attention_shape`).

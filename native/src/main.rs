@@ -81,11 +81,11 @@ struct CalibrateArgs {
     /// Transform of keys and queries before quantization: none, hadamard, rope-pairs
     #[arg(long, default_value = "none")]
     rotation: String,
-    /// Chunk length: the text runs in chunks of this many tokens, each from position 0
-    #[arg(long, default_value_t = 1024)]
-    ctx: usize,
-    /// Keys collected per layer and KV head (at most)
+    /// Chunk length: the text runs in chunks of this many tokens, each from position 0. Codebooks serve the positions they saw: calibrate at least as long a context as you will run (BENCHMARKS.md, NoMAD quality)
     #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    /// Keys collected per layer and KV head (at most); three quarters train k-means, one is held out to measure
+    #[arg(long, default_value_t = 16384)]
     keys: usize,
     /// Lloyd iterations
     #[arg(long, default_value_t = 20)]

@@ -42,6 +42,10 @@ impl Gemma3Config {
     pub fn is_global(&self, layer: usize) -> bool {
         layer % self.swa_period == self.swa_period - 1
     }
+    /// Each layer's sliding window, 0 for the global layers (a cache keeps rings of these).
+    pub fn layer_windows(&self) -> Vec<usize> {
+        (0..self.n_layers).map(|l| if self.is_global(l) { 0 } else { self.sliding_window }).collect()
+    }
     fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }
@@ -302,7 +306,7 @@ impl Gemma3State {
     /// For up to `context` positions (at most the model's trained context), exact f16 keys.
     pub fn new(model: &Gemma3, context: usize) -> Result<Gemma3State, ModelError> {
         let shape = model.attention_shape(context);
-        Self::with_cache(model, Box::new(ExactKvCache::new(shape, KeyPrecision::F16)))
+        Self::with_cache(model, Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, &model.config.layer_windows())))
     }
 
     /// With a KV cache made for `model.attention_shape(context)`.

@@ -12,7 +12,7 @@ use super::codebook::{Codebooks, PqError};
 use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::model::kv::kernels::{self, dot, Rows};
-use crate::model::kv::{AttentionShape, KvCache, ValueCache};
+use crate::model::kv::{AttentionShape, KvCache, LayerRows, ValueCache};
 use crate::Isa;
 
 /// Where a layer's keys live.
@@ -32,8 +32,9 @@ pub struct PqKvCache {
     slots: Vec<Slot>,
     /// `[pq layer][kv_head][block][block_bytes]`.
     codes: Vec<u8>,
-    /// `[exact layer][position][kv_dim]` f16, for layers kept exact.
+    /// `[exact layer][row][kv_dim]` f16, for layers kept exact (rows as `exact_rows` says).
     exact_keys: Vec<u16>,
+    exact_rows: LayerRows,
     values: ValueCache,
     key_codes: Vec<u8>,
     float_tables: Vec<f32>,
@@ -66,6 +67,7 @@ impl PqKvCache {
             slots: (0..shape.layers).map(Slot::Pq).collect(),
             codes: vec![0; shape.layers * shape.n_kv_heads * blocks_per_head * pq.block_bytes()],
             exact_keys: Vec::new(),
+            exact_rows: LayerRows::new(0, shape.context, &[]),
             values: ValueCache::new(shape),
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
@@ -95,22 +97,28 @@ impl PqKvCache {
 
     /// Keeps exact f16 keys in the layers marked `true` (e.g. sliding-window layers,
     /// which never attend to more than their window, so lookups cannot pay off there);
-    /// codes are kept for the others only.
-    pub fn with_exact_layers(mut self, exact: &[bool]) -> PqKvCache {
-        let (mut n_pq, mut n_exact) = (0, 0);
+    /// codes are kept for the others only. An exact layer with `windows[l] > 0` attends
+    /// to its last `windows[l]` positions only, and keeps a ring of that many keys and values.
+    pub fn with_exact_layers(mut self, exact: &[bool], windows: &[usize]) -> PqKvCache {
+        let is_exact = |l: usize| exact.get(l).copied().unwrap_or(false);
+        let (mut n_pq, mut exact_windows) = (0, Vec::new());
         self.slots = (0..self.shape.layers)
             .map(|l| {
-                if exact.get(l).copied().unwrap_or(false) {
-                    n_exact += 1;
-                    Slot::Exact(n_exact - 1)
+                if is_exact(l) {
+                    exact_windows.push(windows.get(l).copied().unwrap_or(0));
+                    Slot::Exact(exact_windows.len() - 1)
                 } else {
                     n_pq += 1;
                     Slot::Pq(n_pq - 1)
                 }
             })
             .collect();
+        let value_windows: Vec<usize> =
+            (0..self.shape.layers).map(|l| if is_exact(l) { windows.get(l).copied().unwrap_or(0) } else { 0 }).collect();
+        self.values = ValueCache::with_windows(self.shape, &value_windows);
         self.codes = vec![0; n_pq * self.shape.n_kv_heads * self.blocks_per_head * self.books.shape().block_bytes()];
-        self.exact_keys = vec![0; n_exact * self.shape.context * self.shape.kv_dim()];
+        self.exact_rows = LayerRows::new(exact_windows.len(), self.shape.context, &exact_windows);
+        self.exact_keys = vec![0; self.exact_rows.total() * self.shape.kv_dim()];
         self
     }
 
@@ -135,7 +143,7 @@ impl KvCache for PqKvCache {
         let kv_dim = self.shape.kv_dim();
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
-                let at = (e * self.shape.context + pos) * kv_dim;
+                let at = self.exact_rows.row(e, pos) * kv_dim;
                 self.exact_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
                 self.values.store(layer, pos, v);
                 return;
@@ -172,12 +180,18 @@ impl KvCache for PqKvCache {
         let (hd, group, n) = (s.head_dim, s.group(), pos + 1 - first);
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
+                let (rows, masked) = self.exact_rows.span(e, first, pos);
                 for kvh in 0..s.n_kv_heads {
                     let heads = kvh * group * hd..(kvh + 1) * group * hd;
-                    let base = (e * s.context + first) * s.kv_dim() + kvh * hd;
-                    let keys = Rows { data: &self.exact_keys[base..], stride: s.kv_dim(), len: hd, count: n };
+                    let base = (self.exact_rows.start(e) + rows.start) * s.kv_dim() + kvh * hd;
+                    let keys = Rows { data: &self.exact_keys[base..], stride: s.kv_dim(), len: hd, count: rows.len() };
                     kernels::scores_f16(keys, &q[heads.clone()], q_scale, &mut self.row, &mut self.scores, s.context);
-                    self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
+                    if masked {
+                        for g in 0..group {
+                            self.exact_rows.mask_outside(e, first, pos, &mut self.scores[g * s.context..][..rows.len()]);
+                        }
+                    }
+                    self.values.softmax_mix(layer, kvh, rows.clone(), &mut self.scores, s.context, &mut out[heads]);
                 }
                 return;
             }

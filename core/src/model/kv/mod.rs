@@ -57,46 +57,112 @@ pub enum KeyPrecision {
     F32,
 }
 
+/// Rows per layer: the whole context, or — for a layer that only ever attends to its last
+/// `window` positions — a ring of `window` rows (position `p` in row `p % window`).
+#[derive(Clone, Debug)]
+pub struct LayerRows {
+    offsets: Vec<usize>,
+    caps: Vec<usize>,
+}
+
+impl LayerRows {
+    /// `windows[l]` = 0 (or missing) keeps every position of layer `l`.
+    pub fn new(layers: usize, context: usize, windows: &[usize]) -> LayerRows {
+        let caps: Vec<usize> = (0..layers)
+            .map(|l| match windows.get(l) {
+                Some(&w) if w > 0 => w.min(context),
+                _ => context,
+            })
+            .collect();
+        let offsets = caps.iter().scan(0, |at, &c| Some(core::mem::replace(at, *at + c))).collect();
+        LayerRows { offsets, caps }
+    }
+
+    /// Rows of all layers together.
+    pub fn total(&self) -> usize {
+        self.caps.iter().sum()
+    }
+
+    /// Row of `pos` in `layer`, counted from the first row of layer 0.
+    pub fn row(&self, layer: usize, pos: usize) -> usize {
+        self.offsets[layer] + pos % self.caps[layer]
+    }
+
+    /// First row of `layer`.
+    pub fn start(&self, layer: usize) -> usize {
+        self.offsets[layer]
+    }
+
+    /// Which of `layer`'s rows hold positions `first..=pos`, relative to its first row,
+    /// and whether the span also holds rows outside them (a ring asked for fewer
+    /// positions than it holds after wrapping; `mask_outside` clears those).
+    pub fn span(&self, layer: usize, first: usize, pos: usize) -> (Range<usize>, bool) {
+        let cap = self.caps[layer];
+        if pos < cap {
+            (first..pos + 1, false)
+        } else {
+            (0..cap, pos + 1 - first < cap)
+        }
+    }
+
+    /// Sets the scores of a full ring's rows whose position is outside `first..=pos` to
+    /// −∞ (zero weight after softmax).
+    pub fn mask_outside(&self, layer: usize, first: usize, pos: usize, scores: &mut [f32]) {
+        let cap = self.caps[layer];
+        for (i, s) in scores.iter_mut().enumerate().take(cap) {
+            let held = pos - (pos % cap + cap - i) % cap;
+            if held < first {
+                *s = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
 /// f16 values and the softmax · V half of attention, shared by every key cache.
 pub struct ValueCache {
     shape: AttentionShape,
+    rows: LayerRows,
     data: Vec<u16>,
     row: Vec<f32>,
 }
 
 impl ValueCache {
     pub fn new(shape: AttentionShape) -> ValueCache {
+        ValueCache::with_windows(shape, &[])
+    }
+
+    /// Layers with `windows[l] > 0` keep a ring of that many positions.
+    pub fn with_windows(shape: AttentionShape, windows: &[usize]) -> ValueCache {
+        let rows = LayerRows::new(shape.layers, shape.context, windows);
         // the row scratch holds a block of rows for the x86 kernel, one row elsewhere
-        ValueCache { shape, data: vec![0; shape.layers * shape.context * shape.kv_dim()], row: vec![0.0; 16 * shape.head_dim] }
+        ValueCache { shape, data: vec![0; rows.total() * shape.kv_dim()], rows, row: vec![0.0; 16 * shape.head_dim] }
     }
 
     pub fn bytes(&self) -> usize {
         2 * self.data.len()
     }
 
+    /// The rows layout (shared with keys kept the same way).
+    pub fn rows(&self) -> &LayerRows {
+        &self.rows
+    }
+
     pub fn store(&mut self, layer: usize, pos: usize, v: &[f32]) {
         let kv_dim = self.shape.kv_dim();
-        let at = (layer * self.shape.context + pos) * kv_dim;
+        let at = self.rows.row(layer, pos) * kv_dim;
         for (d, &x) in self.data[at..at + kv_dim].iter_mut().zip(v) {
             *d = f32_to_f16_bits(x);
         }
     }
 
     /// Softmax of each of the `group` score rows (`scores[g * stride..][..n]`), then
-    /// `out[g · head_dim..]` = the rows' weighted sum of the values at `positions` of
-    /// `kv_head`: each value row is read and converted once for the whole group.
-    pub fn softmax_mix(
-        &mut self,
-        layer: usize,
-        kv_head: usize,
-        positions: Range<usize>,
-        scores: &mut [f32],
-        stride: usize,
-        out: &mut [f32],
-    ) {
+    /// `out[g · head_dim..]` = the rows' weighted sum of the values in `rows` (of
+    /// `layer`'s rows, as `LayerRows::span` gives them) of `kv_head`: each value row is
+    /// read and converted once for the whole group.
+    pub fn softmax_mix(&mut self, layer: usize, kv_head: usize, rows: Range<usize>, scores: &mut [f32], stride: usize, out: &mut [f32]) {
         let (hd, kv_dim) = (self.shape.head_dim, self.shape.kv_dim());
-        let base = (layer * self.shape.context + positions.start) * kv_dim + kv_head * hd;
-        let values = Rows { data: &self.data[base..], stride: kv_dim, len: hd, count: positions.len() };
+        let base = (self.rows.start(layer) + rows.start) * kv_dim + kv_head * hd;
+        let values = Rows { data: &self.data[base..], stride: kv_dim, len: hd, count: rows.len() };
         kernels::softmax_mix_f16(values, scores, stride, &mut self.row, out);
     }
 }
@@ -114,7 +180,14 @@ pub struct ExactKvCache {
 
 impl ExactKvCache {
     pub fn new(shape: AttentionShape, precision: KeyPrecision) -> ExactKvCache {
-        let n = shape.layers * shape.context * shape.kv_dim();
+        ExactKvCache::with_windows(shape, precision, &[])
+    }
+
+    /// Layers with `windows[l] > 0` only ever attend to their last `windows[l]` positions
+    /// and keep a ring of that many keys and values.
+    pub fn with_windows(shape: AttentionShape, precision: KeyPrecision, windows: &[usize]) -> ExactKvCache {
+        let values = ValueCache::with_windows(shape, windows);
+        let n = values.rows().total() * shape.kv_dim();
         let (f16_len, f32_len) = match precision {
             KeyPrecision::F16 => (n, 0),
             KeyPrecision::F32 => (0, n),
@@ -124,7 +197,7 @@ impl ExactKvCache {
             precision,
             keys_f16: vec![0; f16_len],
             keys_f32: vec![0.0; f32_len],
-            values: ValueCache::new(shape),
+            values,
             scores: vec![0.0; shape.group() * shape.context],
             row: vec![0.0; shape.head_dim],
         }
@@ -138,7 +211,7 @@ impl KvCache for ExactKvCache {
 
     fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let kv_dim = self.shape.kv_dim();
-        let at = (layer * self.shape.context + pos) * kv_dim;
+        let at = self.values.rows().row(layer, pos) * kv_dim;
         match self.precision {
             KeyPrecision::F16 => self.keys_f16[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x)),
             KeyPrecision::F32 => self.keys_f32[at..at + kv_dim].copy_from_slice(k),
@@ -148,10 +221,12 @@ impl KvCache for ExactKvCache {
 
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let s = self.shape;
-        let (hd, kv_dim, group, n) = (s.head_dim, s.kv_dim(), s.group(), pos + 1 - first);
+        let (hd, kv_dim, group) = (s.head_dim, s.kv_dim(), s.group());
+        let (rows, masked) = self.values.rows().span(layer, first, pos);
+        let n = rows.len();
         for kvh in 0..s.n_kv_heads {
             let heads = kvh * group * hd..(kvh + 1) * group * hd;
-            let base = (layer * s.context + first) * kv_dim + kvh * hd;
+            let base = (self.values.rows().start(layer) + rows.start) * kv_dim + kvh * hd;
             match self.precision {
                 KeyPrecision::F16 => {
                     let keys = Rows { data: &self.keys_f16[base..], stride: kv_dim, len: hd, count: n };
@@ -162,7 +237,12 @@ impl KvCache for ExactKvCache {
                     kernels::scores_f32(keys, &q[heads.clone()], q_scale, &mut self.scores, s.context);
                 }
             }
-            self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
+            if masked {
+                for g in 0..group {
+                    self.values.rows().mask_outside(layer, first, pos, &mut self.scores[g * s.context..][..n]);
+                }
+            }
+            self.values.softmax_mix(layer, kvh, rows.clone(), &mut self.scores, s.context, &mut out[heads]);
         }
     }
 
