@@ -341,6 +341,24 @@ fn exactly_kept_positions_score_exactly() {
         worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
     }
     assert!(worst < 1e-5, "ring vs exact: {worst}");
+    // the exact window's keys are kept for the PQ layers only
+    let both = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(2, 8).with_exact_layers(&[false, true], &[0, 16]);
+    assert_eq!(both.key_bytes(), 3 * 32 * 4 + 2 * 16 * 16 + 2 * (2 + 8) * 16);
+    // ... and found there when the PQ layer is not layer 0: a window over the whole
+    // context in PQ layer 1 scores every position exactly
+    let mut late =
+        PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(4, shape.context).with_exact_layers(&[true, false], &[]);
+    let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
+    for pos in 0..shape.context {
+        for layer in 0..2 {
+            let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
+            late.store(layer, pos, &k, &v);
+            exact.store(layer, pos, &k, &v);
+        }
+    }
+    late.attend(1, 0, 69, &q, 0.25, &mut a);
+    exact.attend(1, 0, 69, &q, 0.25, &mut b);
+    assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-5), "{a:?} vs {b:?}");
 
     // a window shorter than the context: positions outside it use the codes
     let pq = PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(1, 4);

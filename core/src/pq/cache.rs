@@ -87,11 +87,9 @@ impl PqKvCache {
     /// live) and of the most recent `recent` ones, and scores those exactly: a constant
     /// `(sink + recent) · kv_dim · 2` bytes per layer, whatever the context.
     pub fn with_exact_keys(mut self, sink: usize, recent: usize) -> PqKvCache {
-        let (layers, kv_dim) = (self.shape.layers, self.shape.kv_dim());
         self.sink = sink.min(self.shape.context);
         self.recent = recent.min(self.shape.context);
-        self.sink_keys = vec![0; layers * self.sink * kv_dim];
-        self.recent_keys = vec![0; layers * self.recent * kv_dim];
+        self.size_exact_window();
         self
     }
 
@@ -119,7 +117,16 @@ impl PqKvCache {
         self.codes = vec![0; n_pq * self.shape.n_kv_heads * self.blocks_per_head * self.books.shape().block_bytes()];
         self.exact_rows = LayerRows::new(exact_windows.len(), self.shape.context, &exact_windows);
         self.exact_keys = vec![0; self.exact_rows.total() * self.shape.kv_dim()];
+        self.size_exact_window();
         self
+    }
+
+    /// The sink and recent f16 keys, for the PQ layers only (exact layers have every key).
+    fn size_exact_window(&mut self) {
+        let pq_layers = self.slots.iter().filter(|s| matches!(s, Slot::Pq(_))).count();
+        let kv_dim = self.shape.kv_dim();
+        self.sink_keys = vec![0; pq_layers * self.sink * kv_dim];
+        self.recent_keys = vec![0; pq_layers * self.recent * kv_dim];
     }
 
     pub fn codebooks(&self) -> &Codebooks {
@@ -165,11 +172,11 @@ impl KvCache for PqKvCache {
             }
         }
         if pos < self.sink {
-            let at = (layer * self.sink + pos) * kv_dim;
+            let at = (slot * self.sink + pos) * kv_dim;
             self.sink_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
         }
         if self.recent > 0 {
-            let at = (layer * self.recent + pos % self.recent) * kv_dim;
+            let at = (slot * self.recent + pos % self.recent) * kv_dim;
             self.recent_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
         }
         self.values.store(layer, pos, v);
@@ -220,9 +227,8 @@ impl KvCache for PqKvCache {
                 let sinks = first..(pos + 1).min(self.sink);
                 let recent = first.max((pos + 1).saturating_sub(self.recent))..pos + 1;
                 for (p, exact) in sinks.map(|p| (p, true)).chain(recent.map(|p| (p, false))) {
-                    let at =
-                        if exact { (layer * self.sink + p) * s.kv_dim() } else { (layer * self.recent + p % self.recent) * s.kv_dim() }
-                            + kvh * hd;
+                    let at = if exact { (slot * self.sink + p) * s.kv_dim() } else { (slot * self.recent + p % self.recent) * s.kv_dim() }
+                        + kvh * hd;
                     let keys = if exact { &self.sink_keys } else { &self.recent_keys };
                     self.row.iter_mut().zip(&keys[at..at + hd]).for_each(|(r, &h)| *r = f16_bits_to_f32(h));
                     self.scores[g * s.context + p - first] = dot(qh, &self.row) * q_scale;
