@@ -277,6 +277,15 @@ fn pq_attention_matches_exact_attention_on_representable_keys() {
     }
 }
 
+/// The same random key and value (head_dim 16, one KV head) at `pos` of both layers of both caches.
+fn store_both(rng: &mut Rng, a: &mut impl KvCache, b: &mut impl KvCache, pos: usize) {
+    for layer in 0..2 {
+        let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
+        a.store(layer, pos, &k, &v);
+        b.store(layer, pos, &k, &v);
+    }
+}
+
 /// Positions kept exact (sinks and the recent window) score exactly: with every position
 /// covered, PQ attention equals exact f16-key attention even with useless codebooks.
 #[test]
@@ -289,11 +298,7 @@ fn exactly_kept_positions_score_exactly() {
         let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
         let mut worst = 0.0f32;
         for pos in 0..shape.context {
-            for layer in 0..2 {
-                let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
-                pq.store(layer, pos, &k, &v);
-                exact.store(layer, pos, &k, &v);
-            }
+            store_both(&mut rng, &mut pq, &mut exact, pos);
             let q = rng.vec(32, 1.0);
             let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
             // with sink + recent = context every position is exact from the start
@@ -307,11 +312,7 @@ fn exactly_kept_positions_score_exactly() {
     let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true], &[]);
     let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
     for pos in 0..shape.context {
-        for layer in 0..2 {
-            let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
-            pq.store(layer, pos, &k, &v);
-            exact.store(layer, pos, &k, &v);
-        }
+        store_both(&mut rng, &mut pq, &mut exact, pos);
     }
     let q = rng.vec(32, 1.0);
     let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
@@ -330,11 +331,7 @@ fn exactly_kept_positions_score_exactly() {
     assert_eq!(ring.value_bytes(), (70 + 16) * 16 * 2);
     let mut worst = 0.0f32;
     for pos in 0..shape.context {
-        for layer in 0..2 {
-            let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
-            ring.store(layer, pos, &k, &v);
-            exact.store(layer, pos, &k, &v);
-        }
+        store_both(&mut rng, &mut ring, &mut exact, pos);
         let first = (pos + 1).saturating_sub(16);
         ring.attend(1, first, pos, &q, 0.25, &mut a);
         exact.attend(1, first, pos, &q, 0.25, &mut b);
@@ -350,11 +347,7 @@ fn exactly_kept_positions_score_exactly() {
         PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(4, shape.context).with_exact_layers(&[true, false], &[]);
     let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
     for pos in 0..shape.context {
-        for layer in 0..2 {
-            let (k, v) = (rng.vec(16, 3.0), rng.vec(16, 1.0));
-            late.store(layer, pos, &k, &v);
-            exact.store(layer, pos, &k, &v);
-        }
+        store_both(&mut rng, &mut late, &mut exact, pos);
     }
     late.attend(1, 0, 69, &q, 0.25, &mut a);
     exact.attend(1, 0, 69, &q, 0.25, &mut b);

@@ -11,8 +11,8 @@ use alloc::vec::Vec;
 use super::codebook::{Codebooks, PqError};
 use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
-use crate::model::kv::kernels::{self, dot, Rows};
-use crate::model::kv::{AttentionShape, KvCache, LayerRows, ValueCache};
+use crate::model::kv::kernels::dot;
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueCache};
 use crate::Isa;
 
 /// Where a layer's keys live.
@@ -32,10 +32,10 @@ pub struct PqKvCache {
     slots: Vec<Slot>,
     /// `[pq layer][kv_head][block][block_bytes]`.
     codes: Vec<u8>,
-    /// `[exact layer][row][kv_dim]` f16, for layers kept exact (rows as `exact_rows` says).
-    exact_keys: Vec<u16>,
-    exact_rows: LayerRows,
+    /// Values of the PQ layers, by PQ layer.
     values: ValueCache,
+    /// The layers kept exact, by exact layer (`None` when there are none).
+    exact: Option<ExactKvCache>,
     key_codes: Vec<u8>,
     float_tables: Vec<f32>,
     tables: Vec<u8>,
@@ -66,9 +66,8 @@ impl PqKvCache {
             blocks_per_head,
             slots: (0..shape.layers).map(Slot::Pq).collect(),
             codes: vec![0; shape.layers * shape.n_kv_heads * blocks_per_head * pq.block_bytes()],
-            exact_keys: Vec::new(),
-            exact_rows: LayerRows::new(0, shape.context, &[]),
             values: ValueCache::new(shape),
+            exact: None,
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
             tables: vec![0; table_len],
@@ -98,11 +97,10 @@ impl PqKvCache {
     /// codes are kept for the others only. An exact layer with `windows[l] > 0` attends
     /// to its last `windows[l]` positions only, and keeps a ring of that many keys and values.
     pub fn with_exact_layers(mut self, exact: &[bool], windows: &[usize]) -> PqKvCache {
-        let is_exact = |l: usize| exact.get(l).copied().unwrap_or(false);
         let (mut n_pq, mut exact_windows) = (0, Vec::new());
         self.slots = (0..self.shape.layers)
             .map(|l| {
-                if is_exact(l) {
+                if exact.get(l).copied().unwrap_or(false) {
                     exact_windows.push(windows.get(l).copied().unwrap_or(0));
                     Slot::Exact(exact_windows.len() - 1)
                 } else {
@@ -111,12 +109,10 @@ impl PqKvCache {
                 }
             })
             .collect();
-        let value_windows: Vec<usize> =
-            (0..self.shape.layers).map(|l| if is_exact(l) { windows.get(l).copied().unwrap_or(0) } else { 0 }).collect();
-        self.values = ValueCache::with_windows(self.shape, &value_windows);
+        let exact_shape = AttentionShape { layers: exact_windows.len(), ..self.shape };
+        self.exact = (!exact_windows.is_empty()).then(|| ExactKvCache::with_windows(exact_shape, KeyPrecision::F16, &exact_windows));
+        self.values = ValueCache::new(AttentionShape { layers: n_pq, ..self.shape });
         self.codes = vec![0; n_pq * self.shape.n_kv_heads * self.blocks_per_head * self.books.shape().block_bytes()];
-        self.exact_rows = LayerRows::new(exact_windows.len(), self.shape.context, &exact_windows);
-        self.exact_keys = vec![0; self.exact_rows.total() * self.shape.kv_dim()];
         self.size_exact_window();
         self
     }
@@ -150,9 +146,9 @@ impl KvCache for PqKvCache {
         let kv_dim = self.shape.kv_dim();
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
-                let at = self.exact_rows.row(e, pos) * kv_dim;
-                self.exact_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
-                self.values.store(layer, pos, v);
+                if let Some(exact) = self.exact.as_mut() {
+                    exact.store(e, pos, k, v);
+                }
                 return;
             }
             Slot::Pq(p) => p,
@@ -179,7 +175,7 @@ impl KvCache for PqKvCache {
             let at = (slot * self.recent + pos % self.recent) * kv_dim;
             self.recent_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
         }
-        self.values.store(layer, pos, v);
+        self.values.store(slot, pos, v);
     }
 
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
@@ -187,18 +183,8 @@ impl KvCache for PqKvCache {
         let (hd, group, n) = (s.head_dim, s.group(), pos + 1 - first);
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
-                let (rows, masked) = self.exact_rows.span(e, first, pos);
-                for kvh in 0..s.n_kv_heads {
-                    let heads = kvh * group * hd..(kvh + 1) * group * hd;
-                    let base = (self.exact_rows.start(e) + rows.start) * s.kv_dim() + kvh * hd;
-                    let keys = Rows { data: &self.exact_keys[base..], stride: s.kv_dim(), len: hd, count: rows.len() };
-                    kernels::scores_f16(keys, &q[heads.clone()], q_scale, &mut self.row, &mut self.scores, s.context);
-                    if masked {
-                        for g in 0..group {
-                            self.exact_rows.mask_outside(e, first, pos, &mut self.scores[g * s.context..][..rows.len()]);
-                        }
-                    }
-                    self.values.softmax_mix(layer, kvh, rows.clone(), &mut self.scores, s.context, &mut out[heads]);
+                if let Some(exact) = self.exact.as_mut() {
+                    exact.attend(e, first, pos, q, q_scale, out);
                 }
                 return;
             }
@@ -234,16 +220,16 @@ impl KvCache for PqKvCache {
                     self.scores[g * s.context + p - first] = dot(qh, &self.row) * q_scale;
                 }
             }
-            self.values.softmax_mix(layer, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
+            self.values.softmax_mix(slot, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
         }
     }
 
     fn key_bytes(&self) -> usize {
-        self.codes.len() + 2 * (self.exact_keys.len() + self.sink_keys.len() + self.recent_keys.len())
+        self.codes.len() + 2 * (self.sink_keys.len() + self.recent_keys.len()) + self.exact.as_ref().map_or(0, |e| e.key_bytes())
     }
 
     fn value_bytes(&self) -> usize {
-        self.values.bytes()
+        self.values.bytes() + self.exact.as_ref().map_or(0, |e| e.value_bytes())
     }
 
     fn describe(&self) -> String {

@@ -60,14 +60,14 @@ pub enum KeyPrecision {
 /// Rows per layer: the whole context, or — for a layer that only ever attends to its last
 /// `window` positions — a ring of `window` rows (position `p` in row `p % window`).
 #[derive(Clone, Debug)]
-pub struct LayerRows {
+struct LayerRows {
     offsets: Vec<usize>,
     caps: Vec<usize>,
 }
 
 impl LayerRows {
     /// `windows[l]` = 0 (or missing) keeps every position of layer `l`.
-    pub fn new(layers: usize, context: usize, windows: &[usize]) -> LayerRows {
+    fn new(layers: usize, context: usize, windows: &[usize]) -> LayerRows {
         let caps: Vec<usize> = (0..layers)
             .map(|l| match windows.get(l) {
                 Some(&w) if w > 0 => w.min(context),
@@ -79,24 +79,24 @@ impl LayerRows {
     }
 
     /// Rows of all layers together.
-    pub fn total(&self) -> usize {
+    fn total(&self) -> usize {
         self.caps.iter().sum()
     }
 
     /// Row of `pos` in `layer`, counted from the first row of layer 0.
-    pub fn row(&self, layer: usize, pos: usize) -> usize {
+    fn row(&self, layer: usize, pos: usize) -> usize {
         self.offsets[layer] + pos % self.caps[layer]
     }
 
     /// First row of `layer`.
-    pub fn start(&self, layer: usize) -> usize {
+    fn start(&self, layer: usize) -> usize {
         self.offsets[layer]
     }
 
     /// Which of `layer`'s rows hold positions `first..=pos`, relative to its first row,
     /// and whether the span also holds rows outside them (a ring asked for fewer
     /// positions than it holds after wrapping; `mask_outside` clears those).
-    pub fn span(&self, layer: usize, first: usize, pos: usize) -> (Range<usize>, bool) {
+    fn span(&self, layer: usize, first: usize, pos: usize) -> (Range<usize>, bool) {
         let cap = self.caps[layer];
         if pos < cap {
             (first..pos + 1, false)
@@ -107,7 +107,7 @@ impl LayerRows {
 
     /// Sets the scores of a full ring's rows whose position is outside `first..=pos` to
     /// −∞ (zero weight after softmax).
-    pub fn mask_outside(&self, layer: usize, first: usize, pos: usize, scores: &mut [f32]) {
+    fn mask_outside(&self, layer: usize, first: usize, pos: usize, scores: &mut [f32]) {
         let cap = self.caps[layer];
         for (i, s) in scores.iter_mut().enumerate().take(cap) {
             let held = pos - (pos % cap + cap - i) % cap;
@@ -143,7 +143,7 @@ impl ValueCache {
     }
 
     /// The rows layout (shared with keys kept the same way).
-    pub fn rows(&self) -> &LayerRows {
+    fn rows(&self) -> &LayerRows {
         &self.rows
     }
 
