@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use lutra_core::pq::kmeans::kmeans;
-use lutra_core::pq::{Codebooks, PqShape, Rotation};
+use lutra_core::pq::{apply_matrix, Codebooks, PqShape, Rotation};
 
 use crate::generate::{Loaded, PoolGemv};
 use crate::pool::Pool;
@@ -189,21 +189,22 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
             }
         }
     }
+    // what OPQ learns whatever the sub-spaces, once per (layer, KV head)
+    let bases: Vec<OpqBasis> = if opts.key_transform == KeyTransform::Opq {
+        let t = Instant::now();
+        let bases: Vec<OpqBasis> = moments.iter().zip(&train_keys).map(|(m, keys)| OpqBasis::new(m, keys, hd)).collect();
+        eprintln!("opq: {} key bases in {:.1} s", bases.len(), t.elapsed().as_secs_f64());
+        bases
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     for &pq in &shapes {
         let mut books = if opts.key_transform == KeyTransform::Opq {
-            let t = Instant::now();
-            let transforms: Vec<Vec<f32>> = moments.iter().zip(&train_keys).map(|(m, keys)| opq_transform(m, keys, pq)).collect();
-            eprintln!("opq: {} key transforms in {:.1} s", transforms.len(), t.elapsed().as_secs_f64());
+            let transforms: Vec<Vec<f32>> = bases.iter().map(|b| b.transform(pq)).collect();
             let mut moved = train_keys.clone();
             for (keys, t) in moved.iter_mut().zip(&transforms) {
-                let mut copy = vec![0.0f32; hd];
-                for key in keys.chunks_exact_mut(hd) {
-                    copy.copy_from_slice(key);
-                    for (x, row) in key.iter_mut().zip(t[..hd * hd].chunks_exact(hd)) {
-                        *x = lutra_core::model::kv::kernels::dot(row, &copy);
-                    }
-                }
+                keys.chunks_exact_mut(hd).for_each(|key| apply_matrix(&t[..hd * hd], key));
             }
             train(loaded, &moved, shape, pq, train_n, opts)?.with_key_transform(transforms.concat()).map_err(|e| e.to_string())?
         } else {
@@ -317,73 +318,90 @@ pub struct LayerFidelity {
     pub kl_f32_tables: f64,
 }
 
-/// The learned key and query matrices `[M, Q]` (each `hd × hd`, row-major) of one
-/// (layer, KV head), from the queries' second moment `q_moment` and the training `keys`:
-/// with `Σ_q = U Λ Uᵀ`, `M = R Λ^½ Uᵀ` and `Q = R Λ^-½ Uᵀ`, so `(Q q)·(M k) = q·k`, and
-/// `‖M (k − k̂)‖²` is the score error `k̂` causes, averaged over the queries. `R` turns the
-/// whitened keys to their principal axes, dealt out so each sub-space's product of
-/// variances is about equal.
-fn opq_transform(q_moment: &[f64], keys: &[f32], pq: PqShape) -> Vec<f32> {
-    let (hd, subspaces) = (pq.head_dim, pq.subspaces);
-    let (lambda, u) = crate::linalg::symmetric_eigen(q_moment, hd);
-    let floor = lambda.iter().copied().fold(0.0f64, f64::max) * 1e-6;
-    let root: Vec<f64> = lambda.iter().map(|&l| l.max(floor).max(f64::MIN_POSITIVE).sqrt()).collect();
-    // whitening W = Λ^½ Uᵀ: row i is root[i] · (column i of U)
-    let mut w = vec![0.0f64; hd * hd];
-    for i in 0..hd {
-        for j in 0..hd {
-            w[i * hd + j] = root[i] * u[j * hd + i];
-        }
-    }
-    // covariance of the whitened keys
-    let n = keys.len() / hd;
-    let (mut mean, mut cov) = (vec![0.0f64; hd], vec![0.0f64; hd * hd]);
-    let mut white = vec![0.0f64; hd];
-    let mut whitened = Vec::with_capacity(n * hd);
-    for key in keys.chunks_exact(hd) {
-        for (x, row) in white.iter_mut().zip(w.chunks_exact(hd)) {
-            *x = row.iter().zip(key).map(|(a, &b)| a * f64::from(b)).sum();
-        }
-        mean.iter_mut().zip(&white).for_each(|(m, x)| *m += x);
-        whitened.extend_from_slice(&white);
-    }
-    mean.iter_mut().for_each(|m| *m /= n as f64);
-    for x in whitened.chunks_exact(hd) {
+/// What OPQ learns of one (layer, KV head), whatever the sub-spaces: with the queries'
+/// second moment `Σ_q = U Λ Uᵀ`, the whitening `W = Λ^½ Uᵀ` (so `‖W (k − k̂)‖²` is the
+/// score error `k̂` causes, averaged over the queries) and the principal axes of the
+/// whitened training keys.
+struct OpqBasis {
+    hd: usize,
+    /// `Λ^½`, floored at 1e-3 of the largest.
+    root: Vec<f64>,
+    /// `W`, row-major.
+    w: Vec<f64>,
+    /// Variance along each principal axis, and the axes (`axes[i * hd + a]`: component i of axis a).
+    variance: Vec<f64>,
+    axes: Vec<f64>,
+}
+
+impl OpqBasis {
+    fn new(q_moment: &[f64], keys: &[f32], hd: usize) -> OpqBasis {
+        let (lambda, u) = crate::linalg::symmetric_eigen(q_moment, hd);
+        let floor = lambda.iter().copied().fold(0.0f64, f64::max) * 1e-6;
+        let root: Vec<f64> = lambda.iter().map(|&l| l.max(floor).max(f64::MIN_POSITIVE).sqrt()).collect();
+        // row i of W is root[i] · (column i of U)
+        let mut w = vec![0.0f64; hd * hd];
         for i in 0..hd {
-            let xi = x[i] - mean[i];
-            cov[i * hd..(i + 1) * hd].iter_mut().zip(x).zip(&mean).for_each(|((c, xj), mj)| *c += xi * (xj - mj));
-        }
-    }
-    let (variance, v) = crate::linalg::symmetric_eigen(&cov, hd);
-    // eigenvalue allocation: largest variance first, each to the sub-space (with room)
-    // whose product of variances is smallest so far
-    let mut order: Vec<usize> = (0..hd).collect();
-    order.sort_by(|&a, &b| variance[b].total_cmp(&variance[a]));
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); subspaces];
-    let mut log_product = vec![0.0f64; subspaces];
-    for axis in order {
-        let s = (0..subspaces)
-            .filter(|&s| members[s].len() < pq.sub_range(s).len())
-            .min_by(|&a, &b| log_product[a].total_cmp(&log_product[b]))
-            .unwrap_or(0);
-        members[s].push(axis);
-        log_product[s] += variance[axis].max(1e-30).ln();
-    }
-    // M = R W and Q = R Λ^-1 W (= R Λ^-½ Uᵀ); row r of R is principal axis `axis`
-    let mut out = vec![0.0f32; 2 * hd * hd];
-    let (m, q) = out.split_at_mut(hd * hd);
-    for (r, &axis) in members.iter().flatten().enumerate() {
-        for j in 0..hd {
-            let (mut mk, mut mq) = (0.0f64, 0.0f64);
-            for i in 0..hd {
-                mk += v[i * hd + axis] * w[i * hd + j];
-                mq += v[i * hd + axis] * w[i * hd + j] / (root[i] * root[i]);
+            for j in 0..hd {
+                w[i * hd + j] = root[i] * u[j * hd + i];
             }
-            m[r * hd + j] = mk as f32;
-            q[r * hd + j] = mq as f32;
         }
+        // covariance of the whitened keys
+        let n = keys.len() / hd;
+        let (mut mean, mut cov) = (vec![0.0f64; hd], vec![0.0f64; hd * hd]);
+        let mut white = vec![0.0f64; hd];
+        let mut whitened = Vec::with_capacity(n * hd);
+        for key in keys.chunks_exact(hd) {
+            for (x, row) in white.iter_mut().zip(w.chunks_exact(hd)) {
+                *x = row.iter().zip(key).map(|(a, &b)| a * f64::from(b)).sum();
+            }
+            mean.iter_mut().zip(&white).for_each(|(m, x)| *m += x);
+            whitened.extend_from_slice(&white);
+        }
+        mean.iter_mut().for_each(|m| *m /= n as f64);
+        for x in whitened.chunks_exact(hd) {
+            for i in 0..hd {
+                let xi = x[i] - mean[i];
+                cov[i * hd..(i + 1) * hd].iter_mut().zip(x).zip(&mean).for_each(|((c, xj), mj)| *c += xi * (xj - mj));
+            }
+        }
+        let (variance, axes) = crate::linalg::symmetric_eigen(&cov, hd);
+        OpqBasis { hd, root, w, variance, axes }
     }
-    out
+
+    /// The key and query matrices `[M, Q]` (each `hd × hd`, row-major) for `pq`'s
+    /// sub-spaces: `M = R W` and `Q = R Λ^-1 W` (= `R Λ^-½ Uᵀ`), so `(Q q)·(M k) = q·k`.
+    /// The rows of `R` are the principal axes, dealt out largest variance first, each to
+    /// the sub-space (with room) whose product of variances is smallest so far.
+    fn transform(&self, pq: PqShape) -> Vec<f32> {
+        let hd = self.hd;
+        let mut order: Vec<usize> = (0..hd).collect();
+        order.sort_by(|&a, &b| self.variance[b].total_cmp(&self.variance[a]));
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); pq.subspaces];
+        let mut log_product = vec![0.0f64; pq.subspaces];
+        for axis in order {
+            let s = (0..pq.subspaces)
+                .filter(|&s| members[s].len() < pq.sub_range(s).len())
+                .min_by(|&a, &b| log_product[a].total_cmp(&log_product[b]))
+                .unwrap_or(0);
+            members[s].push(axis);
+            log_product[s] += self.variance[axis].max(1e-30).ln();
+        }
+        let mut out = vec![0.0f32; 2 * hd * hd];
+        let (m, q) = out.split_at_mut(hd * hd);
+        for (r, &axis) in members.iter().flatten().enumerate() {
+            for j in 0..hd {
+                let (mut mk, mut mq) = (0.0f64, 0.0f64);
+                for i in 0..hd {
+                    let a = self.axes[i * hd + axis] * self.w[i * hd + j];
+                    mk += a;
+                    mq += a / (self.root[i] * self.root[i]);
+                }
+                m[r * hd + j] = mk as f32;
+                q[r * hd + j] = mq as f32;
+            }
+        }
+        out
+    }
 }
 
 /// One line per layer and a mean.

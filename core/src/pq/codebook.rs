@@ -291,12 +291,7 @@ impl Codebooks {
             }
         }
         if let Some((key_m, query_m)) = self.key_transform(layer, kv_head) {
-            let mut copy = [0.0f32; MAX_HEAD_DIM];
-            copy[..v.len()].copy_from_slice(v);
-            let (m, n) = (if query { query_m } else { key_m }, v.len());
-            // M·v is v scored against M's rows: the attention kernel (AVX2 + FMA when present)
-            let rows = crate::model::kv::kernels::Rows { data: m, stride: n, len: n, count: n };
-            crate::model::kv::kernels::scores_f32(rows, &copy[..n], 1.0, v, n);
+            apply_matrix(if query { query_m } else { key_m }, v);
         }
     }
 
@@ -537,6 +532,16 @@ impl Codebooks {
         }
         TableScale { scale, bias }
     }
+}
+
+/// `v ← M·v` for the row-major `v.len()`² matrix `m` (`v.len()` ≤ `MAX_HEAD_DIM`): `v`
+/// scored against M's rows by the attention kernel (AVX2 + FMA when present).
+pub fn apply_matrix(m: &[f32], v: &mut [f32]) {
+    let n = v.len();
+    let mut copy = [0.0f32; MAX_HEAD_DIM];
+    copy[..n].copy_from_slice(v);
+    let rows = crate::model::kv::kernels::Rows { data: m, stride: n, len: n, count: n };
+    crate::model::kv::kernels::scores_f32(rows, &copy[..n], 1.0, v, n);
 }
 
 /// ggml shape of `pq.codebooks`.

@@ -21,5 +21,5 @@ pub mod scan;
 #[cfg(feature = "alloc")]
 pub use cache::PqKvCache;
 #[cfg(feature = "alloc")]
-pub use codebook::{Codebooks, PqError, PqShape, Rotation, TableScale};
+pub use codebook::{apply_matrix, Codebooks, PqError, PqShape, Rotation, TableScale};
 pub use scan::{scan16, scan256, BLOCK_KEYS};
