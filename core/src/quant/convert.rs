@@ -591,10 +591,10 @@ impl PackedMatrix<crate::AlignedBytes> {
         for first in (0..rows).step_by(chunk_rows) {
             let n = chunk_rows.min(rows - first);
             let src = first * row_bytes..(first + n) * row_bytes;
-            let part = Self::from_q8_0(&blocks[src.clone()], n, cols)?;
+            // the chunk's tiles are a contiguous run of the whole matrix's tiles
+            let part = q8_0_layout(n, cols)?;
             let at = first / crate::TILE_ROWS * tile_bytes;
-            let bytes = part.as_bytes();
-            data.as_mut()[at..at + bytes.len()].copy_from_slice(bytes);
+            import_q8_0_into(&blocks[src.clone()], &part, &mut data.as_mut()[at..at + part.total_bytes()])?;
             done(src);
         }
         Ok(PackedMatrix { layout, data })
