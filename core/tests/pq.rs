@@ -309,7 +309,7 @@ fn exactly_kept_positions_score_exactly() {
         assert!(worst < 1e-5, "sink {sink} recent {recent}: max |pq − exact| {worst}");
     }
     // layers kept exact score exactly too, with no window at all
-    let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true], &[]);
+    let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_layers(&[false, true], &[]);
     let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
     for pos in 0..shape.context {
         store_both(&mut rng, &mut pq, &mut exact, pos);
@@ -326,7 +326,7 @@ fn exactly_kept_positions_score_exactly() {
     assert_eq!(pq.key_bytes(), 3 * 32 * 4 + 2 * 70 * 16);
 
     // an exact layer with a sliding window keeps a ring of it, and attends as before
-    let mut ring = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_layers(&[false, true], &[0, 16]);
+    let mut ring = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_layers(&[false, true], &[0, 16]);
     assert_eq!(ring.key_bytes(), 3 * 32 * 4 + 2 * 16 * 16);
     assert_eq!(ring.value_bytes(), (70 + 16) * 16 * 2);
     let mut worst = 0.0f32;
@@ -339,12 +339,12 @@ fn exactly_kept_positions_score_exactly() {
     }
     assert!(worst < 1e-5, "ring vs exact: {worst}");
     // the exact window's keys are kept for the PQ layers only
-    let both = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(2, 8).with_exact_layers(&[false, true], &[0, 16]);
+    let both = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(2, 8).with_layers(&[false, true], &[0, 16]);
     assert_eq!(both.key_bytes(), 3 * 32 * 4 + 2 * 16 * 16 + 2 * (2 + 8) * 16);
     // ... and found there when the PQ layer is not layer 0: a window over the whole
     // context in PQ layer 1 scores every position exactly
     let mut late =
-        PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(4, shape.context).with_exact_layers(&[true, false], &[]);
+        PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(4, shape.context).with_layers(&[true, false], &[]);
     let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
     for pos in 0..shape.context {
         store_both(&mut rng, &mut late, &mut exact, pos);
@@ -357,4 +357,39 @@ fn exactly_kept_positions_score_exactly() {
     let pq = PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(1, 4);
     // 2 layers × 3 blocks of 32 keys × 4 code bytes, plus f16 keys of 1 + 4 positions per layer
     assert_eq!(pq.key_bytes(), 2 * 3 * 32 * 4 + 2 * 2 * (1 + 4) * 16);
+}
+
+/// A sliding-window layer coded with PQ keeps a ring of its window's codes and values
+/// (window 40: not a whole number of 32-key blocks) and attends as a full-context PQ
+/// cache does, with and without exactly kept positions, before and long after wrapping.
+#[test]
+fn windowed_pq_layers_keep_a_ring_and_attend_as_the_full_cache() {
+    let mut rng = Rng(13);
+    let (window, context) = (40, 150);
+    let shape = AttentionShape { layers: 2, n_heads: 2, n_kv_heads: 1, head_dim: 16, context };
+    for (subspaces, centroids) in [(8, 16), (4, 256)] {
+        let books = random_books(&mut rng, PqShape::new(2, 1, 16, subspaces, centroids).unwrap());
+        let code_bytes = books.shape().code_bytes_per_key();
+        for (sink, recent) in [(0, 0), (4, 8)] {
+            let new = || PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(sink, recent);
+            let mut ring = new().with_layers(&[], &[window, 0]);
+            let mut full = new();
+            // layer 0: 2 blocks of 32 keys; layer 1: 5 blocks
+            assert_eq!(ring.key_bytes(), (2 + 5) * 32 * code_bytes + 2 * 2 * (sink + recent) * 16);
+            assert_eq!(ring.value_bytes(), (window + context) * 16 * 2);
+            let mut worst = 0.0f32;
+            for pos in 0..context {
+                store_both(&mut rng, &mut ring, &mut full, pos);
+                let q = rng.vec(32, 1.0);
+                let first = (pos + 1).saturating_sub(window);
+                for (layer, first) in [(0, first), (0, first + (pos - first) / 2), (1, 0)] {
+                    let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
+                    ring.attend(layer, first, pos, &q, 0.25, &mut a);
+                    full.attend(layer, first, pos, &q, 0.25, &mut b);
+                    worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+                }
+            }
+            assert!(worst < 1e-5, "K={centroids} sink {sink} recent {recent}: max |ring − full| {worst}");
+        }
+    }
 }

@@ -60,12 +60,12 @@ impl Attention {
                 if books.model() != arch {
                     return Err(format!("the codebooks were calibrated on a {} model, this is {arch}", books.model()));
                 }
-                let mut cache =
-                    PqKvCache::new(shape, (**books).clone(), Isa::best()).map_err(|e| e.to_string())?.with_exact_keys(*sink, *recent);
-                if *long_only {
-                    let sliding: Vec<bool> = windows.iter().map(|&w| w > 0).collect();
-                    cache = cache.with_exact_layers(&sliding, windows);
-                }
+                // sliding-window layers keep rings, of exact keys (long_only) or of codes
+                let exact: Vec<bool> = windows.iter().map(|&w| *long_only && w > 0).collect();
+                let cache = PqKvCache::new(shape, (**books).clone(), Isa::best())
+                    .map_err(|e| e.to_string())?
+                    .with_exact_keys(*sink, *recent)
+                    .with_layers(&exact, windows);
                 Ok(Box::new(cache))
             }
         }

@@ -28,11 +28,13 @@ pub struct PqKvCache {
     shape: AttentionShape,
     books: Codebooks,
     isa: Isa,
-    blocks_per_head: usize,
     slots: Vec<Slot>,
-    /// `[pq layer][kv_head][block][block_bytes]`.
+    /// `[pq layer][kv_head][block][block_bytes]`; a windowed layer's blocks are a ring
+    /// laid out like its values (position `p` in row `p % window`).
     codes: Vec<u8>,
-    /// Values of the PQ layers, by PQ layer.
+    /// Where each PQ layer's codes start.
+    code_starts: Vec<usize>,
+    /// Values of the PQ layers, by PQ layer; their rows layout is the codes' too.
     values: ValueCache,
     /// The layers kept exact, by exact layer (`None` when there are none).
     exact: Option<ExactKvCache>,
@@ -58,20 +60,19 @@ impl PqKvCache {
             return Err(PqError::Kernel(crate::Error::IsaUnavailable(isa)));
         }
         let pq = books.shape();
-        let blocks_per_head = shape.context.div_ceil(BLOCK_KEYS);
         let table_len = pq.subspaces * pq.centroids;
-        Ok(PqKvCache {
+        let mut cache = PqKvCache {
             shape,
             isa,
-            blocks_per_head,
-            slots: (0..shape.layers).map(Slot::Pq).collect(),
-            codes: vec![0; shape.layers * shape.n_kv_heads * blocks_per_head * pq.block_bytes()],
-            values: ValueCache::new(shape),
+            slots: Vec::new(),
+            codes: Vec::new(),
+            code_starts: Vec::new(),
+            values: ValueCache::new(AttentionShape { layers: 0, ..shape }),
             exact: None,
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
             tables: vec![0; table_len],
-            sums: vec![0; blocks_per_head * BLOCK_KEYS],
+            sums: vec![0; shape.context.div_ceil(BLOCK_KEYS) * BLOCK_KEYS],
             scores: vec![0.0; shape.group() * shape.context],
             books,
             sink: 0,
@@ -79,7 +80,9 @@ impl PqKvCache {
             sink_keys: Vec::new(),
             recent_keys: Vec::new(),
             row: vec![0.0; shape.head_dim],
-        })
+        };
+        cache.set_layers(&[], &[]);
+        Ok(cache)
     }
 
     /// Also keeps exact f16 keys of the first `sink` positions (where attention sinks
@@ -93,28 +96,37 @@ impl PqKvCache {
     }
 
     /// Keeps exact f16 keys in the layers marked `true` (e.g. sliding-window layers,
-    /// which never attend to more than their window, so lookups cannot pay off there);
-    /// codes are kept for the others only. An exact layer with `windows[l] > 0` attends
-    /// to its last `windows[l]` positions only, and keeps a ring of that many keys and values.
-    pub fn with_exact_layers(mut self, exact: &[bool], windows: &[usize]) -> PqKvCache {
-        let (mut n_pq, mut exact_windows) = (0, Vec::new());
+    /// where lookups pay off least); codes are kept for the others. A layer with
+    /// `windows[l] > 0`, exact or PQ, attends to its last `windows[l]` positions only and
+    /// keeps a ring of that many keys (or codes) and values.
+    pub fn with_layers(mut self, exact: &[bool], windows: &[usize]) -> PqKvCache {
+        self.set_layers(exact, windows);
+        self
+    }
+
+    fn set_layers(&mut self, exact: &[bool], windows: &[usize]) {
+        let (mut pq_windows, mut exact_windows) = (Vec::new(), Vec::new());
+        let window = |l: usize| windows.get(l).copied().unwrap_or(0);
         self.slots = (0..self.shape.layers)
             .map(|l| {
                 if exact.get(l).copied().unwrap_or(false) {
-                    exact_windows.push(windows.get(l).copied().unwrap_or(0));
+                    exact_windows.push(window(l));
                     Slot::Exact(exact_windows.len() - 1)
                 } else {
-                    n_pq += 1;
-                    Slot::Pq(n_pq - 1)
+                    pq_windows.push(window(l));
+                    Slot::Pq(pq_windows.len() - 1)
                 }
             })
             .collect();
         let exact_shape = AttentionShape { layers: exact_windows.len(), ..self.shape };
         self.exact = (!exact_windows.is_empty()).then(|| ExactKvCache::with_windows(exact_shape, KeyPrecision::F16, &exact_windows));
-        self.values = ValueCache::new(AttentionShape { layers: n_pq, ..self.shape });
-        self.codes = vec![0; n_pq * self.shape.n_kv_heads * self.blocks_per_head * self.books.shape().block_bytes()];
+        self.values = ValueCache::with_windows(AttentionShape { layers: pq_windows.len(), ..self.shape }, &pq_windows);
+        let head_bytes = |p: usize| self.values.rows().cap(p).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes();
+        self.code_starts =
+            (0..pq_windows.len()).scan(0, |at, p| Some(core::mem::replace(at, *at + self.shape.n_kv_heads * head_bytes(p)))).collect();
+        let total = (0..pq_windows.len()).map(|p| self.shape.n_kv_heads * head_bytes(p)).sum();
+        self.codes = vec![0; total];
         self.size_exact_window();
-        self
     }
 
     /// The sink and recent f16 keys, for the PQ layers only (exact layers have every key).
@@ -131,8 +143,8 @@ impl PqKvCache {
 
     /// The code bytes of the `pq`-th PQ layer's KV head.
     fn head_codes(&self, pq: usize, kv_head: usize) -> core::ops::Range<usize> {
-        let len = self.blocks_per_head * self.books.shape().block_bytes();
-        let at = (pq * self.shape.n_kv_heads + kv_head) * len;
+        let len = self.values.rows().cap(pq).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes();
+        let at = self.code_starts[pq] + kv_head * len;
         at..at + len
     }
 }
@@ -154,7 +166,8 @@ impl KvCache for PqKvCache {
             Slot::Pq(p) => p,
         };
         let pq = self.books.shape();
-        let (block, key) = (pos / BLOCK_KEYS, pos % BLOCK_KEYS);
+        let row = pos % self.values.rows().cap(slot);
+        let (block, key) = (row / BLOCK_KEYS, row % BLOCK_KEYS);
         for (kvh, key_vec) in k.chunks_exact(self.shape.head_dim).enumerate() {
             self.books.encode(layer, kvh, key_vec, &mut self.key_codes);
             let range = self.head_codes(slot, kvh);
@@ -180,7 +193,7 @@ impl KvCache for PqKvCache {
 
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let (s, pq) = (self.shape, self.books.shape());
-        let (hd, group, n) = (s.head_dim, s.group(), pos + 1 - first);
+        let (hd, group) = (s.head_dim, s.group());
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
                 if let Some(exact) = self.exact.as_mut() {
@@ -190,8 +203,11 @@ impl KvCache for PqKvCache {
             }
             Slot::Pq(p) => p,
         };
-        let (first_block, end_block) = (first / BLOCK_KEYS, pos / BLOCK_KEYS + 1);
-        let skip = first - first_block * BLOCK_KEYS;
+        // rows of a ring hold positions in turn; elsewhere row = position
+        let (rows, masked) = self.values.rows().span(slot, first, pos);
+        let (cap, n) = (self.values.rows().cap(slot), rows.len());
+        let (first_block, end_block) = (rows.start / BLOCK_KEYS, (rows.end - 1) / BLOCK_KEYS + 1);
+        let skip = rows.start - first_block * BLOCK_KEYS;
         for kvh in 0..s.n_kv_heads {
             let range = self.head_codes(slot, kvh);
             let codes = &self.codes[range][first_block * pq.block_bytes()..end_block * pq.block_bytes()];
@@ -206,7 +222,8 @@ impl KvCache for PqKvCache {
                 };
                 // every size above was made from the same shape, and `new` chose an available ISA
                 debug_assert!(scanned.is_ok(), "{scanned:?}");
-                for (d, &sum) in self.scores[g * s.context..][..n].iter_mut().zip(&sums[skip..]) {
+                let scores = &mut self.scores[g * s.context..][..n];
+                for (d, &sum) in scores.iter_mut().zip(&sums[skip..]) {
                     *d = scale.score(sum);
                 }
                 // the exactly kept positions overwrite their PQ scores
@@ -217,10 +234,13 @@ impl KvCache for PqKvCache {
                         + kvh * hd;
                     let keys = if exact { &self.sink_keys } else { &self.recent_keys };
                     self.row.iter_mut().zip(&keys[at..at + hd]).for_each(|(r, &h)| *r = f16_bits_to_f32(h));
-                    self.scores[g * s.context + p - first] = dot(qh, &self.row) * q_scale;
+                    scores[p % cap - rows.start] = dot(qh, &self.row) * q_scale;
+                }
+                if masked {
+                    self.values.rows().mask_outside(slot, first, pos, scores);
                 }
             }
-            self.values.softmax_mix(slot, kvh, first..pos + 1, &mut self.scores, s.context, &mut out[heads]);
+            self.values.softmax_mix(slot, kvh, rows.clone(), &mut self.scores, s.context, &mut out[heads]);
         }
     }
 

@@ -60,7 +60,7 @@ pub enum KeyPrecision {
 /// Rows per layer: the whole context, or — for a layer that only ever attends to its last
 /// `window` positions — a ring of `window` rows (position `p` in row `p % window`).
 #[derive(Clone, Debug)]
-struct LayerRows {
+pub(crate) struct LayerRows {
     offsets: Vec<usize>,
     caps: Vec<usize>,
 }
@@ -83,6 +83,11 @@ impl LayerRows {
         self.caps.iter().sum()
     }
 
+    /// Rows of `layer`: its window, or the whole context.
+    pub(crate) fn cap(&self, layer: usize) -> usize {
+        self.caps[layer]
+    }
+
     /// Row of `pos` in `layer`, counted from the first row of layer 0.
     fn row(&self, layer: usize, pos: usize) -> usize {
         self.offsets[layer] + pos % self.caps[layer]
@@ -96,7 +101,7 @@ impl LayerRows {
     /// Which of `layer`'s rows hold positions `first..=pos`, relative to its first row,
     /// and whether the span also holds rows outside them (a ring asked for fewer
     /// positions than it holds after wrapping; `mask_outside` clears those).
-    fn span(&self, layer: usize, first: usize, pos: usize) -> (Range<usize>, bool) {
+    pub(crate) fn span(&self, layer: usize, first: usize, pos: usize) -> (Range<usize>, bool) {
         let cap = self.caps[layer];
         if pos < cap {
             (first..pos + 1, false)
@@ -107,7 +112,7 @@ impl LayerRows {
 
     /// Sets the scores of a full ring's rows whose position is outside `first..=pos` to
     /// −∞ (zero weight after softmax).
-    fn mask_outside(&self, layer: usize, first: usize, pos: usize, scores: &mut [f32]) {
+    pub(crate) fn mask_outside(&self, layer: usize, first: usize, pos: usize, scores: &mut [f32]) {
         let cap = self.caps[layer];
         for (i, s) in scores.iter_mut().enumerate().take(cap) {
             let held = pos - (pos % cap + cap - i) % cap;
@@ -143,7 +148,7 @@ impl ValueCache {
     }
 
     /// The rows layout (shared with keys kept the same way).
-    fn rows(&self) -> &LayerRows {
+    pub(crate) fn rows(&self) -> &LayerRows {
         &self.rows
     }
 
