@@ -55,6 +55,9 @@ fn codebook_file_round_trips() {
         let books = random_books(&mut rng, PqShape::new(2, 3, 16, s, k).unwrap());
         let back = Codebooks::from_gguf(&books.to_gguf()).unwrap();
         assert_eq!(back, books);
+        assert_eq!(back.context(), None);
+        let dated = books.clone().with_context(8192);
+        assert_eq!(Codebooks::from_gguf(&dated.to_gguf()).unwrap().context(), Some(8192));
         let scaled = books.clone().with_key_scale((0..6 * 16).map(|i| 0.5 + i as f32 / 64.0).collect()).unwrap();
         assert_eq!(Codebooks::from_gguf(&scaled.to_gguf()).unwrap(), scaled);
         let transformed = scaled.with_key_transform(random_transforms(&mut rng, 6, 16).0).unwrap();

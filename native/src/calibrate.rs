@@ -213,6 +213,7 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
         if opts.key_transform == KeyTransform::QueryRms {
             books = books.with_key_scale(key_scale.clone()).map_err(|e| e.to_string())?;
         }
+        books = books.with_context(opts.ctx.min(train_n));
         if train_n < fed {
             let f = fidelity(&books, &seen, shape, train_n..fed);
             eprint!("score fidelity on {} held-out positions ({}):\n{}", fed - train_n, books.shape(), fidelity_table(&f));

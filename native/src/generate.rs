@@ -60,6 +60,12 @@ impl Attention {
                 if books.model() != arch {
                     return Err(format!("the codebooks were calibrated on a {} model, this is {arch}", books.model()));
                 }
+                if let Some(seen) = books.context().filter(|&c| c < shape.context) {
+                    eprintln!(
+                        "warning: the codebooks were calibrated on positions below {seen}; keys beyond it carry rotations they never saw and score worse (calibrate with --ctx {})",
+                        shape.context
+                    );
+                }
                 // sliding-window layers keep rings, of exact keys (long_only) or of codes
                 let exact: Vec<bool> = windows.iter().map(|&w| *long_only && w > 0).collect();
                 let cache = PqKvCache::new(shape, (**books).clone(), Isa::best())

@@ -126,6 +126,9 @@ fn calibrate_then_pq_attention_and_bad_codebooks() {
         lutra(&["perplexity", "-m", m, "-f", text.to_str().unwrap(), "--ctx", "128", "--attention", "pq", "--codebooks", b, "--json"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("\"attention\":\"pq16 S=24") && stdout.contains("\"key_bytes\":"), "{stdout}");
+    // calibrated in chunks of 64 positions, run to 128: the user is told
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("calibrated on positions below 64") && stderr.contains("--ctx 128"), "{stderr}");
 
     // truncated, not codebooks, for another model, missing
     let bytes = std::fs::read(&books).unwrap();

@@ -225,12 +225,16 @@ pub struct Codebooks {
     /// and `Q` with `Mᵀ·Q = I`: keys are multiplied by `M`, queries by `Q`, so
     /// `(Q·q)·(M·k) = q·k`. Calibration learns them (see `lutra calibrate --key-transform opq`).
     key_transform: Vec<f32>,
+    /// Positions `0..context` were seen in calibration (0: not recorded). Keys are post-RoPE,
+    /// so later positions carry rotations the centroids never saw.
+    context: usize,
 }
 
 const ARCH: &str = "lutra-pq";
 const TENSOR: &str = "pq.codebooks";
 const SCALE_TENSOR: &str = "pq.key_scale";
 const TRANSFORM_TENSOR: &str = "pq.key_transform";
+const CONTEXT_KEY: &str = "lutra.pq.calibration_context";
 
 impl Codebooks {
     /// `data` laid out `[layer][kv_head][sub-space][centroid][sub_dim]`, all finite.
@@ -256,7 +260,18 @@ impl Codebooks {
                 }
             }
         }
-        Ok(Codebooks { shape, model: model.into(), rotation, data, by_dim, key_scale: Vec::new(), key_transform: Vec::new() })
+        Ok(Codebooks { shape, model: model.into(), rotation, data, by_dim, key_scale: Vec::new(), key_transform: Vec::new(), context: 0 })
+    }
+
+    /// Records that calibration saw positions `0..context`.
+    pub fn with_context(mut self, context: usize) -> Codebooks {
+        self.context = context;
+        self
+    }
+
+    /// How many positions calibration saw, if recorded.
+    pub fn context(&self) -> Option<usize> {
+        (self.context > 0).then_some(self.context)
     }
 
     /// Adds per-(layer, KV head) key and query matrices (`[layer][kv_head][key, query]
@@ -365,7 +380,7 @@ impl Codebooks {
         .filter(|t| !t.2.is_empty())
         .collect();
         put_u64(&mut out, tensors.len() as u64);
-        let kvs: [(&str, KvValue<'_>); 8] = [
+        let mut kvs: Vec<(&str, KvValue<'_>)> = vec![
             ("general.architecture", KvValue::Str(ARCH)),
             ("lutra.pq.model_architecture", KvValue::Str(&self.model)),
             ("lutra.pq.rotation", KvValue::Str(self.rotation.name())),
@@ -375,6 +390,9 @@ impl Codebooks {
             ("lutra.pq.subspaces", KvValue::U32(s.subspaces as u32)),
             ("lutra.pq.centroids", KvValue::U32(s.centroids as u32)),
         ];
+        if self.context > 0 {
+            kvs.push((CONTEXT_KEY, KvValue::U32(u32::try_from(self.context).unwrap_or(u32::MAX))));
+        }
         put_u64(&mut out, kvs.len() as u64);
         for (key, value) in kvs {
             put_str(&mut out, key);
@@ -431,7 +449,9 @@ impl Codebooks {
         }
         let raw = g.tensor_data(&info)?;
         let data = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        let mut books = Codebooks::new(shape, model, rotation, data)?;
+        // optional (files from before it was recorded lack it)
+        let context = g.get_u32(CONTEXT_KEY).map_or(0, |v| v as usize);
+        let mut books = Codebooks::new(shape, model, rotation, data)?.with_context(context);
         let floats = |name: &'static str, dims: &[u64], wrong: &'static str| -> Result<Option<Vec<f32>>, PqError> {
             let Some(info) = g.tensor(name) else { return Ok(None) };
             if info.ggml_type != GgmlType::F32 || info.shape() != dims {
