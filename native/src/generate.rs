@@ -62,7 +62,7 @@ impl Attention {
                 }
                 if let Some(seen) = books.context().filter(|&c| c < shape.context) {
                     eprintln!(
-                        "warning: the codebooks were calibrated on positions below {seen}; keys beyond it carry rotations they never saw and score worse (calibrate with --ctx {})",
+                        "warning: the codebooks were calibrated on positions below {seen}; keys beyond it carry rotations they never saw and score worse (calibrate with --ctx {} on a text long enough to train on that many positions)",
                         shape.context
                     );
                 }
