@@ -231,7 +231,7 @@ impl Session {
     pub fn describe_cache(&self) -> String {
         let c = self.cache();
         let mib = |b: usize| b as f64 / (1 << 20) as f64;
-        format!("{} keys, {:.1} MiB of keys + {:.1} MiB of f16 values", c.describe(), mib(c.key_bytes()), mib(c.value_bytes()))
+        format!("{}; {:.1} MiB of keys + {:.1} MiB of f16 values", c.describe(), mib(c.key_bytes()), mib(c.value_bytes()))
     }
 }
 
