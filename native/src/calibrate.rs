@@ -57,6 +57,13 @@ impl KeyTransform {
     }
 }
 
+/// `--subspaces auto`: 2 bits per key dimension (8× smaller than f16 keys) — 2 values per
+/// 4-bit code with 16 centroids, 4 per 8-bit code with 256 — rounded down to an even count.
+pub fn auto_subspaces(head_dim: usize, centroids: usize) -> usize {
+    let per_code = if centroids == 16 { 2 } else { 4 };
+    ((head_dim / per_code) & !1).max(2)
+}
+
 /// k-means seed: fixed, so the same model, text and options give the same file.
 const SEED: u64 = 0x6c75_7472_615f_7071;
 

@@ -72,8 +72,8 @@ struct CalibrateArgs {
     /// Calibration text (keep it apart from the text perplexity is measured on)
     #[arg(short, long)]
     file: std::path::PathBuf,
-    /// Sub-spaces per key (even, ≤ head_dim; when S does not divide head_dim the first head_dim % S get one value more; 4-bit codes take S/2 bytes per key, 8-bit S); a list trains one set each
-    #[arg(long, default_value = "64")]
+    /// Sub-spaces per key (even, ≤ head_dim; when S does not divide head_dim the first head_dim % S get one value more; 4-bit codes take S/2 bytes per key, 8-bit S), or auto: head_dim/2 with 16 centroids, head_dim/4 with 256 (2 bits per dimension, 8× smaller than f16 keys); a list trains one set each
+    #[arg(long, default_value = "auto")]
     subspaces: String,
     /// Centroids per sub-space: 16 (4-bit codes, in-register tables) or 256 (8-bit codes); a list trains one set each
     #[arg(long, default_value = "16")]
@@ -415,9 +415,16 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Calibrate(a) => {
             let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
             let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
-            let subspaces = list(&a.subspaces, |v| v.parse::<usize>().map_err(|_| format!("bad --subspaces {v:?}")))?;
+            let subspaces = list(&a.subspaces, |v| match v {
+                "auto" => Ok(None),
+                _ => v.parse::<usize>().map(Some).map_err(|_| format!("bad --subspaces {v:?}: a number or auto")),
+            })?;
             let centroids = list(&a.centroids, |v| v.parse::<usize>().map_err(|_| format!("bad --centroids {v:?}")))?;
-            let configs: Vec<(usize, usize)> = subspaces.iter().flat_map(|&s| centroids.iter().map(move |&k| (s, k))).collect();
+            let head_dim = loaded.attention_shape(a.ctx).head_dim;
+            let configs: Vec<(usize, usize)> = subspaces
+                .iter()
+                .flat_map(|&s| centroids.iter().map(move |&k| (s.unwrap_or_else(|| lutra::calibrate::auto_subspaces(head_dim, k)), k)))
+                .collect();
             if configs.len() > 1 && !(a.output.contains("{s}") && a.output.contains("{k}")) {
                 return Err("several --subspaces / --centroids: give -o a pattern with {s} and {k}".into());
             }

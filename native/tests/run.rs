@@ -104,8 +104,7 @@ fn calibrate_then_pq_attention_and_bad_codebooks() {
         "64",
         "--keys",
         "128",
-        "--subspaces",
-        "24",
+        // --subspaces auto: head_dim 48 / 2 values per 4-bit code = 24
         "--centroids",
         "16",
         "--iterations",
