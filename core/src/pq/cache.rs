@@ -121,10 +121,16 @@ impl PqKvCache {
         let exact_shape = AttentionShape { layers: exact_windows.len(), ..self.shape };
         self.exact = (!exact_windows.is_empty()).then(|| ExactKvCache::with_windows(exact_shape, KeyPrecision::F16, &exact_windows));
         self.values = ValueCache::with_windows(AttentionShape { layers: pq_windows.len(), ..self.shape }, &pq_windows);
-        let head_bytes = |p: usize| self.values.rows().cap(p).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes();
-        self.code_starts =
-            (0..pq_windows.len()).scan(0, |at, p| Some(core::mem::replace(at, *at + self.shape.n_kv_heads * head_bytes(p)))).collect();
-        let total = (0..pq_windows.len()).map(|p| self.shape.n_kv_heads * head_bytes(p)).sum();
+        let layer_bytes =
+            |p: usize| self.shape.n_kv_heads * self.values.rows().cap(p).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes();
+        let mut total = 0;
+        self.code_starts = (0..pq_windows.len())
+            .map(|p| {
+                let start = total;
+                total += layer_bytes(p);
+                start
+            })
+            .collect();
         self.codes = vec![0; total];
         self.size_exact_window();
     }
