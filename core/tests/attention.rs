@@ -5,7 +5,7 @@
 mod common;
 
 use common::Rng;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -90,5 +90,64 @@ fn windowed_layers_keep_a_ring_and_attend_as_the_full_cache() {
             }
         }
         assert!(worst < 1e-5, "{precision:?}: max |ring − full| {worst}");
+    }
+}
+
+/// A span longer than `PIECE_ROWS` is attended in pieces merged by their softmax shares:
+/// the result still equals one softmax over the whole span (f64 reference), for spans
+/// starting and ending mid-piece, and for a ring whose window crosses a piece boundary.
+#[test]
+fn long_spans_attend_in_pieces_as_one_softmax() {
+    let mut rng = Rng(14);
+    let context = 2 * PIECE_ROWS + 300;
+    for (n_heads, n_kv_heads, head_dim) in [(4, 1, 32), (3, 3, 24)] {
+        let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context };
+        let window = PIECE_ROWS + 77;
+        let mut full = ExactKvCache::new(shape, KeyPrecision::F16);
+        let mut ring = ExactKvCache::with_windows(shape, KeyPrecision::F16, &[window, 0]);
+        let kv_dim = shape.kv_dim();
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        for pos in 0..context {
+            // a few large keys, so that the pieces' maxima differ widely
+            let spread = if pos % 97 == 0 { 12.0 } else { 2.0 };
+            let (k, v) = (rng.vec(kv_dim, spread), rng.vec(kv_dim, 1.0));
+            for layer in 0..2 {
+                full.store(layer, pos, &k, &v);
+                ring.store(layer, pos, &k, &v);
+            }
+            keys.push(k);
+            values.push(v);
+        }
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let last = context - 1;
+        for (first, pos) in [(0, last), (5, PIECE_ROWS), (PIECE_ROWS - 3, 2 * PIECE_ROWS + 9), (last + 1 - window, last)] {
+            let q = rng.vec(n_heads * head_dim, 1.0);
+            let (mut out, mut windowed) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            full.attend(1, first, pos, &q, scale, &mut out);
+            let group = n_heads / n_kv_heads;
+            for h in 0..n_heads {
+                let kvh = h / group;
+                let qh = &q[h * head_dim..(h + 1) * head_dim];
+                let scores: Vec<f64> = (first..=pos)
+                    .map(|p| {
+                        let k = &keys[p][kvh * head_dim..(kvh + 1) * head_dim];
+                        qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * f16_round(b)).sum::<f64>() * f64::from(scale)
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = w.iter().sum();
+                for d in 0..head_dim {
+                    let want: f64 = (first..=pos).zip(&w).map(|(p, w)| w / sum * f16_round(values[p][kvh * head_dim + d])).sum();
+                    let got = f64::from(out[h * head_dim + d]);
+                    assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {first}..={pos} h{h} d{d}: {got} vs {want}");
+                }
+            }
+            if pos + 1 - first <= window && pos == last {
+                ring.attend(0, first, pos, &q, scale, &mut windowed);
+                let worst = out.iter().zip(&windowed).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+                assert!(worst < 1e-5, "ring of {window}: max |ring − full| {worst}");
+            }
+        }
     }
 }

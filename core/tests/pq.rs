@@ -4,7 +4,7 @@
 mod common;
 
 use common::Rng;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
 use lutra_core::pq::kmeans::kmeans;
 use lutra_core::pq::{Codebooks, PqError, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
@@ -394,5 +394,47 @@ fn windowed_pq_layers_keep_a_ring_and_attend_as_the_full_cache() {
             }
             assert!(worst < 1e-5, "K={centroids} sink {sink} recent {recent}: max |ring − full| {worst}");
         }
+    }
+}
+
+/// Over a span longer than `PIECE_ROWS` (scored in pieces): exactly kept positions in the
+/// first, middle and last pieces still overwrite their PQ scores (sinks and recent keys
+/// covering the span equal exact attention), and a PQ ring longer than a piece attends
+/// as the full-context PQ cache does.
+#[test]
+fn long_pq_spans_attend_in_pieces() {
+    let mut rng = Rng(15);
+    let context = 2 * PIECE_ROWS + 300;
+    let shape = AttentionShape { layers: 2, n_heads: 2, n_kv_heads: 1, head_dim: 16, context };
+    for (subspaces, centroids) in [(8, 16), (4, 256)] {
+        let books = random_books(&mut rng, PqShape::new(2, 1, 16, subspaces, centroids).unwrap());
+        let (sink, recent) = (PIECE_ROWS + 10, PIECE_ROWS + 290);
+        let mut covered = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(sink, recent);
+        let mut exact = ExactKvCache::new(shape, KeyPrecision::F16);
+        let window = PIECE_ROWS + 40;
+        let mut ring = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_layers(&[], &[window, 0]);
+        let mut full = PqKvCache::new(shape, books, Isa::best()).unwrap();
+        for pos in 0..context {
+            store_both(&mut rng, &mut covered, &mut exact, pos);
+            store_both(&mut rng, &mut ring, &mut full, pos);
+        }
+        // the recent keys are a ring, valid for the latest position only
+        let last = context - 1;
+        for first in [0, 7, PIECE_ROWS + 1, 2 * PIECE_ROWS - 5] {
+            let q = rng.vec(32, 1.0);
+            let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
+            covered.attend(1, first, last, &q, 0.25, &mut a);
+            exact.attend(1, first, last, &q, 0.25, &mut b);
+            let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(worst < 1e-5, "K={centroids} from {first}: max |pq − exact| {worst}");
+        }
+        let q = rng.vec(32, 1.0);
+        let (mut a, mut b) = (vec![0.0; 32], vec![0.0; 32]);
+        ring.attend(0, last + 1 - window, last, &q, 0.25, &mut a);
+        full.attend(0, last + 1 - window, last, &q, 0.25, &mut b);
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "K={centroids}: max |ring − full| {worst}");
+        full.attend(0, 0, last, &q, 0.25, &mut b);
+        assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-4), "the window changes the result");
     }
 }

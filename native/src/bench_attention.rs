@@ -2,6 +2,7 @@
 //! `ctx` positions — NoMAD PQ keys vs exact f32 / f16 keys (and llama.cpp's
 //! `ggml_flash_attn_ext` with the `llamacpp` feature), all interleaved in the same rounds.
 
+use crate::pool::Pool;
 use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
@@ -47,9 +48,9 @@ fn pq_shapes(shape: &Shape) -> [(&'static str, usize, usize); 2] {
     [("pq16", shape.head_dim / 2, 16), ("pq256", shape.head_dim / 4, 256)]
 }
 
-/// Rows for every (shape, ctx); `llamacpp` adds llama.cpp's flash attention with f16 and
-/// q8_0 keys. lutra's attention runs on one thread.
-pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacpp: bool, threads: usize) -> Result<Vec<Row>, String> {
+/// Rows for every (shape, ctx, thread count); `llamacpp` adds llama.cpp's flash attention
+/// with f16 and q8_0 keys on as many threads.
+pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacpp: bool, threads: &[usize]) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for shape in shapes {
         for &ctx in ctxs {
@@ -80,24 +81,27 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
             }
             let q = normals(shape.n_heads * shape.head_dim, 3, 1.0);
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
-            let mut outs: Vec<Vec<f32>> = caches.iter().map(|_| vec![0.0; q.len()]).collect();
             let key_bytes: Vec<usize> = caches.iter().map(|(_, c)| c.key_bytes()).collect();
             let names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
-            let mut runs: Vec<Box<dyn FnMut() + '_>> = caches
-                .iter_mut()
-                .zip(outs.iter_mut())
-                .map(|((_, c), out)| {
-                    let q = &q;
-                    Box::new(move || c.attend(0, 0, ctx - 1, q, scale, out)) as Box<dyn FnMut()>
-                })
-                .collect();
-            let mut engines: Vec<Engine<'_, '_>> = runs.iter_mut().map(|r| Engine { run: &mut **r, settle: None }).collect();
-            let ns = Sampler { samples }.medians_settled(&mut engines);
-            for ((kind, ns), bytes) in names.into_iter().zip(ns).zip(key_bytes) {
-                rows.push(Row { ctx, shape: shape.name, threads: 1, kind, ns_per_token: ns, key_bytes: bytes });
-            }
-            if llamacpp {
-                rows.extend(llamacpp_rows(shape, ctx, samples, threads)?);
+            for &t in threads {
+                let pool = Pool::new(t);
+                let mut outs: Vec<Vec<f32>> = caches.iter().map(|_| vec![0.0; q.len()]).collect();
+                let mut runs: Vec<Box<dyn FnMut() + '_>> = caches
+                    .iter_mut()
+                    .zip(outs.iter_mut())
+                    .map(|((_, c), out)| {
+                        let (q, pool) = (&q, &pool);
+                        Box::new(move || c.attend_with(pool, 0, 0, ctx - 1, q, scale, out)) as Box<dyn FnMut()>
+                    })
+                    .collect();
+                let mut engines: Vec<Engine<'_, '_>> = runs.iter_mut().map(|r| Engine { run: &mut **r, settle: None }).collect();
+                let ns = Sampler { samples }.medians_settled(&mut engines);
+                for ((kind, ns), &bytes) in names.iter().zip(ns).zip(&key_bytes) {
+                    rows.push(Row { ctx, shape: shape.name, threads: t, kind: kind.clone(), ns_per_token: ns, key_bytes: bytes });
+                }
+                if llamacpp {
+                    rows.extend(llamacpp_rows(shape, ctx, samples, t)?);
+                }
             }
         }
     }
@@ -130,15 +134,21 @@ fn llamacpp_rows(_shape: &Shape, _ctx: usize, _samples: usize, _threads: usize) 
     Err("--llamacpp: this lutra was built without llama.cpp; rebuild with `--features llamacpp`".into())
 }
 
-/// A table: one line per (shape, ctx, kind), with the ratio to exact f16 keys.
+/// A table: one line per (shape, ctx, threads, kind), with the ratio to exact f16 keys
+/// on as many threads.
 pub fn table(rows: &[Row]) -> String {
-    let mut out = format!("{:<8} {:>6} {:<14} {:>12} {:>12} {:>10}\n", "shape", "ctx", "kind", "µs/token", "key MiB", "vs f16");
+    let mut out =
+        format!("{:<8} {:>6} {:>7} {:<14} {:>12} {:>12} {:>10}\n", "shape", "ctx", "threads", "kind", "µs/token", "key MiB", "vs f16");
     for r in rows {
-        let f16 = rows.iter().find(|o| o.shape == r.shape && o.ctx == r.ctx && o.kind == "exact_f16").map_or(f64::NAN, |o| o.ns_per_token);
+        let f16 = rows
+            .iter()
+            .find(|o| o.shape == r.shape && o.ctx == r.ctx && o.threads == r.threads && o.kind == "exact_f16")
+            .map_or(f64::NAN, |o| o.ns_per_token);
         out += &format!(
-            "{:<8} {:>6} {:<14} {:>12.1} {:>12.2} {:>9.2}×\n",
+            "{:<8} {:>6} {:>7} {:<14} {:>12.1} {:>12.2} {:>9.2}×\n",
             r.shape,
             r.ctx,
+            r.threads,
             r.kind,
             r.ns_per_token / 1e3,
             r.key_bytes as f64 / (1 << 20) as f64,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel};
 use lutra_core::pq::kmeans::kmeans;
 use lutra_core::pq::{apply_matrix, Codebooks, PqShape, Rotation};
 
@@ -98,14 +98,14 @@ impl KvCache for Recorder {
         }
         self.inner.store(layer, pos, k, v);
     }
-    fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
+    fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         if let Ok(mut seen) = self.seen.lock() {
             let store = &mut seen.queries[layer];
             if store.len() < self.limit * q.len() {
                 store.extend_from_slice(q);
             }
         }
-        self.inner.attend(layer, first, pos, q, q_scale, out);
+        self.inner.attend_with(threads, layer, first, pos, q, q_scale, out);
     }
     fn key_bytes(&self) -> usize {
         self.inner.key_bytes()

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use lutra_core::llama2c::Checkpoint;
 use lutra_core::lut::Tables;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel};
 use lutra_core::model::llama::{Llama, State};
 use lutra_core::model::Gemv;
 use lutra_core::pq::{Codebooks, PqKvCache};
@@ -23,6 +23,9 @@ pub struct PoolGemv<'p>(pub &'p Pool);
 impl Gemv for PoolGemv<'_> {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
         crate::parallel::gemv(self.0, Isa::best_for(m.layout().interleave), m, tables, y)
+    }
+    fn parallel(&self) -> &dyn Parallel {
+        self.0
     }
 }
 

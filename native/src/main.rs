@@ -236,9 +236,9 @@ struct BenchAttentionArgs {
     /// Shapes: gemma3 (4 query heads, 1 KV head, head_dim 256), llama7b (32 heads, head_dim 128)
     #[arg(long, default_value = "gemma3,llama7b")]
     shapes: String,
-    /// Thread count for llama.cpp's rows (lutra's attention runs on one thread)
-    #[arg(short, long, default_value_t = 1)]
-    threads: usize,
+    /// Thread counts, for lutra's pieces and llama.cpp alike
+    #[arg(short, long, default_value = "1")]
+    threads: String,
     #[arg(long, default_value_t = 7)]
     samples: usize,
     /// Also time llama.cpp's ggml_flash_attn_ext with f16 and q8_0 keys (needs --features llamacpp)
@@ -405,7 +405,8 @@ fn run(cli: Cli) -> Result<(), String> {
             let ctxs = list(&a.ctx, |c| c.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad context {c:?}")))?;
             let shapes =
                 list(&a.shapes, |n| SHAPES.iter().copied().find(|s| s.name == n).ok_or(format!("unknown shape {n:?} (gemma3, llama7b)")))?;
-            let rows = bench_attention(&shapes, &ctxs, a.samples, a.llamacpp, a.threads.max(1))?;
+            let threads = list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?;
+            let rows = bench_attention(&shapes, &ctxs, a.samples, a.llamacpp, &threads)?;
             if a.json {
                 rows.iter().for_each(|r| println!("{}", r.json()));
             } else {

@@ -1,5 +1,6 @@
 //! GEMV rows split across threads: tiles handed out in chunks (see `pool`).
 
+use lutra_core::model::kv::{AttentionPiece, Parallel};
 use lutra_core::{gemv_tiles, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
 
 use crate::pool::{ChunkCounter, DisjointSlice, Pool};
@@ -36,6 +37,25 @@ pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     first_error.into_inner().unwrap().map_or(Ok(()), Err)
 }
 
+/// Attention's pieces, one at a time to whichever thread asks first.
+impl Parallel for Pool {
+    fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
+        if self.threads() == 1 || pieces.len() < 2 {
+            pieces.iter_mut().for_each(job);
+            return;
+        }
+        let counter = ChunkCounter::new(pieces.len(), 1);
+        let pieces = DisjointSlice::new(pieces);
+        self.run(|_| {
+            while let Some(range) = counter.next() {
+                // SAFETY: each index comes from the counter exactly once, so no two
+                // threads hold the same piece.
+                unsafe { pieces.range_mut(range) }.iter_mut().for_each(job);
+            }
+        });
+    }
+}
+
 /// The same split with rayon's work stealing, kept for the comparison in
 /// `lutra bench gemv --pool rayon`.
 pub fn gemv_rayon<B: AsRef<[u8]> + Sync>(isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
@@ -56,6 +76,41 @@ pub fn gemv_rayon<B: AsRef<[u8]> + Sync>(isa: Isa, m: &PackedMatrix<B>, tables: 
 mod tests {
     use super::*;
     use lutra_core::{Offset, OwnedTables};
+
+    /// Attention's pieces on 1–3 threads give the single-thread result bit for bit, for
+    /// exact keys and both PQ code widths, over a span of several pieces.
+    #[test]
+    fn threaded_attention_equals_the_single_thread_result() {
+        use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
+        use lutra_core::model::SingleThread;
+        use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
+        let shape = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 3 * PIECE_ROWS + 100 };
+        let mut caches: Vec<Box<dyn KvCache>> = vec![Box::new(ExactKvCache::new(shape, KeyPrecision::F16))];
+        for (subspaces, centroids) in [(16, 16), (8, 256)] {
+            let pq = PqShape::new(1, 2, 32, subspaces, centroids).unwrap();
+            let books = Codebooks::new(pq, "test", Rotation::None, crate::bench::normals(2 * pq.book_len(), 5, 1.0)).unwrap();
+            caches.push(Box::new(PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(4, 64)));
+        }
+        for pos in 0..shape.context {
+            let k = crate::bench::normals(shape.kv_dim(), 2 * pos as u64 + 20, 1.0);
+            let v = crate::bench::normals(shape.kv_dim(), 2 * pos as u64 + 21, 1.0);
+            caches.iter_mut().for_each(|c| c.store(0, pos, &k, &v));
+        }
+        let q = crate::bench::normals(4 * 32, 6, 1.0);
+        let last = shape.context - 1;
+        for cache in &mut caches {
+            for first in [0, 17, PIECE_ROWS + 5] {
+                let mut want = vec![0.0; q.len()];
+                cache.attend_with(&SingleThread, 0, first, last, &q, 0.2, &mut want);
+                assert!(want.iter().all(|x| x.is_finite()) && want.iter().any(|&x| x != 0.0));
+                for threads in 1..=3 {
+                    let mut got = vec![f32::NAN; q.len()];
+                    cache.attend_with(&Pool::new(threads), 0, first, last, &q, 0.2, &mut got);
+                    assert_eq!(got, want, "{} from {first} on {threads} threads", cache.describe());
+                }
+            }
+        }
+    }
 
     #[test]
     fn threaded_splits_equal_the_single_thread_result() {

@@ -238,7 +238,7 @@ impl Gemma3 {
             // cache, then attention over the window (sliding layers: the last `sliding_window` positions)
             s.cache.store(l, pos, &a.k, &a.v);
             let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
-            s.cache.attend(l, first, pos, &a.q, 1.0 / libm::sqrtf(hd as f32), &mut a.attn);
+            s.cache.attend_with(gemv.parallel(), l, first, pos, &a.q, 1.0 / libm::sqrtf(hd as f32), &mut a.attn);
 
             // output, post-attention norm, residual
             let t = s.tables.get(c.q_dim(), layer.wo.layout().group).build(&a.attn)?;

@@ -187,7 +187,7 @@ impl Llama {
 
             // the new key and value into the cache, attention over positions 0..=pos
             s.cache.store(l, pos, &s.k, &s.v);
-            s.cache.attend(l, 0, pos, &s.q, 1.0 / libm::sqrtf(head_size as f32), &mut s.xb);
+            s.cache.attend_with(gemv.parallel(), l, 0, pos, &s.q, 1.0 / libm::sqrtf(head_size as f32), &mut s.xb);
 
             // output projection and residual
             let t = s.tables_dim.build(&s.xb)?;

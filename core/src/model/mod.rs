@@ -96,10 +96,14 @@ impl From<crate::llama2c::Llama2cError> for ModelError {
     }
 }
 
-/// How matrix-vector products run: on the calling thread (`SingleThread`), or split
-/// across a pool (the `lutra` crate's `PoolGemv`).
+/// How matrix-vector products and attention's pieces run: on the calling thread
+/// (`SingleThread`), or split across a pool (the `lutra` crate's `PoolGemv`).
 pub trait Gemv {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error>;
+    /// Who runs attention's pieces; the calling thread unless overridden.
+    fn parallel(&self) -> &dyn kv::Parallel {
+        &SingleThread
+    }
 }
 
 /// Every product on the calling thread, with the fastest kernel for the matrix.

@@ -8,11 +8,11 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::codebook::{Codebooks, PqError};
+use super::codebook::{Codebooks, PqError, TableScale};
 use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::model::kv::kernels::dot;
-use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueCache};
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, Pieces, ValueCache, PIECE_ROWS};
 use crate::Isa;
 
 /// Where a layer's keys live.
@@ -40,16 +40,16 @@ pub struct PqKvCache {
     exact: Option<ExactKvCache>,
     key_codes: Vec<u8>,
     float_tables: Vec<f32>,
+    /// Every query head's tables (`subspaces × centroids` bytes each) and their scales.
     tables: Vec<u8>,
-    sums: Vec<u16>,
-    scores: Vec<f32>,
+    table_scales: Vec<TableScale>,
+    pieces: Pieces,
     /// Positions `0..sink` and the last `recent` positions also keep exact f16 keys
     /// (`[layer][position][kv_dim]`; the recent ones in a ring), and score exactly.
     sink: usize,
     recent: usize,
     sink_keys: Vec<u16>,
     recent_keys: Vec<u16>,
-    row: Vec<f32>,
 }
 
 impl PqKvCache {
@@ -71,15 +71,14 @@ impl PqKvCache {
             exact: None,
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
-            tables: vec![0; table_len],
-            sums: vec![0; shape.context.div_ceil(BLOCK_KEYS) * BLOCK_KEYS],
-            scores: vec![0.0; shape.group() * shape.context],
+            tables: vec![0; shape.n_heads * table_len],
+            table_scales: vec![TableScale { scale: 1.0, bias: 0.0 }; shape.n_heads],
+            pieces: Pieces::new(shape),
             books,
             sink: 0,
             recent: 0,
             sink_keys: Vec::new(),
             recent_keys: Vec::new(),
-            row: vec![0.0; shape.head_dim],
         };
         cache.set_layers(&[], &[]);
         Ok(cache)
@@ -197,57 +196,77 @@ impl KvCache for PqKvCache {
         self.values.store(slot, pos, v);
     }
 
-    fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
+    fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let (s, pq) = (self.shape, self.books.shape());
-        let (hd, group) = (s.head_dim, s.group());
+        let (hd, group, kv_dim) = (s.head_dim, s.group(), s.kv_dim());
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
                 if let Some(exact) = self.exact.as_mut() {
-                    exact.attend(e, first, pos, q, q_scale, out);
+                    exact.attend_with(threads, e, first, pos, q, q_scale, out);
                 }
                 return;
             }
             Slot::Pq(p) => p,
         };
+        // each query head's tables, built once and read by every piece of its KV head
+        let table_len = pq.subspaces * pq.centroids;
+        for (h, qh) in q.chunks_exact(hd).enumerate() {
+            let tables = &mut self.tables[h * table_len..(h + 1) * table_len];
+            self.table_scales[h] = self.books.query_tables(layer, h / group, qh, q_scale, &mut self.float_tables, tables);
+        }
         // rows of a ring hold positions in turn; elsewhere row = position
         let (rows, masked) = self.values.rows().span(slot, first, pos);
-        let (cap, n) = (self.values.rows().cap(slot), rows.len());
-        let (first_block, end_block) = (rows.start / BLOCK_KEYS, (rows.end - 1) / BLOCK_KEYS + 1);
-        let skip = rows.start - first_block * BLOCK_KEYS;
-        for kvh in 0..s.n_kv_heads {
-            let range = self.head_codes(slot, kvh);
-            let codes = &self.codes[range][first_block * pq.block_bytes()..end_block * pq.block_bytes()];
-            let sums = &mut self.sums[..(end_block - first_block) * BLOCK_KEYS];
-            let heads = kvh * group * hd..(kvh + 1) * group * hd;
-            for (g, qh) in q[heads.clone()].chunks_exact(hd).enumerate() {
-                let scale = self.books.query_tables(layer, kvh, qh, q_scale, &mut self.float_tables, &mut self.tables);
+        let cap = self.values.rows().cap(slot);
+        let used = self.pieces.plan(s.n_kv_heads, rows);
+        let (head_codes, bb) = (self.head_codes(slot, 0).len(), pq.block_bytes());
+        let (codes, code_start) = (&self.codes, self.code_starts[slot]);
+        let (tables, table_scales, values, isa) = (&self.tables, &self.table_scales, &self.values, self.isa);
+        let (sink, recent, sink_keys, recent_keys) = (self.sink, self.recent, &self.sink_keys, &self.recent_keys);
+        threads.run_pieces(self.pieces.planned(used), &|piece| {
+            let (kvh, rows) = (piece.kv_head, piece.rows.clone());
+            let (first_block, end_block) = (rows.start / BLOCK_KEYS, (rows.end - 1) / BLOCK_KEYS + 1);
+            let skip = rows.start - first_block * BLOCK_KEYS;
+            let at = code_start + kvh * head_codes;
+            let codes = &codes[at + first_block * bb..at + end_block * bb];
+            let sums = &mut piece.sums[..(end_block - first_block) * BLOCK_KEYS];
+            for g in 0..group {
+                let h = kvh * group + g;
+                let tables = &tables[h * table_len..(h + 1) * table_len];
                 let scanned = if pq.centroids == 16 {
-                    scan16(self.isa, codes, pq.subspaces, &self.tables, sums)
+                    scan16(isa, codes, pq.subspaces, tables, sums)
                 } else {
-                    scan256(self.isa, codes, pq.subspaces, &self.tables, sums)
+                    scan256(isa, codes, pq.subspaces, tables, sums)
                 };
                 // every size above was made from the same shape, and `new` chose an available ISA
                 debug_assert!(scanned.is_ok(), "{scanned:?}");
-                let scores = &mut self.scores[g * s.context..][..n];
+                let scores = &mut piece.scores[g * PIECE_ROWS..][..rows.len()];
                 for (d, &sum) in scores.iter_mut().zip(&sums[skip..]) {
-                    *d = scale.score(sum);
+                    *d = table_scales[h].score(sum);
                 }
-                // the exactly kept positions overwrite their PQ scores
-                let sinks = first..(pos + 1).min(self.sink);
-                let recent = first.max((pos + 1).saturating_sub(self.recent))..pos + 1;
-                for (p, exact) in sinks.map(|p| (p, true)).chain(recent.map(|p| (p, false))) {
-                    let at = if exact { (slot * self.sink + p) * s.kv_dim() } else { (slot * self.recent + p % self.recent) * s.kv_dim() }
-                        + kvh * hd;
-                    let keys = if exact { &self.sink_keys } else { &self.recent_keys };
-                    self.row.iter_mut().zip(&keys[at..at + hd]).for_each(|(r, &h)| *r = f16_bits_to_f32(h));
-                    scores[p % cap - rows.start] = dot(qh, &self.row) * q_scale;
+                // the exactly kept positions in this piece overwrite their PQ scores
+                let qh = &q[h * hd..(h + 1) * hd];
+                let sinks = first..(pos + 1).min(sink);
+                let latest = first.max((pos + 1).saturating_sub(recent))..pos + 1;
+                for (p, is_sink) in sinks.map(|p| (p, true)).chain(latest.map(|p| (p, false))) {
+                    if !rows.contains(&(p % cap)) {
+                        continue;
+                    }
+                    let (keys, at) = if is_sink {
+                        (sink_keys, (slot * sink + p) * kv_dim)
+                    } else {
+                        (recent_keys, (slot * recent + p % recent) * kv_dim)
+                    };
+                    let key = &keys[at + kvh * hd..][..hd];
+                    piece.row.iter_mut().zip(key).for_each(|(r, &x)| *r = f16_bits_to_f32(x));
+                    scores[p % cap - rows.start] = dot(qh, &piece.row[..hd]) * q_scale;
                 }
                 if masked {
-                    self.values.rows().mask_outside(slot, first, pos, scores);
+                    values.rows().mask_outside(slot, first, pos, rows.start, scores);
                 }
             }
-            self.values.softmax_mix(slot, kvh, rows.clone(), &mut self.scores, s.context, &mut out[heads]);
-        }
+            values.softmax_mix(slot, piece);
+        });
+        self.pieces.merge(used, out);
     }
 
     fn key_bytes(&self) -> usize {

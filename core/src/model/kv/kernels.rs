@@ -15,7 +15,7 @@ pub struct Rows<'a, T> {
 }
 
 /// `scores[g * out_stride + i] = scale · q_g · key_i` for the query heads `q` (rows of
-/// `row.len()`) against f16 keys; `row` is scratch of one key.
+/// `keys.len`) against f16 keys; `row` is scratch of at least one key.
 pub fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], scores: &mut [f32], out_stride: usize) {
     #[cfg(target_arch = "x86_64")]
     if super::x86_64::scores_f16(keys, q, scale, row, scores, out_stride) {
@@ -33,19 +33,36 @@ pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32]
     scores_f32_body(keys, q, scale, scores, out_stride)
 }
 
-/// Softmax of each of the `out.len() / row.len()` probability rows `p[g * p_stride..][..count]`,
-/// then `out_g = Σ_i p_g[i] · value_i` over f16 values; `row` is scratch of one value.
-pub fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32]) {
+/// Softmax of each of the `out.len() / row.len()` score rows `p[g * p_stride..][..count]`
+/// (their max and exp-sum into `stats[g]`), then `out_g = Σ_i p_g[i] · value_i` over f16
+/// values; `row` is scratch of at least one value.
+pub fn softmax_mix_f16(
+    values: Rows<'_, u16>,
+    p: &mut [f32],
+    p_stride: usize,
+    row: &mut [f32],
+    out: &mut [f32],
+    stats: &mut [SoftmaxStats],
+) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::softmax_mix_f16(values, p, p_stride, row, out) {
+    if super::x86_64::softmax_mix_f16(values, p, p_stride, row, out, stats) {
         return;
     }
-    softmax_mix_f16_body(values, p, p_stride, row, out)
+    softmax_mix_f16_body(values, p, p_stride, row, out, stats)
+}
+
+/// What a softmax divided by: the largest score and `Σ e^(score − max)`. Pieces of one
+/// softmax merge by these (`sum` = 0: every score was −∞).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SoftmaxStats {
+    pub max: f32,
+    pub sum: f32,
 }
 
 #[inline(always)]
 pub(super) fn scores_f16_body(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], scores: &mut [f32], out_stride: usize) {
     let hd = keys.len;
+    let row = &mut row[..hd];
     for i in 0..keys.count {
         for (r, &h) in row.iter_mut().zip(&keys.data[i * keys.stride..][..hd]) {
             *r = f16_bits_to_f32(h);
@@ -68,13 +85,21 @@ pub(super) fn scores_f32_body(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores
 }
 
 #[inline(always)]
-pub(super) fn softmax_mix_f16_body(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32]) {
+pub(super) fn softmax_mix_f16_body(
+    values: Rows<'_, u16>,
+    p: &mut [f32],
+    p_stride: usize,
+    row: &mut [f32],
+    out: &mut [f32],
+    stats: &mut [SoftmaxStats],
+) {
     let (hd, n) = (values.len, values.count);
     let group = out.len() / hd;
-    for g in 0..group {
-        softmax(&mut p[g * p_stride..g * p_stride + n]);
+    for (g, st) in stats.iter_mut().enumerate().take(group) {
+        *st = softmax(&mut p[g * p_stride..g * p_stride + n]);
     }
     out.fill(0.0);
+    let row = &mut row[..hd];
     for i in 0..n {
         for (r, &h) in row.iter_mut().zip(&values.data[i * values.stride..][..hd]) {
             *r = f16_bits_to_f32(h);
@@ -102,10 +127,11 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Numerically stable softmax in place, with `exp` below. The max and the sum run in 16
-/// independent lanes so that every loop vectorizes.
+/// Numerically stable softmax in place, with `exp` below; returns its max and exp-sum.
+/// The max and the sum run in 16 independent lanes so that every loop vectorizes. A row
+/// of −∞ only (every position masked) becomes zeros.
 #[inline(always)]
-pub fn softmax(x: &mut [f32]) {
+pub fn softmax(x: &mut [f32]) -> SoftmaxStats {
     let mut lanes = [f32::NEG_INFINITY; 16];
     let mut chunks = x.chunks_exact(16);
     for c in &mut chunks {
@@ -114,6 +140,10 @@ pub fn softmax(x: &mut [f32]) {
         }
     }
     let max = chunks.remainder().iter().chain(&lanes).copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return SoftmaxStats { max, sum: 0.0 };
+    }
     for v in x.iter_mut() {
         *v = exp(*v - max);
     }
@@ -129,6 +159,7 @@ pub fn softmax(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v *= inv;
     }
+    SoftmaxStats { max, sum }
 }
 
 /// `e^x` for `x ≤ 0` (what softmax feeds it), branch-free so loops over it vectorize:

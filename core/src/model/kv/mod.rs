@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::f16::f32_to_f16_bits;
-use kernels::Rows;
+use kernels::{Rows, SoftmaxStats};
 
 pub mod kernels;
 #[cfg(target_arch = "x86_64")]
@@ -40,14 +40,129 @@ pub trait KvCache: Send {
     /// Stores position `pos` of `layer`; `k` and `v` hold every KV head (`kv_dim` values).
     fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]);
     /// For every query head `h` (KV head `h / group`), over positions `first..=pos`:
-    /// `out_h = Σ_i softmax_i(q_h · k_i · q_scale) · v_i`.
-    fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]);
+    /// `out_h = Σ_i softmax_i(q_h · k_i · q_scale) · v_i`, its pieces (see `PIECE_ROWS`)
+    /// run by `threads`. The result is the same for every `threads`, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]);
+    /// `attend_with` on the calling thread.
+    fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
+        self.attend_with(&crate::model::SingleThread, layer, first, pos, q, q_scale, out)
+    }
     /// Bytes of the key cache.
     fn key_bytes(&self) -> usize;
     /// Bytes of the value cache.
     fn value_bytes(&self) -> usize;
     /// What the keys are, for reports: "f16", "f32", "pq16 S=128", ...
     fn describe(&self) -> alloc::string::String;
+}
+
+/// Positions per piece of one attention. A long span is cut at fixed multiples of this
+/// many rows, per KV head; each piece is scored and softmaxed on its own (by any thread)
+/// and the pieces are merged in order, so thread count never changes a result.
+pub const PIECE_ROWS: usize = 1024;
+
+/// Runs the pieces of one attention: in order on the calling thread (`SingleThread`), or
+/// spread over a pool (the `lutra` crate's `Pool`). `job` must see every piece exactly once.
+pub trait Parallel {
+    fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync));
+}
+
+impl Parallel for crate::model::SingleThread {
+    fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
+        pieces.iter_mut().for_each(job);
+    }
+}
+
+/// One piece of an attention — a run of one KV head's rows — and the scratch its job
+/// works in. The output is the piece's own softmax-weighted sum of values.
+pub struct AttentionPiece {
+    pub(crate) kv_head: usize,
+    /// Rows of the layer (relative to its first row), within one `PIECE_ROWS` span.
+    pub(crate) rows: Range<usize>,
+    /// `group` rows of `PIECE_ROWS` scores.
+    pub(crate) scores: Vec<f32>,
+    /// Integer table sums of the piece's code blocks (PQ caches).
+    pub(crate) sums: Vec<u16>,
+    /// Key / value rows converted to f32.
+    pub(crate) row: Vec<f32>,
+    /// `group × head_dim`.
+    pub(crate) out: Vec<f32>,
+    pub(crate) stats: Vec<SoftmaxStats>,
+}
+
+/// Every piece a cache may need at once, allocated with the cache.
+pub(crate) struct Pieces {
+    all: Vec<AttentionPiece>,
+    group: usize,
+    head_dim: usize,
+}
+
+impl Pieces {
+    pub(crate) fn new(shape: AttentionShape) -> Pieces {
+        let (group, hd) = (shape.group(), shape.head_dim);
+        let count = shape.n_kv_heads * shape.context.div_ceil(PIECE_ROWS);
+        let piece = || AttentionPiece {
+            kv_head: 0,
+            rows: 0..0,
+            scores: vec![0.0; group * PIECE_ROWS],
+            sums: vec![0; PIECE_ROWS],
+            // the x86 value kernel converts a block of rows at a time
+            row: vec![0.0; 16 * hd],
+            out: vec![0.0; group * hd],
+            stats: vec![SoftmaxStats::default(); group],
+        };
+        Pieces { all: (0..count).map(|_| piece()).collect(), group, head_dim: hd }
+    }
+
+    /// Cuts `rows` of every KV head at multiples of `PIECE_ROWS` into the first pieces,
+    /// KV head major; returns how many.
+    pub(crate) fn plan(&mut self, n_kv_heads: usize, rows: Range<usize>) -> usize {
+        let mut used = 0;
+        for kv_head in 0..n_kv_heads {
+            let mut start = rows.start;
+            while start < rows.end {
+                let end = ((start / PIECE_ROWS + 1) * PIECE_ROWS).min(rows.end);
+                let p = &mut self.all[used];
+                (p.kv_head, p.rows) = (kv_head, start..end);
+                used += 1;
+                start = end;
+            }
+        }
+        used
+    }
+
+    /// The first `used` pieces.
+    pub(crate) fn planned(&mut self, used: usize) -> &mut [AttentionPiece] {
+        &mut self.all[..used]
+    }
+
+    /// `out` (every query head) from the `used` planned pieces: each head's pieces
+    /// weighted by their share of the softmax, `sum · e^(max − overall max)`, in order.
+    pub(crate) fn merge(&self, used: usize, out: &mut [f32]) {
+        let (group, hd) = (self.group, self.head_dim);
+        for head in self.all[..used].chunk_by(|a, b| a.kv_head == b.kv_head) {
+            let kv_head = head[0].kv_head;
+            let out = &mut out[kv_head * group * hd..(kv_head + 1) * group * hd];
+            if let [only] = head {
+                out.copy_from_slice(&only.out);
+                continue;
+            }
+            for (g, o) in out.chunks_exact_mut(hd).enumerate() {
+                let max = head.iter().map(|p| p.stats[g].max).fold(f32::NEG_INFINITY, f32::max);
+                o.fill(0.0);
+                let mut total = 0.0;
+                for p in head.iter().filter(|p| p.stats[g].sum > 0.0) {
+                    let w = p.stats[g].sum * kernels::exp(p.stats[g].max - max);
+                    total += w;
+                    o.iter_mut().zip(&p.out[g * hd..(g + 1) * hd]).for_each(|(o, &x)| *o += w * x);
+                }
+                if total > 0.0 {
+                    let inv = 1.0 / total;
+                    o.iter_mut().for_each(|o| *o *= inv);
+                }
+            }
+        }
+    }
 }
 
 /// How exact keys are stored.
@@ -110,11 +225,11 @@ impl LayerRows {
         }
     }
 
-    /// Sets the scores of a full ring's rows whose position is outside `first..=pos` to
-    /// −∞ (zero weight after softmax).
-    pub(crate) fn mask_outside(&self, layer: usize, first: usize, pos: usize, scores: &mut [f32]) {
+    /// Sets the scores of a full ring's rows (`scores[i]` for row `first_row + i`) whose
+    /// position is outside `first..=pos` to −∞ (zero weight after softmax).
+    pub(crate) fn mask_outside(&self, layer: usize, first: usize, pos: usize, first_row: usize, scores: &mut [f32]) {
         let cap = self.caps[layer];
-        for (i, s) in scores.iter_mut().enumerate().take(cap) {
+        for (i, s) in (first_row..cap).zip(scores.iter_mut()) {
             let held = pos - (pos % cap + cap - i) % cap;
             if held < first {
                 *s = f32::NEG_INFINITY;
@@ -128,7 +243,6 @@ pub struct ValueCache {
     shape: AttentionShape,
     rows: LayerRows,
     data: Vec<u16>,
-    row: Vec<f32>,
 }
 
 impl ValueCache {
@@ -139,8 +253,7 @@ impl ValueCache {
     /// Layers with `windows[l] > 0` keep a ring of that many positions.
     pub fn with_windows(shape: AttentionShape, windows: &[usize]) -> ValueCache {
         let rows = LayerRows::new(shape.layers, shape.context, windows);
-        // the row scratch holds a block of rows for the x86 kernel, one row elsewhere
-        ValueCache { shape, data: vec![0; rows.total() * shape.kv_dim()], rows, row: vec![0.0; 16 * shape.head_dim] }
+        ValueCache { shape, data: vec![0; rows.total() * shape.kv_dim()], rows }
     }
 
     pub fn bytes(&self) -> usize {
@@ -160,15 +273,14 @@ impl ValueCache {
         }
     }
 
-    /// Softmax of each of the `group` score rows (`scores[g * stride..][..n]`), then
-    /// `out[g · head_dim..]` = the rows' weighted sum of the values in `rows` (of
-    /// `layer`'s rows, as `LayerRows::span` gives them) of `kv_head`: each value row is
-    /// read and converted once for the whole group.
-    pub fn softmax_mix(&mut self, layer: usize, kv_head: usize, rows: Range<usize>, scores: &mut [f32], stride: usize, out: &mut [f32]) {
+    /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
+    /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
+    /// `kv_head`: each value row is read and converted once for the whole group.
+    pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
         let (hd, kv_dim) = (self.shape.head_dim, self.shape.kv_dim());
-        let base = (self.rows.start(layer) + rows.start) * kv_dim + kv_head * hd;
-        let values = Rows { data: &self.data[base..], stride: kv_dim, len: hd, count: rows.len() };
-        kernels::softmax_mix_f16(values, scores, stride, &mut self.row, out);
+        let base = (self.rows.start(layer) + piece.rows.start) * kv_dim + piece.kv_head * hd;
+        let values = Rows { data: &self.data[base..], stride: kv_dim, len: hd, count: piece.rows.len() };
+        kernels::softmax_mix_f16(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, &mut piece.out, &mut piece.stats);
     }
 }
 
@@ -179,8 +291,7 @@ pub struct ExactKvCache {
     keys_f16: Vec<u16>,
     keys_f32: Vec<f32>,
     values: ValueCache,
-    scores: Vec<f32>,
-    row: Vec<f32>,
+    pieces: Pieces,
 }
 
 impl ExactKvCache {
@@ -197,15 +308,7 @@ impl ExactKvCache {
             KeyPrecision::F16 => (n, 0),
             KeyPrecision::F32 => (0, n),
         };
-        ExactKvCache {
-            shape,
-            precision,
-            keys_f16: vec![0; f16_len],
-            keys_f32: vec![0.0; f32_len],
-            values,
-            scores: vec![0.0; shape.group() * shape.context],
-            row: vec![0.0; shape.head_dim],
-        }
+        ExactKvCache { shape, precision, keys_f16: vec![0; f16_len], keys_f32: vec![0.0; f32_len], values, pieces: Pieces::new(shape) }
     }
 }
 
@@ -224,31 +327,35 @@ impl KvCache for ExactKvCache {
         self.values.store(layer, pos, v);
     }
 
-    fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
+    fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let s = self.shape;
         let (hd, kv_dim, group) = (s.head_dim, s.kv_dim(), s.group());
         let (rows, masked) = self.values.rows().span(layer, first, pos);
-        let n = rows.len();
-        for kvh in 0..s.n_kv_heads {
-            let heads = kvh * group * hd..(kvh + 1) * group * hd;
-            let base = (self.values.rows().start(layer) + rows.start) * kv_dim + kvh * hd;
-            match self.precision {
+        let used = self.pieces.plan(s.n_kv_heads, rows);
+        let (values, precision, keys_f16, keys_f32) = (&self.values, self.precision, &self.keys_f16, &self.keys_f32);
+        let layer_start = values.rows().start(layer);
+        threads.run_pieces(self.pieces.planned(used), &|piece| {
+            let (kvh, n) = (piece.kv_head, piece.rows.len());
+            let q = &q[kvh * group * hd..(kvh + 1) * group * hd];
+            let base = (layer_start + piece.rows.start) * kv_dim + kvh * hd;
+            match precision {
                 KeyPrecision::F16 => {
-                    let keys = Rows { data: &self.keys_f16[base..], stride: kv_dim, len: hd, count: n };
-                    kernels::scores_f16(keys, &q[heads.clone()], q_scale, &mut self.row, &mut self.scores, s.context);
+                    let keys = Rows { data: &keys_f16[base..], stride: kv_dim, len: hd, count: n };
+                    kernels::scores_f16(keys, q, q_scale, &mut piece.row, &mut piece.scores, PIECE_ROWS);
                 }
                 KeyPrecision::F32 => {
-                    let keys = Rows { data: &self.keys_f32[base..], stride: kv_dim, len: hd, count: n };
-                    kernels::scores_f32(keys, &q[heads.clone()], q_scale, &mut self.scores, s.context);
+                    let keys = Rows { data: &keys_f32[base..], stride: kv_dim, len: hd, count: n };
+                    kernels::scores_f32(keys, q, q_scale, &mut piece.scores, PIECE_ROWS);
                 }
             }
             if masked {
                 for g in 0..group {
-                    self.values.rows().mask_outside(layer, first, pos, &mut self.scores[g * s.context..][..n]);
+                    values.rows().mask_outside(layer, first, pos, piece.rows.start, &mut piece.scores[g * PIECE_ROWS..][..n]);
                 }
             }
-            self.values.softmax_mix(layer, kvh, rows.clone(), &mut self.scores, s.context, &mut out[heads]);
-        }
+            values.softmax_mix(layer, piece);
+        });
+        self.pieces.merge(used, out);
     }
 
     fn key_bytes(&self) -> usize {

@@ -6,7 +6,7 @@
 
 use core::arch::x86_64::*;
 
-use super::kernels::{self, Rows};
+use super::kernels::{self, Rows, SoftmaxStats};
 use crate::Isa;
 
 /// Query heads handled per pass over the rows (4 heads × 2 vectors = 8 accumulators).
@@ -49,7 +49,14 @@ pub(super) fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mu
     true
 }
 
-pub(super) fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: usize, scratch: &mut [f32], out: &mut [f32]) -> bool {
+pub(super) fn softmax_mix_f16(
+    values: Rows<'_, u16>,
+    p: &mut [f32],
+    p_stride: usize,
+    scratch: &mut [f32],
+    out: &mut [f32],
+    stats: &mut [SoftmaxStats],
+) -> bool {
     let (hd, n) = (values.len, values.count);
     let group = out.len() / hd.max(1);
     if !usable(hd)
@@ -57,11 +64,12 @@ pub(super) fn softmax_mix_f16(values: Rows<'_, u16>, p: &mut [f32], p_stride: us
         || p.len() < (group.max(1) - 1) * p_stride + n
         || out.len() != group * hd
         || scratch.len() < ROW_BLOCK * hd
+        || stats.len() < group
     {
         return false;
     }
     // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the body is safe code.
-    unsafe { softmax_rows(p, p_stride, n, group) };
+    unsafe { softmax_rows(p, p_stride, n, &mut stats[..group]) };
     out.fill(0.0);
     for first in (0..group).step_by(HEADS) {
         let heads = (group - first).min(HEADS);
@@ -79,9 +87,9 @@ fn scores_f32_autovectorized(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores:
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn softmax_rows(p: &mut [f32], p_stride: usize, n: usize, group: usize) {
-    for g in 0..group {
-        kernels::softmax(&mut p[g * p_stride..g * p_stride + n]);
+fn softmax_rows(p: &mut [f32], p_stride: usize, n: usize, stats: &mut [SoftmaxStats]) {
+    for (g, st) in stats.iter_mut().enumerate() {
+        *st = kernels::softmax(&mut p[g * p_stride..g * p_stride + n]);
     }
 }
 
