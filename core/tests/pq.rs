@@ -190,6 +190,9 @@ fn query_tables_reproduce_centroid_dot_products() {
             let exact: f32 = (0..8).map(|s| (0..4).map(|d| q[s * 4 + d] * book[(s * k + codes[s]) * 4 + d]).sum::<f32>() * 0.5).sum();
             let sum: u16 = (0..8).map(|s| u16::from(tables[s * k + codes[s]])).sum();
             assert!((ts.score(sum) - exact).abs() <= 8.0 * ts.scale * 0.5 + 1e-4, "{} vs {exact}", ts.score(sum));
+            // `float` holds the unrounded tables themselves
+            let unrounded: f32 = (0..8).map(|s| float[s * k + codes[s]]).sum();
+            assert!((unrounded - exact).abs() < 1e-4, "{unrounded} vs {exact}");
         }
     }
 }

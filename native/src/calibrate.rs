@@ -467,7 +467,7 @@ fn fidelity(books: &Codebooks, seen: &Recorded, shape: AttentionShape, held: std
                         .chunks_exact(pq.subspaces)
                         .map(|c| {
                             let sum: f32 = c.iter().enumerate().map(|(s, &code)| float[s * pq.centroids + code as usize]).sum();
-                            f64::from(sum + ts.bias)
+                            f64::from(sum)
                         })
                         .collect();
                     acc[0] += pearson(&exact, &approx);

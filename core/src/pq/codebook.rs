@@ -7,6 +7,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
+use super::scan::MAX_SUBSPACES;
 use crate::gguf::{GgmlType, Gguf, GgufError};
 
 /// Longest key PQ supports (the rotation works in a stack buffer of this size).
@@ -95,7 +96,7 @@ impl PqShape {
             && kv_heads > 0
             && layers.checked_mul(kv_heads).and_then(|n| n.checked_mul(head_dim)).and_then(|n| n.checked_mul(centroids)).is_some()
             && subspaces > 0
-            && subspaces <= 256
+            && subspaces <= MAX_SUBSPACES
             && subspaces.is_multiple_of(2)
             && subspaces <= head_dim
             && (centroids == 16 || centroids == 256);
@@ -510,8 +511,9 @@ impl Codebooks {
 
     /// Query tables of one query head against one (layer, KV head) codebook:
     /// `LUT_s[i] = q_s · c_{s,i} · q_scale`, stored as `u8` with one scale for all
-    /// sub-spaces so the kernels add them as integers. `float` is scratch of
-    /// `subspaces × centroids`; `tables` receives as many bytes.
+    /// sub-spaces (and each table's minimum folded into the bias) so the kernels add them
+    /// as integers. `float` is scratch of `subspaces × centroids` and receives the
+    /// unrounded tables; `tables` receives as many bytes.
     pub fn query_tables(
         &self,
         layer: usize,
@@ -527,8 +529,9 @@ impl Codebooks {
         let q = &mut rotated[..q_in.len()];
         q.copy_from_slice(q_in);
         self.transform(layer, kv_head, q, true);
+        q.iter_mut().for_each(|v| *v *= q_scale);
+        let mut lows = [0.0f32; MAX_SUBSPACES];
         let mut widest = 0.0f32;
-        let mut bias = 0.0f32;
         for (s, lut) in float.chunks_exact_mut(k).enumerate().take(self.shape.subspaces) {
             let r = self.shape.sub_range(s);
             let (qs, by_dim) = (&q[r.clone()], &book[k * r.start..k * r.end]);
@@ -538,20 +541,38 @@ impl Codebooks {
                     *v += qd * c;
                 }
             }
-            lut.iter_mut().for_each(|v| *v *= q_scale);
-            let (lo, hi) = lut.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            let (lo, hi) = min_max(lut);
+            lows[s] = lo;
             widest = widest.max(hi - lo);
-            bias += lo;
-            lut.iter_mut().for_each(|v| *v -= lo);
         }
         let scale = if widest > 0.0 { widest / 255.0 } else { 1.0 };
         let inv = 1.0 / scale;
-        for (t, &v) in tables.iter_mut().zip(float.iter()) {
-            // v ≥ 0: adding ½ and truncating rounds to nearest; `as` saturates at 255
-            *t = (v * inv + 0.5) as u8;
+        // 0 ≤ (v − lo)·inv ≤ 255 (to an ulp): adding 1.5·2^23 rounds it to the nearest
+        // integer, which lands in the low mantissa bits (a bit cast, so the loop vectorizes)
+        const ROUND: f32 = 12_582_912.0;
+        for ((t, v), &lo) in tables.chunks_exact_mut(k).zip(float.chunks_exact(k)).zip(&lows) {
+            for (t, &v) in t.iter_mut().zip(v) {
+                *t = ((v - lo) * inv + ROUND).to_bits() as u8;
+            }
         }
-        TableScale { scale, bias }
+        TableScale { scale, bias: lows[..self.shape.subspaces].iter().sum() }
     }
+}
+
+/// Smallest and largest of `x`, in 16 independent lanes so the loop vectorizes.
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = ([f32::INFINITY; 16], [f32::NEG_INFINITY; 16]);
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for j in 0..16 {
+            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
+            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
+        }
+    }
+    let rest = chunks.remainder();
+    let lo = lo.iter().chain(rest).copied().fold(f32::INFINITY, f32::min);
+    let hi = hi.iter().chain(rest).copied().fold(f32::NEG_INFINITY, f32::max);
+    (lo, hi)
 }
 
 /// `v ← M·v` for the row-major `v.len()`² matrix `m` (`v.len()` ≤ `MAX_HEAD_DIM`): `v`
