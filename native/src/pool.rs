@@ -22,11 +22,15 @@ struct Shared {
     job: Mutex<Option<&'static Job>>,
     shutdown: AtomicBool,
     caller: Mutex<Option<Thread>>,
+    /// Set by a worker whose share of the job panicked; `run` re-raises it.
+    worker_panicked: AtomicBool,
 }
 
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<(JoinHandle<()>, Thread)>,
+    /// Held for a whole `run`: the pool is `Sync`, and two callers' jobs must not overlap.
+    running: Mutex<()>,
 }
 
 impl Pool {
@@ -38,6 +42,7 @@ impl Pool {
             job: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             caller: Mutex::new(None),
+            worker_panicked: AtomicBool::new(false),
         });
         let workers = (1..threads.max(1))
             .map(|index| {
@@ -50,7 +55,7 @@ impl Pool {
                 (handle, t)
             })
             .collect();
-        Pool { shared, workers }
+        Pool { shared, workers, running: Mutex::new(()) }
     }
 
     pub fn threads(&self) -> usize {
@@ -58,16 +63,20 @@ impl Pool {
     }
 
     /// Run `f(thread_index)` on every thread of the pool (the caller is index 0) and
-    /// return when all have finished.
+    /// return when all have finished. Callers on other threads wait their turn; a panic
+    /// in any thread's share is raised here once every thread is done.
     pub fn run<F: Fn(usize) + Sync>(&self, f: F) {
         if self.workers.is_empty() {
             f(0);
             return;
         }
+        // a panic re-raised below poisons the lock; the pool itself is still sound
+        let _turn = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let job: &(dyn Fn(usize) + Sync + '_) = &f;
         // SAFETY: the reference is only used by workers between the generation bump
         // below and `pending` reaching zero, and this function does not return (or
-        // unwind past `f`'s owner) before `pending` is zero, so `f` outlives every use.
+        // unwind past `f`'s owner) before `pending` is zero, so `f` outlives every use;
+        // `_turn` keeps any other caller from replacing the job meanwhile.
         let job: &'static Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job) };
         *self.shared.job.lock().unwrap() = Some(job);
         *self.shared.caller.lock().unwrap() = Some(thread::current());
@@ -88,6 +97,9 @@ impl Pool {
         *self.shared.job.lock().unwrap() = None;
         if let Err(panic) = result {
             std::panic::resume_unwind(panic);
+        }
+        if self.shared.worker_panicked.swap(false, Ordering::AcqRel) {
+            panic!("a pool worker panicked (its message is printed above)");
         }
     }
 }
@@ -113,9 +125,11 @@ fn worker(shared: &Shared, index: usize) {
         seen = generation;
         let job = *shared.job.lock().unwrap();
         if let Some(job) = job {
-            // A panicking job must still release the caller; the panic is reported by
-            // the default hook and the caller sees missing output, never a hang.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(index)));
+            // A panicking job must still release the caller, which then raises it: the
+            // default hook has printed the message, and no half-written output is used.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(index))).is_err() {
+                shared.worker_panicked.store(true, Ordering::Release);
+            }
         }
         if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             if let Some(t) = shared.caller.lock().unwrap().as_ref() {
@@ -195,6 +209,46 @@ mod tests {
                 assert_eq!(hits.load(Ordering::Relaxed), threads * (1 + round % 2));
             }
         }
+    }
+
+    #[test]
+    fn concurrent_callers_take_turns() {
+        let pool = Pool::new(2);
+        let hits = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..300 {
+                        let mine = AtomicUsize::new(0);
+                        pool.run(|_| {
+                            mine.fetch_add(1, Ordering::Relaxed);
+                        });
+                        assert_eq!(mine.load(Ordering::Relaxed), 2, "each of the 2 threads ran this caller's job once");
+                        hits.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(hits.load(Ordering::Relaxed), 600);
+    }
+
+    #[test]
+    fn a_worker_panic_reaches_the_caller() {
+        let pool = Pool::new(2);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(|i| {
+                if i == 1 {
+                    panic!("worker share fails (expected by this test)");
+                }
+            })
+        }));
+        assert!(caught.is_err());
+        // and the pool works afterwards
+        let hits = AtomicUsize::new(0);
+        pool.run(|_| {
+            hits.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(hits.load(Ordering::Relaxed), 2);
     }
 
     #[test]
