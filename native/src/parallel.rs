@@ -78,35 +78,42 @@ mod tests {
     use lutra_core::{Offset, OwnedTables};
 
     /// Attention's pieces on 1–3 threads give the single-thread result bit for bit, for
-    /// exact keys and both PQ code widths, over a span of several pieces.
+    /// exact keys and both PQ code widths, over a span of several pieces, and for rings
+    /// whose window crosses a piece boundary.
     #[test]
     fn threaded_attention_equals_the_single_thread_result() {
         use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
         use lutra_core::model::SingleThread;
         use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
-        let shape = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 3 * PIECE_ROWS + 100 };
-        let mut caches: Vec<Box<dyn KvCache>> = vec![Box::new(ExactKvCache::new(shape, KeyPrecision::F16))];
+        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 3 * PIECE_ROWS + 100 };
+        // layer 0: a ring of `window` positions; layer 1: the whole context
+        let window = PIECE_ROWS + 70;
+        let windows = [window, 0];
+        let mut caches: Vec<Box<dyn KvCache>> = vec![Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, &windows))];
         for (subspaces, centroids) in [(16, 16), (8, 256)] {
-            let pq = PqShape::new(1, 2, 32, subspaces, centroids).unwrap();
-            let books = Codebooks::new(pq, "test", Rotation::None, crate::bench::normals(2 * pq.book_len(), 5, 1.0)).unwrap();
-            caches.push(Box::new(PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(4, 64)));
+            let pq = PqShape::new(2, 2, 32, subspaces, centroids).unwrap();
+            let books = Codebooks::new(pq, "test", Rotation::None, crate::bench::normals(4 * pq.book_len(), 5, 1.0)).unwrap();
+            caches.push(Box::new(PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(4, 64).with_layers(&[], &windows)));
         }
         for pos in 0..shape.context {
             let k = crate::bench::normals(shape.kv_dim(), 2 * pos as u64 + 20, 1.0);
             let v = crate::bench::normals(shape.kv_dim(), 2 * pos as u64 + 21, 1.0);
-            caches.iter_mut().for_each(|c| c.store(0, pos, &k, &v));
+            for layer in 0..2 {
+                caches.iter_mut().for_each(|c| c.store(layer, pos, &k, &v));
+            }
         }
         let q = crate::bench::normals(4 * 32, 6, 1.0);
         let last = shape.context - 1;
+        let pool = [1, 2, 3].map(Pool::new);
         for cache in &mut caches {
-            for first in [0, 17, PIECE_ROWS + 5] {
+            for (layer, first) in [(1, 0), (1, 17), (1, PIECE_ROWS + 5), (0, last + 1 - window), (0, last - 100)] {
                 let mut want = vec![0.0; q.len()];
-                cache.attend_with(&SingleThread, 0, first, last, &q, 0.2, &mut want);
+                cache.attend_with(&SingleThread, layer, first, last, &q, 0.2, &mut want);
                 assert!(want.iter().all(|x| x.is_finite()) && want.iter().any(|&x| x != 0.0));
-                for threads in 1..=3 {
+                for pool in &pool {
                     let mut got = vec![f32::NAN; q.len()];
-                    cache.attend_with(&Pool::new(threads), 0, first, last, &q, 0.2, &mut got);
-                    assert_eq!(got, want, "{} from {first} on {threads} threads", cache.describe());
+                    cache.attend_with(pool, layer, first, last, &q, 0.2, &mut got);
+                    assert_eq!(got, want, "{} layer {layer} from {first} on {} threads", cache.describe(), pool.threads());
                 }
             }
         }

@@ -106,7 +106,8 @@ pub trait Gemv {
     }
 }
 
-/// Every product on the calling thread, with the fastest kernel for the matrix.
+/// Every product, and every piece of attention, on the calling thread, with the fastest
+/// kernel for the matrix.
 pub struct SingleThread;
 
 impl Gemv for SingleThread {

@@ -199,6 +199,7 @@ impl KvCache for PqKvCache {
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let (s, pq) = (self.shape, self.books.shape());
         let (hd, group, kv_dim) = (s.head_dim, s.group(), s.kv_dim());
+        assert!(q.len() == s.n_heads * hd && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
                 if let Some(exact) = self.exact.as_mut() {

@@ -545,7 +545,8 @@ impl Codebooks {
             lows[s] = lo;
             widest = widest.max(hi - lo);
         }
-        let scale = if widest > 0.0 { widest / 255.0 } else { 1.0 };
+        // a range too narrow for 1 / scale to be finite scores as flat
+        let scale = if widest >= 255.0 * f32::MIN_POSITIVE { widest / 255.0 } else { 1.0 };
         let inv = 1.0 / scale;
         // 0 ≤ (v − lo)·inv ≤ 255 (to an ulp): adding 1.5·2^23 rounds it to the nearest
         // integer, which lands in the low mantissa bits (a bit cast, so the loop vectorizes)

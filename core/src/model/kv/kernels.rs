@@ -33,7 +33,7 @@ pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32]
     scores_f32_body(keys, q, scale, scores, out_stride)
 }
 
-/// Softmax of each of the `out.len() / row.len()` score rows `p[g * p_stride..][..count]`
+/// Softmax of each of the `out.len() / values.len` score rows `p[g * p_stride..][..count]`
 /// (their max and exp-sum into `stats[g]`), then `out_g = Σ_i p_g[i] · value_i` over f16
 /// values; `row` is scratch of at least one value.
 pub fn softmax_mix_f16(
@@ -165,7 +165,7 @@ pub fn softmax(x: &mut [f32]) -> SoftmaxStats {
 /// `e^x` for `x ≤ 0` (what softmax feeds it), branch-free so loops over it vectorize:
 /// `x = n·ln2 + r` with |r| ≤ ln2/2 (ln2 split in two for exactness), a degree-6
 /// polynomial for `e^r`, and `2^n` built in the exponent bits. Relative error < 3e-7;
-/// 0 below −87 (where f32 would go subnormal).
+/// inputs below −87 (where f32 would go subnormal) give e^−87.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = core::f32::consts::LOG2_E;

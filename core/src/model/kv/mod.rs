@@ -140,6 +140,10 @@ impl Pieces {
     /// weighted by their share of the softmax, `sum · e^(max − overall max)`, in order.
     pub(crate) fn merge(&self, used: usize, out: &mut [f32]) {
         let (group, hd) = (self.group, self.head_dim);
+        if used == 0 {
+            // an empty span (first > pos) attends to nothing
+            out.fill(0.0);
+        }
         for head in self.all[..used].chunk_by(|a, b| a.kv_head == b.kv_head) {
             let kv_head = head[0].kv_head;
             let out = &mut out[kv_head * group * hd..(kv_head + 1) * group * hd];
@@ -330,6 +334,8 @@ impl KvCache for ExactKvCache {
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let s = self.shape;
         let (hd, kv_dim, group) = (s.head_dim, s.kv_dim(), s.group());
+        // checked here, on the caller's thread: a pool would not pass a piece's panic on
+        assert!(q.len() == s.n_heads * hd && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
         let (rows, masked) = self.values.rows().span(layer, first, pos);
         let used = self.pieces.plan(s.n_kv_heads, rows);
         let (values, precision, keys_f16, keys_f32) = (&self.values, self.precision, &self.keys_f16, &self.keys_f32);
