@@ -95,10 +95,12 @@ impl Pool {
             }
         }
         *self.shared.job.lock().unwrap() = None;
+        // cleared whichever panic is raised, so the next job starts clean
+        let worker_panicked = self.shared.worker_panicked.swap(false, Ordering::AcqRel);
         if let Err(panic) = result {
             std::panic::resume_unwind(panic);
         }
-        if self.shared.worker_panicked.swap(false, Ordering::AcqRel) {
+        if worker_panicked {
             panic!("a pool worker panicked (its message is printed above)");
         }
     }
@@ -235,10 +237,13 @@ mod tests {
     #[test]
     fn a_worker_panic_reaches_the_caller() {
         let pool = Pool::new(2);
+        let caught =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(|_| panic!("every share fails (expected by this test)"))));
+        assert!(caught.is_err());
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             pool.run(|i| {
                 if i == 1 {
-                    panic!("worker share fails (expected by this test)");
+                    panic!("the worker's share fails (expected by this test)");
                 }
             })
         }));
