@@ -237,23 +237,21 @@ mod tests {
     #[test]
     fn a_worker_panic_reaches_the_caller() {
         let pool = Pool::new(2);
-        let caught =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(|_| panic!("every share fails (expected by this test)"))));
-        assert!(caught.is_err());
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(|i| {
-                if i == 1 {
-                    panic!("the worker's share fails (expected by this test)");
-                }
-            })
-        }));
-        assert!(caught.is_err());
-        // and the pool works afterwards
-        let hits = AtomicUsize::new(0);
-        pool.run(|_| {
-            hits.fetch_add(1, Ordering::Relaxed);
-        });
-        assert_eq!(hits.load(Ordering::Relaxed), 2);
+        let fails = |fail: &(dyn Fn(usize) -> bool + Sync)| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.run(|i| {
+                    if fail(i) {
+                        panic!("share {i} fails (expected by this test)");
+                    }
+                })
+            }))
+            .is_err()
+        };
+        // every share, then none (no stale panic), then the worker's alone, then none
+        assert!(fails(&|_| true));
+        assert!(!fails(&|_| false));
+        assert!(fails(&|i| i == 1));
+        assert!(!fails(&|_| false));
     }
 
     #[test]
