@@ -15,6 +15,20 @@ const HEADS: usize = 4;
 /// dimensions (the callers' scratch holds this many rows).
 pub(super) const ROW_BLOCK: usize = 16;
 
+/// How far ahead rows are prefetched. Rows of one KV head sit `kv_dim` values apart, a
+/// stride the hardware prefetchers follow poorly once there are several KV heads.
+const PREFETCH_ROWS: usize = 16;
+
+/// Asks for the `len` f16 values at `row` to be brought into L1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prefetch_row(row: *const u16, len: usize) {
+    for line in (0..len).step_by(32) {
+        // a prefetch never faults; `wrapping_add` keeps the address arithmetic defined
+        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(line).cast());
+    }
+}
+
 fn usable(rows_len: usize) -> bool {
     rows_len.is_multiple_of(16) && Isa::Avx2.is_available()
 }
@@ -114,6 +128,9 @@ unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f
         let qp = q.as_ptr();
         for i in 0..keys.count {
             let row = keys.data.as_ptr().add(i * keys.stride);
+            if i + PREFETCH_ROWS < keys.count {
+                prefetch_row(row.add(PREFETCH_ROWS * keys.stride), hd);
+            }
             // two accumulators per head so 8 FMA chains are in flight
             let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
             for c in (0..hd).step_by(16) {
@@ -151,6 +168,9 @@ unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads:
             let end = (block + ROW_BLOCK).min(values.count);
             for i in block..end {
                 let row = values.data.as_ptr().add(i * values.stride);
+                if i + PREFETCH_ROWS < values.count {
+                    prefetch_row(row.add(PREFETCH_ROWS * values.stride), hd);
+                }
                 let dst = sp.add((i - block) * hd);
                 for c in (0..hd).step_by(8) {
                     _mm256_storeu_ps(dst.add(c), _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast())));
