@@ -207,14 +207,20 @@ impl LayerRows {
         self.caps[layer]
     }
 
-    /// Row of `pos` in `layer`, counted from the first row of layer 0.
-    fn row(&self, layer: usize, pos: usize) -> usize {
-        self.offsets[layer] + pos % self.caps[layer]
+    /// Where the `head_dim` values of `kv_head` in row `row` of `layer` start, in a buffer
+    /// laid out `[layer][kv_head][row][head_dim]`: each KV head's rows are contiguous, so
+    /// attention streams them instead of striding across the other heads.
+    fn at(&self, shape: &AttentionShape, layer: usize, kv_head: usize, row: usize) -> usize {
+        (self.offsets[layer] * shape.n_kv_heads + kv_head * self.caps[layer] + row) * shape.head_dim
     }
 
-    /// First row of `layer`.
-    fn start(&self, layer: usize) -> usize {
-        self.offsets[layer]
+    /// Stores position `pos` of `layer` (every KV head of `x`, converted by `f`) in `data`.
+    fn store<T>(&self, shape: &AttentionShape, data: &mut [T], layer: usize, pos: usize, x: &[f32], f: impl Fn(f32) -> T) {
+        let (hd, row) = (shape.head_dim, pos % self.caps[layer]);
+        for (kv_head, x) in x.chunks_exact(hd).enumerate().take(shape.n_kv_heads) {
+            let at = self.at(shape, layer, kv_head, row);
+            data[at..at + hd].iter_mut().zip(x).for_each(|(d, &v)| *d = f(v));
+        }
     }
 
     /// Which of `layer`'s rows hold positions `first..=pos`, relative to its first row,
@@ -270,20 +276,16 @@ impl ValueCache {
     }
 
     pub fn store(&mut self, layer: usize, pos: usize, v: &[f32]) {
-        let kv_dim = self.shape.kv_dim();
-        let at = self.rows.row(layer, pos) * kv_dim;
-        for (d, &x) in self.data[at..at + kv_dim].iter_mut().zip(v) {
-            *d = f32_to_f16_bits(x);
-        }
+        self.rows.store(&self.shape, &mut self.data, layer, pos, v, f32_to_f16_bits);
     }
 
     /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
     /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
     /// `kv_head`: each value row is read and converted once for the whole group.
     pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
-        let (hd, kv_dim) = (self.shape.head_dim, self.shape.kv_dim());
-        let base = (self.rows.start(layer) + piece.rows.start) * kv_dim + piece.kv_head * hd;
-        let values = Rows { data: &self.data[base..], stride: kv_dim, len: hd, count: piece.rows.len() };
+        let hd = self.shape.head_dim;
+        let base = self.rows.at(&self.shape, layer, piece.kv_head, piece.rows.start);
+        let values = Rows { data: &self.data[base..], stride: hd, len: hd, count: piece.rows.len() };
         kernels::softmax_mix_f16(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, &mut piece.out, &mut piece.stats);
     }
 }
@@ -322,35 +324,33 @@ impl KvCache for ExactKvCache {
     }
 
     fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let kv_dim = self.shape.kv_dim();
-        let at = self.values.rows().row(layer, pos) * kv_dim;
+        let (shape, rows) = (&self.shape, self.values.rows());
         match self.precision {
-            KeyPrecision::F16 => self.keys_f16[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x)),
-            KeyPrecision::F32 => self.keys_f32[at..at + kv_dim].copy_from_slice(k),
+            KeyPrecision::F16 => rows.store(shape, &mut self.keys_f16, layer, pos, k, f32_to_f16_bits),
+            KeyPrecision::F32 => rows.store(shape, &mut self.keys_f32, layer, pos, k, |x| x),
         }
         self.values.store(layer, pos, v);
     }
 
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let s = self.shape;
-        let (hd, kv_dim, group) = (s.head_dim, s.kv_dim(), s.group());
+        let (hd, group) = (s.head_dim, s.group());
         // checked here, on the caller's thread: a pool would not pass a piece's panic on
         assert!(q.len() == s.n_heads * hd && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
         let (rows, masked) = self.values.rows().span(layer, first, pos);
         let used = self.pieces.plan(s.n_kv_heads, rows);
         let (values, precision, keys_f16, keys_f32) = (&self.values, self.precision, &self.keys_f16, &self.keys_f32);
-        let layer_start = values.rows().start(layer);
         threads.run_pieces(self.pieces.planned(used), &|piece| {
             let (kvh, n) = (piece.kv_head, piece.rows.len());
             let q = &q[kvh * group * hd..(kvh + 1) * group * hd];
-            let base = (layer_start + piece.rows.start) * kv_dim + kvh * hd;
+            let base = values.rows().at(&s, layer, kvh, piece.rows.start);
             match precision {
                 KeyPrecision::F16 => {
-                    let keys = Rows { data: &keys_f16[base..], stride: kv_dim, len: hd, count: n };
+                    let keys = Rows { data: &keys_f16[base..], stride: hd, len: hd, count: n };
                     kernels::scores_f16(keys, q, q_scale, &mut piece.row, &mut piece.scores, PIECE_ROWS);
                 }
                 KeyPrecision::F32 => {
-                    let keys = Rows { data: &keys_f32[base..], stride: kv_dim, len: hd, count: n };
+                    let keys = Rows { data: &keys_f32[base..], stride: hd, len: hd, count: n };
                     kernels::scores_f32(keys, q, q_scale, &mut piece.scores, PIECE_ROWS);
                 }
             }
