@@ -1,6 +1,6 @@
-//! Attention loops for CPUs with AVX2 + FMA + F16C (`Isa::Avx2` and above): f16 keys and
-//! values converted by `vcvtph2ps`, products by FMA, the query heads of a KV head sharing
-//! each converted row. Each entry returns false, doing nothing, where it cannot run (no
+//! Attention loops for CPUs with AVX2 + FMA + F16C (`Isa::Avx2` and above; the value sum
+//! has an AVX-512 variant for head_dim multiple of 64): f16 keys and values converted by
+//! `vcvtph2ps`, products by FMA, the query heads of a KV head sharing each converted row. Each entry returns false, doing nothing, where it cannot run (no
 //! such CPU, or a head_dim that is not a multiple of 16); `kernels.rs` then runs the
 //! portable loop.
 
@@ -85,6 +85,22 @@ pub(super) fn softmax_mix_f16(
     // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the body is safe code.
     unsafe { softmax_rows(p, p_stride, n, &mut stats[..group]) };
     out.fill(0.0);
+    if hd.is_multiple_of(64) && Isa::Avx512.is_available() {
+        for first in (0..group).step_by(HEADS) {
+            let (p, out) = (&p[first * p_stride..], &mut out[first * hd..]);
+            // SAFETY: AVX-512 F (checked just above); every row inside `values.data`,
+            // `p` rows and `out` for the heads from `first` as for the AVX2 kernel below.
+            unsafe {
+                match group - first {
+                    1 => mix_f16_avx512::<1>(values, p, p_stride, &mut out[..hd]),
+                    2 => mix_f16_avx512::<2>(values, p, p_stride, &mut out[..2 * hd]),
+                    3 => mix_f16_avx512::<3>(values, p, p_stride, &mut out[..3 * hd]),
+                    _ => mix_f16_avx512::<4>(values, p, p_stride, &mut out[..4 * hd]),
+                }
+            }
+        }
+        return true;
+    }
     for first in (0..group).step_by(HEADS) {
         let heads = (group - first).min(HEADS);
         // SAFETY: as above, plus every row inside `values.data` (checked); `p` holds the
@@ -194,6 +210,55 @@ unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads:
                 for (g, a) in acc.iter().enumerate().take(heads) {
                     _mm256_storeu_ps(op.add(g * hd + c), a[0]);
                     _mm256_storeu_ps(op.add(g * hd + c + 8), a[1]);
+                }
+            }
+        }
+    }
+}
+
+/// Rows per block of the AVX-512 mix: the block is re-read from L1 for each 64 dimensions.
+const ZMM_ROW_BLOCK: usize = 32;
+
+/// As `mix_f16_avx2` for `H` ≤ 4 heads and `values.len` a multiple of 64: 64 dimensions of
+/// every head in 4·H zmm accumulators, each row's f16 converted straight into registers.
+/// The sums run in the same order as the AVX2 kernel's, so both give the same output.
+///
+/// # Safety
+/// AVX-512 F; `values.len` a multiple of 64; every row inside `values.data`; `p` holds `H`
+/// rows of `p_stride ≥ values.count`; `out.len() == H * values.len`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn mix_f16_avx512<const H: usize>(values: Rows<'_, u16>, p: &[f32], p_stride: usize, out: &mut [f32]) {
+    // SAFETY: the caller guarantees the CPU features and that every row, probability
+    // and output index used below is in bounds (see # Safety).
+    unsafe {
+        let hd = values.len;
+        let op = out.as_mut_ptr();
+        for block in (0..values.count).step_by(ZMM_ROW_BLOCK) {
+            let end = (block + ZMM_ROW_BLOCK).min(values.count);
+            for c in (0..hd).step_by(64) {
+                let mut acc = [[_mm512_setzero_ps(); 4]; H];
+                for (g, a) in acc.iter_mut().enumerate() {
+                    for (k, a) in a.iter_mut().enumerate() {
+                        *a = _mm512_loadu_ps(op.add(g * hd + c + 16 * k));
+                    }
+                }
+                for i in block..end {
+                    let row = values.data.as_ptr().add(i * values.stride + c);
+                    if c == 0 && i + PREFETCH_ROWS < values.count {
+                        prefetch_row(row.add(PREFETCH_ROWS * values.stride), hd);
+                    }
+                    let v = [0, 1, 2, 3].map(|k| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * k).cast())));
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        let w = _mm512_set1_ps(*p.get_unchecked(g * p_stride + i));
+                        for (a, &v) in a.iter_mut().zip(&v) {
+                            *a = _mm512_fmadd_ps(w, v, *a);
+                        }
+                    }
+                }
+                for (g, a) in acc.iter().enumerate() {
+                    for (k, &a) in a.iter().enumerate() {
+                        _mm512_storeu_ps(op.add(g * hd + c + 16 * k), a);
+                    }
                 }
             }
         }
