@@ -1,6 +1,7 @@
 //! Exact attention (f16 and f32 keys, f16 values) against a plain f64 transcription of
 //! softmax(q·K·scale)·V, on every path this CPU runs (AVX2 + F16C kernels for head_dim
-//! multiple of 16, the portable loops otherwise).
+//! multiple of 16, and the AVX-512 value sum for head_dim multiple of 64 with 1 to 5 query
+//! heads per KV head; the portable loops otherwise).
 
 mod common;
 
@@ -17,7 +18,8 @@ fn f16_round(x: f32) -> f64 {
 #[test]
 fn exact_attention_matches_an_f64_reference() {
     let mut rng = Rng(11);
-    for (n_heads, n_kv_heads, head_dim) in [(4, 1, 256), (6, 6, 48), (8, 2, 40), (5, 1, 16), (9, 3, 128)] {
+    let shapes = [(4, 1, 256), (6, 6, 48), (8, 2, 40), (5, 1, 16), (9, 3, 128), (2, 2, 64), (4, 2, 128), (5, 1, 64)];
+    for (n_heads, n_kv_heads, head_dim) in shapes {
         for precision in [KeyPrecision::F16, KeyPrecision::F32] {
             let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context: 75 };
             let mut cache = ExactKvCache::new(shape, precision);
