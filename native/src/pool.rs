@@ -73,10 +73,10 @@ impl Pool {
         // a panic re-raised below poisons the lock; the pool itself is still sound
         let _turn = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let job: &(dyn Fn(usize) + Sync + '_) = &f;
+        // (`_turn` keeps any other caller from replacing the job until this one is done.)
         // SAFETY: the reference is only used by workers between the generation bump
         // below and `pending` reaching zero, and this function does not return (or
-        // unwind past `f`'s owner) before `pending` is zero, so `f` outlives every use;
-        // `_turn` keeps any other caller from replacing the job meanwhile.
+        // unwind past `f`'s owner) before `pending` is zero, so `f` outlives every use.
         let job: &'static Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job) };
         *self.shared.job.lock().unwrap() = Some(job);
         *self.shared.caller.lock().unwrap() = Some(thread::current());

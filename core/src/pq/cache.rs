@@ -120,13 +120,11 @@ impl PqKvCache {
         let exact_shape = AttentionShape { layers: exact_windows.len(), ..self.shape };
         self.exact = (!exact_windows.is_empty()).then(|| ExactKvCache::with_windows(exact_shape, KeyPrecision::F16, &exact_windows));
         self.values = ValueCache::with_windows(AttentionShape { layers: pq_windows.len(), ..self.shape }, &pq_windows);
-        let layer_bytes =
-            |p: usize| self.shape.n_kv_heads * self.values.rows().cap(p).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes();
         let mut total = 0;
         self.code_starts = (0..pq_windows.len())
             .map(|p| {
                 let start = total;
-                total += layer_bytes(p);
+                total += self.shape.n_kv_heads * self.head_code_bytes(p);
                 start
             })
             .collect();
@@ -146,9 +144,14 @@ impl PqKvCache {
         &self.books
     }
 
+    /// Bytes of one KV head's code blocks in the `pq`-th PQ layer (its rows, in blocks).
+    fn head_code_bytes(&self, pq: usize) -> usize {
+        self.values.rows().cap(pq).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes()
+    }
+
     /// The code bytes of the `pq`-th PQ layer's KV head.
     fn head_codes(&self, pq: usize, kv_head: usize) -> core::ops::Range<usize> {
-        let len = self.values.rows().cap(pq).div_ceil(BLOCK_KEYS) * self.books.shape().block_bytes();
+        let len = self.head_code_bytes(pq);
         let at = self.code_starts[pq] + kv_head * len;
         at..at + len
     }
@@ -219,7 +222,7 @@ impl KvCache for PqKvCache {
         let (rows, masked) = self.values.rows().span(slot, first, pos);
         let cap = self.values.rows().cap(slot);
         let used = self.pieces.plan(s.n_kv_heads, rows);
-        let (head_codes, bb) = (self.head_codes(slot, 0).len(), pq.block_bytes());
+        let (head_codes, bb) = (self.head_code_bytes(slot), pq.block_bytes());
         let (codes, code_start) = (&self.codes, self.code_starts[slot]);
         let (tables, table_scales, values, isa) = (&self.tables, &self.table_scales, &self.values, self.isa);
         let (sink, recent, sink_keys, recent_keys) = (self.sink, self.recent, &self.sink_keys, &self.recent_keys);
@@ -244,25 +247,27 @@ impl KvCache for PqKvCache {
                 for (d, &sum) in scores.iter_mut().zip(&sums[skip..]) {
                     *d = table_scales[h].score(sum);
                 }
-                // the exactly kept positions in this piece overwrite their PQ scores
-                let qh = &q[h * hd..(h + 1) * hd];
-                let sinks = first..(pos + 1).min(sink);
-                let latest = first.max((pos + 1).saturating_sub(recent))..pos + 1;
-                for (p, is_sink) in sinks.map(|p| (p, true)).chain(latest.map(|p| (p, false))) {
-                    if !rows.contains(&(p % cap)) {
-                        continue;
-                    }
-                    let (keys, at) = if is_sink {
-                        (sink_keys, (slot * sink + p) * kv_dim)
-                    } else {
-                        (recent_keys, (slot * recent + p % recent) * kv_dim)
-                    };
-                    let key = &keys[at + kvh * hd..][..hd];
-                    piece.row.iter_mut().zip(key).for_each(|(r, &x)| *r = f16_bits_to_f32(x));
-                    scores[p % cap - rows.start] = dot(qh, &piece.row[..hd]) * q_scale;
+            }
+            // the exactly kept positions in this piece overwrite their PQ scores; each key
+            // is converted once for the whole group
+            let sinks = first..(pos + 1).min(sink);
+            let latest = first.max((pos + 1).saturating_sub(recent))..pos + 1;
+            for (p, is_sink) in sinks.map(|p| (p, true)).chain(latest.map(|p| (p, false))) {
+                if !rows.contains(&(p % cap)) {
+                    continue;
                 }
-                if masked {
-                    values.rows().mask_outside(slot, first, pos, rows.start, scores);
+                let (keys, at) =
+                    if is_sink { (sink_keys, (slot * sink + p) * kv_dim) } else { (recent_keys, (slot * recent + p % recent) * kv_dim) };
+                let key = &keys[at + kvh * hd..][..hd];
+                piece.row.iter_mut().zip(key).for_each(|(r, &x)| *r = f16_bits_to_f32(x));
+                let heads = q[kvh * group * hd..(kvh + 1) * group * hd].chunks_exact(hd);
+                for (g, qh) in heads.enumerate() {
+                    piece.scores[g * PIECE_ROWS + p % cap - rows.start] = dot(qh, &piece.row[..hd]) * q_scale;
+                }
+            }
+            if masked {
+                for g in 0..group {
+                    values.rows().mask_outside(slot, first, pos, rows.start, &mut piece.scores[g * PIECE_ROWS..][..rows.len()]);
                 }
             }
             values.softmax_mix(slot, piece);
