@@ -15,6 +15,36 @@ fn f16_round(x: f32) -> f64 {
     f64::from(half::f16::from_f32(x).to_f32())
 }
 
+/// `softmax(q·K·scale)·V` over positions `first..=pos` in f64, every query head; `key`
+/// rounds a stored key value as the cache keeps it, values are rounded to f16.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    shape: AttentionShape,
+    keys: &[Vec<f32>],
+    values: &[Vec<f32>],
+    key: impl Fn(f32) -> f64,
+    q: &[f32],
+    scale: f32,
+    first: usize,
+    pos: usize,
+) -> Vec<f64> {
+    let (hd, group) = (shape.head_dim, shape.n_heads / shape.n_kv_heads);
+    let mut out = vec![0.0; q.len()];
+    for (h, qh) in q.chunks_exact(hd).enumerate() {
+        let kv = (h / group) * hd..(h / group + 1) * hd;
+        let scores: Vec<f64> = (first..=pos)
+            .map(|p| qh.iter().zip(&keys[p][kv.clone()]).map(|(&a, &b)| f64::from(a) * key(b)).sum::<f64>() * f64::from(scale))
+            .collect();
+        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+        let sum: f64 = w.iter().sum();
+        for (d, o) in out[h * hd..(h + 1) * hd].iter_mut().enumerate() {
+            *o = (first..=pos).zip(&w).map(|(p, w)| w / sum * f16_round(values[p][kv.start + d])).sum();
+        }
+    }
+    out
+}
+
 #[test]
 fn exact_attention_matches_an_f64_reference() {
     let mut rng = Rng(11);
@@ -36,25 +66,12 @@ fn exact_attention_matches_an_f64_reference() {
                 let mut out = vec![0.0; q.len()];
                 let scale = 1.0 / (head_dim as f32).sqrt();
                 cache.attend(1, first, pos, &q, scale, &mut out);
-                let group = n_heads / n_kv_heads;
-                for h in 0..n_heads {
-                    let kvh = h / group;
-                    let qh = &q[h * head_dim..(h + 1) * head_dim];
-                    let scores: Vec<f64> = (first..=pos)
-                        .map(|p| {
-                            let k = &keys[p][kvh * head_dim..(kvh + 1) * head_dim];
-                            let key = |x: f32| if precision == KeyPrecision::F16 { f16_round(x) } else { f64::from(x) };
-                            qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * key(b)).sum::<f64>() * f64::from(scale)
-                        })
-                        .collect();
-                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let sum: f64 = w.iter().sum();
-                    for d in 0..head_dim {
-                        let want: f64 = (first..=pos).zip(&w).map(|(p, w)| w / sum * f16_round(values[p][kvh * head_dim + d])).sum();
-                        let got = f64::from(out[h * head_dim + d]);
-                        assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {precision:?} h{h} d{d}: {got} vs {want}");
-                    }
+                let key = |x: f32| if precision == KeyPrecision::F16 { f16_round(x) } else { f64::from(x) };
+                let want = reference(shape, &keys, &values, key, &q, scale, first, pos);
+                for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                    let (h, d) = (i / head_dim, i % head_dim);
+                    let got = f64::from(got);
+                    assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {precision:?} h{h} d{d}: {got} vs {want}");
                 }
             }
         }
@@ -126,24 +143,11 @@ fn long_spans_attend_in_pieces_as_one_softmax() {
             let q = rng.vec(n_heads * head_dim, 1.0);
             let (mut out, mut windowed) = (vec![0.0; q.len()], vec![0.0; q.len()]);
             full.attend(1, first, pos, &q, scale, &mut out);
-            let group = n_heads / n_kv_heads;
-            for h in 0..n_heads {
-                let kvh = h / group;
-                let qh = &q[h * head_dim..(h + 1) * head_dim];
-                let scores: Vec<f64> = (first..=pos)
-                    .map(|p| {
-                        let k = &keys[p][kvh * head_dim..(kvh + 1) * head_dim];
-                        qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * f16_round(b)).sum::<f64>() * f64::from(scale)
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = w.iter().sum();
-                for d in 0..head_dim {
-                    let want: f64 = (first..=pos).zip(&w).map(|(p, w)| w / sum * f16_round(values[p][kvh * head_dim + d])).sum();
-                    let got = f64::from(out[h * head_dim + d]);
-                    assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {first}..={pos} h{h} d{d}: {got} vs {want}");
-                }
+            let want = reference(shape, &keys, &values, f16_round, &q, scale, first, pos);
+            for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                let (h, d) = (i / head_dim, i % head_dim);
+                let got = f64::from(got);
+                assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {first}..={pos} h{h} d{d}: {got} vs {want}");
             }
             if pos + 1 - first <= window && pos == last {
                 ring.attend(0, first, pos, &q, scale, &mut windowed);
