@@ -258,6 +258,11 @@ struct AccuracyArgs {
     json: bool,
 }
 
+/// `--threads 1,2`: one or more counts, each at least 1.
+fn thread_counts(arg: &str) -> Result<Vec<usize>, String> {
+    list(arg, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))
+}
+
 fn list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
     s.split(',').filter(|p| !p.is_empty()).map(|p| f(p.trim())).collect()
 }
@@ -376,7 +381,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Bench(BenchCommand::Model(a)) => {
             let attention = a.attention.choice()?;
             let loaded = lutra::generate::load(&a.model, a.tokenizer.as_deref(), a.bits)?;
-            let threads = list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?;
+            let threads = thread_counts(&a.threads)?;
             if a.llamacpp {
                 return bench_model_vs_llamacpp(&a, &loaded, &threads);
             }
@@ -405,7 +410,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let ctxs = list(&a.ctx, |c| c.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad context {c:?}")))?;
             let shapes =
                 list(&a.shapes, |n| SHAPES.iter().copied().find(|s| s.name == n).ok_or(format!("unknown shape {n:?} (gemma3, llama7b)")))?;
-            let threads = list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?;
+            let threads = thread_counts(&a.threads)?;
             let rows = bench_attention(&shapes, &ctxs, a.samples, a.llamacpp, &threads)?;
             if a.json {
                 rows.iter().for_each(|r| println!("{}", r.json()));
@@ -471,7 +476,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let opts = GemvOptions {
                 shapes: list(&a.shapes, parse_shape)?,
                 bits: list(&a.bits, Bits::parse)?,
-                threads: list(&a.threads, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))?,
+                threads: thread_counts(&a.threads)?,
                 regimes: list(&a.regime, Regime::parse)?,
                 group: a.group,
                 isa,
@@ -525,7 +530,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
         }
         Command::Bench(BenchCommand::Membw(a)) => {
-            for t in list(&a.threads, |t| t.parse::<usize>().map_err(|_| format!("bad thread count {t:?}")))? {
+            for t in thread_counts(&a.threads)? {
                 let gbps = bench::membw(t.max(1), a.mib, a.samples, !a.no_huge_pages)?;
                 if a.json {
                     println!("{{\"bench\":\"membw\",\"threads\":{t},\"mib\":{},\"gbps\":{gbps:.2}}}", a.mib);
