@@ -2,8 +2,12 @@
 //! `ctx` positions — NoMAD PQ keys vs exact f32 / f16 keys (and llama.cpp's
 //! `ggml_flash_attn_ext` with the `llamacpp` feature), all interleaved in the same rounds.
 
+use std::sync::Mutex;
+
 use crate::pool::Pool;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use lutra_core::f16::f32_to_f16_bits;
+use lutra_core::model::kv::kernels::{softmax_mix_f16, Rows, SoftmaxStats, MIX_SCRATCH_ROWS};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
 
@@ -31,13 +35,15 @@ pub struct Row {
     pub kind: String,
     pub ns_per_token: f64,
     pub key_bytes: usize,
+    /// f16 values read per token (every kind reads the same ones).
+    pub value_bytes: usize,
 }
 
 impl Row {
     pub fn json(&self) -> String {
         format!(
-            "{{\"ctx\":{},\"shape\":\"{}\",\"threads\":{},\"kind\":\"{}\",\"ns_per_token\":{:.0},\"key_bytes\":{}}}",
-            self.ctx, self.shape, self.threads, self.kind, self.ns_per_token, self.key_bytes
+            "{{\"ctx\":{},\"shape\":\"{}\",\"threads\":{},\"kind\":\"{}\",\"ns_per_token\":{:.0},\"key_bytes\":{},\"value_bytes\":{}}}",
+            self.ctx, self.shape, self.threads, self.kind, self.ns_per_token, self.key_bytes, self.value_bytes
         )
     }
 }
@@ -81,8 +87,12 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
             }
             let q = normals(shape.n_heads * shape.head_dim, 3, 1.0);
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
-            let key_bytes: Vec<usize> = caches.iter().map(|(_, c)| c.key_bytes()).collect();
-            let names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
+            let mut key_bytes: Vec<usize> = caches.iter().map(|(_, c)| c.key_bytes()).collect();
+            let mut names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
+            let value_bytes = caches[0].1.value_bytes();
+            let floor = ValueFloor::new(att);
+            names.push("values_only".into());
+            key_bytes.push(0);
             for &t in threads {
                 let pool = Pool::new(t);
                 let mut outs: Vec<Vec<f32>> = caches.iter().map(|_| vec![0.0; q.len()]).collect();
@@ -94,10 +104,21 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                         Box::new(move || c.attend_with(pool, 0, 0, ctx - 1, q, scale, out)) as Box<dyn FnMut()>
                     })
                     .collect();
+                let scratch = floor.scratch(t);
+                let (floor, pool_ref) = (&floor, &pool);
+                runs.push(Box::new(move || floor.run(pool_ref, &scratch)));
                 let mut engines: Vec<Engine<'_, '_>> = runs.iter_mut().map(|r| Engine { run: &mut **r, settle: None }).collect();
                 let ns = Sampler { samples }.medians_settled(&mut engines);
                 for ((kind, ns), &bytes) in names.iter().zip(ns).zip(&key_bytes) {
-                    rows.push(Row { ctx, shape: shape.name, threads: t, kind: kind.clone(), ns_per_token: ns, key_bytes: bytes });
+                    rows.push(Row {
+                        ctx,
+                        shape: shape.name,
+                        threads: t,
+                        kind: kind.clone(),
+                        ns_per_token: ns,
+                        key_bytes: bytes,
+                        value_bytes,
+                    });
                 }
                 if llamacpp {
                     rows.extend(llamacpp_rows(shape, ctx, samples, t)?);
@@ -106,6 +127,64 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
         }
     }
     Ok(rows)
+}
+
+/// The part of any attention that keys cannot make cheaper: the softmax of every score and
+/// the f16 value sum, in the caches' own pieces and kernel, with no key read and no merge.
+/// Exact f16 over this is the most that any key compression could gain.
+struct ValueFloor {
+    shape: AttentionShape,
+    /// `[kv_head][row][head_dim]`, as the caches lay them out.
+    values: Vec<u16>,
+    scores: Vec<f32>,
+}
+
+/// One thread's piece scratch.
+struct FloorScratch {
+    scores: Vec<f32>,
+    row: Vec<f32>,
+    out: Vec<f32>,
+    stats: Vec<SoftmaxStats>,
+}
+
+impl ValueFloor {
+    fn new(shape: AttentionShape) -> ValueFloor {
+        let n = shape.n_kv_heads * shape.context * shape.head_dim;
+        let values = normals(n, 11, 1.0).into_iter().map(f32_to_f16_bits).collect();
+        ValueFloor { shape, values, scores: normals(shape.group() * PIECE_ROWS, 12, 3.0) }
+    }
+
+    fn scratch(&self, threads: usize) -> Vec<Mutex<FloorScratch>> {
+        let (group, hd) = (self.shape.group(), self.shape.head_dim);
+        (0..threads)
+            .map(|_| {
+                Mutex::new(FloorScratch {
+                    scores: self.scores.clone(),
+                    row: vec![0.0; MIX_SCRATCH_ROWS * hd],
+                    out: vec![0.0; group * hd],
+                    stats: vec![SoftmaxStats::default(); group],
+                })
+            })
+            .collect()
+    }
+
+    /// Pieces dealt out round-robin: thread i takes pieces i, i + threads, …
+    fn run(&self, pool: &Pool, scratch: &[Mutex<FloorScratch>]) {
+        let (ctx, hd) = (self.shape.context, self.shape.head_dim);
+        let per_head = ctx.div_ceil(PIECE_ROWS);
+        let pieces = self.shape.n_kv_heads * per_head;
+        pool.run(|i| {
+            let Ok(mut guard) = scratch[i].lock() else { return };
+            let s = &mut *guard;
+            for piece in (i..pieces).step_by(pool.threads()) {
+                let (kvh, start) = (piece / per_head, piece % per_head * PIECE_ROWS);
+                let count = PIECE_ROWS.min(ctx - start);
+                let values = Rows { data: &self.values[(kvh * ctx + start) * hd..], stride: hd, len: hd, count };
+                // softmax rewrites the scores in place; its cost does not depend on their values
+                softmax_mix_f16(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+            }
+        });
+    }
 }
 
 #[cfg(feature = "llamacpp")]
@@ -124,7 +203,8 @@ fn llamacpp_rows(shape: &Shape, ctx: usize, samples: usize, threads: usize) -> R
             let mut engines = [Engine { run: &mut run, settle: Some(&mut settle) }];
             Sampler { samples }.medians_settled(&mut engines)[0]
         };
-        rows.push(Row { ctx, shape: shape.name, threads, kind: format!("llamacpp_{key_type}"), ns_per_token: ns, key_bytes });
+        let value_bytes = ctx * shape.n_kv_heads * shape.head_dim * 2;
+        rows.push(Row { ctx, shape: shape.name, threads, kind: format!("llamacpp_{key_type}"), ns_per_token: ns, key_bytes, value_bytes });
     }
     Ok(rows)
 }
@@ -135,25 +215,68 @@ fn llamacpp_rows(_shape: &Shape, _ctx: usize, _samples: usize, _threads: usize) 
 }
 
 /// A table: one line per (shape, ctx, threads, kind), with the ratio to exact f16 keys
-/// on as many threads.
+/// on as many threads and the key + value bytes read per second (compare `bench membw`).
 pub fn table(rows: &[Row]) -> String {
-    let mut out =
-        format!("{:<8} {:>6} {:>7} {:<14} {:>12} {:>12} {:>10}\n", "shape", "ctx", "threads", "kind", "µs/token", "key MiB", "vs f16");
+    let mut out = format!(
+        "{:<8} {:>6} {:>7} {:<14} {:>12} {:>12} {:>10} {:>8}\n",
+        "shape", "ctx", "threads", "kind", "µs/token", "key MiB", "vs f16", "GB/s"
+    );
     for r in rows {
         let f16 = rows
             .iter()
             .find(|o| o.shape == r.shape && o.ctx == r.ctx && o.threads == r.threads && o.kind == "exact_f16")
             .map_or(f64::NAN, |o| o.ns_per_token);
         out += &format!(
-            "{:<8} {:>6} {:>7} {:<14} {:>12.1} {:>12.2} {:>9.2}×\n",
+            "{:<8} {:>6} {:>7} {:<14} {:>12.1} {:>12.2} {:>9.2}× {:>8.1}\n",
             r.shape,
             r.ctx,
             r.threads,
             r.kind,
             r.ns_per_token / 1e3,
             r.key_bytes as f64 / (1 << 20) as f64,
-            f16 / r.ns_per_token
+            f16 / r.ns_per_token,
+            (r.key_bytes + r.value_bytes) as f64 / r.ns_per_token
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_timed_with_the_bytes_it_reads() {
+        let rows = bench_attention(&SHAPES[..1], &[1500], 1, false, &[1, 2]).unwrap();
+        let kinds: Vec<&str> = rows.iter().filter(|r| r.threads == 2).map(|r| r.kind.as_str()).collect();
+        assert_eq!(kinds, ["exact_f32", "exact_f16", "pq16", "pq256", "values_only"]);
+        for r in &rows {
+            assert!(r.ns_per_token > 0.0, "{}", r.kind);
+            assert_eq!(r.value_bytes, 1500 * 256 * 2, "{}", r.kind);
+        }
+        let key_bytes = |kind: &str| rows.iter().find(|r| r.kind == kind).map(|r| r.key_bytes);
+        assert_eq!(key_bytes("exact_f16"), Some(1500 * 256 * 2));
+        assert_eq!(key_bytes("values_only"), Some(0));
+        assert!(rows[0].json().ends_with(",\"value_bytes\":768000}"), "{}", rows[0].json());
+    }
+
+    #[test]
+    fn the_value_floor_mixes_every_piece() {
+        // 3 pieces of 1024 rows on 2 threads: thread 0 takes pieces 0 and 2
+        let att = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 1, head_dim: 64, context: 2 * PIECE_ROWS + 10 };
+        let floor = ValueFloor::new(att);
+        let (pool, scratch) = (Pool::new(2), floor.scratch(2));
+        floor.run(&pool, &scratch);
+        let out: Vec<Vec<f32>> = scratch.into_iter().map(|s| s.into_inner().unwrap().out).collect();
+        // each thread's pieces in turn, recomputed on one scratch
+        for (thread, pieces) in [(0, &[0, 2][..]), (1, &[1][..])] {
+            let mut s = floor.scratch(1).pop().unwrap().into_inner().unwrap();
+            for &piece in pieces {
+                let count = PIECE_ROWS.min(att.context - piece * PIECE_ROWS);
+                let values = Rows { data: &floor.values[piece * PIECE_ROWS * 64..], stride: 64, len: 64, count };
+                softmax_mix_f16(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+            }
+            assert_eq!(out[thread], s.out, "thread {thread}");
+        }
+    }
 }

@@ -33,9 +33,13 @@ pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32]
     scores_f32_body(keys, q, scale, scores, out_stride)
 }
 
+/// Rows of `row` scratch that `softmax_mix_f16` needs for its fast kernels, which convert
+/// a block of values at a time (with less it falls back to the plain loop).
+pub const MIX_SCRATCH_ROWS: usize = 16;
+
 /// Softmax of each of the `out.len() / values.len` score rows `p[g * p_stride..][..count]`
 /// (their max and exp-sum into `stats[g]`), then `out_g = Σ_i p_g[i] · value_i` over f16
-/// values; `row` is scratch of at least one value.
+/// values; `row` is scratch of at least one value, best `MIX_SCRATCH_ROWS`.
 pub fn softmax_mix_f16(
     values: Rows<'_, u16>,
     p: &mut [f32],

@@ -106,8 +106,7 @@ impl Pieces {
             rows: 0..0,
             scores: vec![0.0; group * PIECE_ROWS],
             sums: vec![0; PIECE_ROWS],
-            // the x86 value kernel converts a block of rows at a time
-            row: vec![0.0; 16 * hd],
+            row: vec![0.0; kernels::MIX_SCRATCH_ROWS * hd],
             out: vec![0.0; group * hd],
             stats: vec![SoftmaxStats::default(); group],
         };

@@ -13,7 +13,7 @@ use crate::Isa;
 const HEADS: usize = 4;
 /// Value rows per block: a block is converted once, then re-read from L1 for each 16
 /// dimensions (the callers' scratch holds this many rows).
-pub(super) const ROW_BLOCK: usize = 16;
+pub(super) const ROW_BLOCK: usize = super::kernels::MIX_SCRATCH_ROWS;
 
 /// How far ahead rows are prefetched. Rows of one KV head sit `kv_dim` values apart, a
 /// stride the hardware prefetchers follow poorly once there are several KV heads.
