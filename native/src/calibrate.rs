@@ -248,7 +248,7 @@ fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &Calibra
     'chunks: for chunk in tokens.chunks(shape.context) {
         for (pos, &token) in chunk.iter().enumerate() {
             let input = if pos == 0 { loaded.bos() } else { token };
-            loaded.forward(&gemv, &mut session, input, pos)?;
+            loaded.feed(&gemv, &mut session, input, pos)?;
             fed += 1;
             bar.update(fed, "tokens");
             if fed >= wanted {

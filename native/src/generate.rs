@@ -135,11 +135,12 @@ pub fn run(opts: &RunOptions) -> Result<(), String> {
     let mut timing = Timing { prompt_s: 0.0, gen_s: 0.0, prompt_tokens: prompt.len(), generated: 0 };
     for pos in 0..total - 1 {
         let t = Instant::now();
-        let logits = loaded.forward(&gemv, &mut session, tokens[pos], pos)?;
         if pos + 1 < prompt.len() {
+            loaded.feed(&gemv, &mut session, tokens[pos], pos)?;
             timing.prompt_s += t.elapsed().as_secs_f64();
             continue;
         }
+        let logits = loaded.forward(&gemv, &mut session, tokens[pos], pos)?;
         let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
         timing.gen_s += t.elapsed().as_secs_f64();
         timing.generated += 1;
@@ -365,6 +366,16 @@ impl Loaded {
         }
         .map_err(|e| e.to_string())
     }
+
+    /// `forward` without the logits (the LM head): for prompt tokens before the last.
+    pub fn feed(&self, gemv: &PoolGemv<'_>, s: &mut Session, token: u32, pos: usize) -> Result<(), String> {
+        match (self, s) {
+            (Loaded::Llama { model, .. }, Session::Llama(st)) => model.feed(gemv, st, token, pos),
+            (Loaded::Gemma { model, .. }, Session::Gemma(st)) => model.feed(gemv, st, token, pos),
+            _ => unreachable!("sessions are made by their own model"),
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// Load a model: GGUF (Gemma 3) as stored, a llama2.c checkpoint quantized to `bits`
@@ -432,8 +443,10 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize, atten
         let first = ctx / 2;
         for pos in 0..ctx - 1 {
             let input = if pos == 0 { bos } else { chunk[pos] };
-            let logits = loaded.forward(&gemv, &mut session, input, pos)?;
-            if pos >= first {
+            if pos < first {
+                loaded.feed(&gemv, &mut session, input, pos)?;
+            } else {
+                let logits = loaded.forward(&gemv, &mut session, input, pos)?;
                 let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
                 let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
                 nll += max + sum.ln() - logits[chunk[pos + 1] as usize] as f64;
@@ -492,7 +505,7 @@ fn fill_depth(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, depth
     let vocab = loaded.vocab_size();
     let mut bar = (depth >= 256).then(|| Progress::new(format!("filling the context to depth {depth}"), depth));
     for pos in 0..depth {
-        loaded.forward(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
+        loaded.feed(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
         if let Some(bar) = bar.as_mut() {
             bar.update(pos + 1, "tokens");
         }
@@ -504,12 +517,18 @@ fn fill_depth(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, depth
 }
 
 /// lutra's prompt processing for `bench model`: `pp` tokens fed one at a time from
-/// position `from` (no batched prefill yet). Returns seconds.
+/// position `from` (no batched prefill yet), logits for the last one only, as llama.cpp
+/// computes them. Returns seconds.
 fn lutra_pp(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
     let vocab = loaded.vocab_size();
+    let token = |pos: usize| ((pos * 7919) % vocab) as u32;
     let t = Instant::now();
-    for pos in from..from + pp {
-        loaded.forward(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
+    for pos in from..(from + pp).saturating_sub(1) {
+        loaded.feed(gemv, session, token(pos), pos)?;
+    }
+    if pp > 0 {
+        let last = from + pp - 1;
+        loaded.forward(gemv, session, token(last), last)?;
     }
     Ok(t.elapsed().as_secs_f64())
 }

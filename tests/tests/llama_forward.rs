@@ -188,6 +188,25 @@ fn lut_forward_at_8_bits_agrees_with_the_f32_reference() {
     assert_eq!(same, 64);
 }
 
+/// A prompt fed without logits leaves the state `forward` would: the next logits match
+/// bit for bit.
+#[test]
+fn feeding_a_prompt_without_logits_changes_nothing_after_it() {
+    let bytes = read("model.bin");
+    let model = Llama::from_llama2c(&Checkpoint::parse(&bytes).unwrap(), 4).unwrap();
+    let prompt = [1u32, 9038, 2501, 263, 931, 29892, 727, 471];
+    let (mut fed, mut forwarded) = (State::new(&model, 64).unwrap(), State::new(&model, 64).unwrap());
+    for (pos, &token) in prompt.iter().enumerate().take(prompt.len() - 1) {
+        model.feed(&SingleThread, &mut fed, token, pos).unwrap();
+        model.forward(&SingleThread, &mut forwarded, token, pos).unwrap();
+    }
+    let last = prompt.len() - 1;
+    let want = model.forward(&SingleThread, &mut forwarded, prompt[last], last).unwrap().to_vec();
+    let got = model.forward(&SingleThread, &mut fed, prompt[last], last).unwrap();
+    assert!(want.iter().any(|&x| x != 0.0));
+    assert_eq!(got, &want[..]);
+}
+
 #[test]
 fn default_bits_write_a_coherent_story() {
     let bytes = read("model.bin");

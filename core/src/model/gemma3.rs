@@ -14,8 +14,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::import::{matrix_releasing, meta_f32, meta_u32, vector, Matrix};
+use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
-use super::ops::{add, rmsnorm, rmsnorm_in_place};
+use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
 use super::{Gemv, ModelError};
 use crate::gguf::Gguf;
 use crate::OwnedTables;
@@ -201,6 +202,18 @@ impl Gemma3 {
 
     /// Logits for `token` at `pos`; positions fed in order from 0.
     pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut Gemma3State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        self.feed(gemv, s, token, pos)?;
+        let (c, a) = (&self.config, &mut s.act);
+        // final norm, tied LM head
+        rmsnorm(&mut a.xb, &a.x, &self.output_norm, c.norm_eps);
+        let t = s.tables.get(c.dim, self.token_embd.layout().group).build(&a.xb)?;
+        gemv.gemv(&self.token_embd, t, &mut a.logits)?;
+        Ok(&a.logits)
+    }
+
+    /// `forward` without the logits: puts `token` at `pos` into the cache, for prompt
+    /// tokens whose prediction nobody reads (the LM head is the largest matrix).
+    pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, token: u32, pos: usize) -> Result<(), ModelError> {
         let c = &self.config;
         if token as usize >= c.vocab_size {
             return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
@@ -210,6 +223,8 @@ impl Gemma3 {
         }
         let hd = c.head_dim;
         let a = &mut s.act;
+        s.rope_global.set_position(pos);
+        s.rope_local.set_position(pos);
 
         // embedding, scaled by √dim
         self.token_embd.dequantize_row(token as usize, &mut a.x)?;
@@ -225,14 +240,14 @@ impl Gemma3 {
             gemv.gemv(&layer.wk, t, &mut a.k)?;
             let t = s.tables.get(c.dim, layer.wv.layout().group).build(&a.xb)?;
             gemv.gemv(&layer.wv, t, &mut a.v)?;
-            let base = if c.is_global(l) { c.rope_global } else { c.rope_local };
+            let angles = if c.is_global(l) { &s.rope_global } else { &s.rope_local };
             for head in a.q.chunks_exact_mut(hd) {
                 rmsnorm_in_place(head, &layer.q_norm, c.norm_eps);
-                rope_neox(head, pos, base);
+                rope_neox(head, angles);
             }
             for head in a.k.chunks_exact_mut(hd) {
                 rmsnorm_in_place(head, &layer.k_norm, c.norm_eps);
-                rope_neox(head, pos, base);
+                rope_neox(head, angles);
             }
 
             // cache, then attention over the window (sliding layers: the last `sliding_window` positions)
@@ -260,12 +275,7 @@ impl Gemma3 {
             rmsnorm_in_place(&mut a.xb, &layer.post_ffn_norm, c.norm_eps);
             add(&mut a.x, &a.xb);
         }
-
-        // final norm, tied LM head
-        rmsnorm(&mut a.xb, &a.x, &self.output_norm, c.norm_eps);
-        let t = s.tables.get(c.dim, self.token_embd.layout().group).build(&a.xb)?;
-        gemv.gemv(&self.token_embd, t, &mut a.logits)?;
-        Ok(&a.logits)
+        Ok(())
     }
 }
 
@@ -300,6 +310,9 @@ pub struct Gemma3State {
     act: Activations,
     tables: TableSet,
     cache: Box<dyn KvCache>,
+    /// The current position's angles, for global and for sliding-window layers.
+    rope_global: RopeAngles,
+    rope_local: RopeAngles,
 }
 
 impl Gemma3State {
@@ -343,6 +356,8 @@ impl Gemma3State {
             },
             tables: TableSet { sets },
             cache,
+            rope_global: rope_neox_angles(c.rope_global, c.head_dim),
+            rope_local: rope_neox_angles(c.rope_local, c.head_dim),
         })
     }
 
@@ -359,20 +374,65 @@ impl Gemma3State {
     }
 }
 
-/// GELU, tanh approximation (ggml's `ggml_gelu`).
+/// GELU, tanh approximation (ggml's `ggml_gelu`): `½x(1 + tanh u)` written as the equal
+/// `x · sigmoid(2u)`, with the branch-free `exp` of `e^−2|u|` so the loop vectorizes
+/// (libm's `tanhf` was a tenth of a decode step).
+#[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)))
+    let u = SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x);
+    let e = exp(-2.0 * u.abs());
+    // sigmoid(2u) = 1 / (1 + e) for u ≥ 0, e / (1 + e) below
+    x * if u >= 0.0 { 1.0 } else { e } / (1.0 + e)
 }
 
-/// NEOX RoPE: dimension i rotates with i + head_dim/2, frequency base^(−2i/head_dim).
-fn rope_neox(head: &mut [f32], pos: usize, base: f32) {
+/// NEOX RoPE: dimension i rotates with i + head_dim/2, by pair i's angle.
+fn rope_neox(head: &mut [f32], angles: &RopeAngles) {
     let half = head.len() / 2;
-    for i in 0..half {
-        let theta = pos as f32 * libm::powf(base, -2.0 * i as f32 / head.len() as f32);
-        let (sin, cos) = libm::sincosf(theta);
-        let (a, b) = (head[i], head[i + half]);
-        head[i] = a * cos - b * sin;
-        head[i + half] = a * sin + b * cos;
+    let (first, second) = head.split_at_mut(half);
+    for (((a, b), &cos), &sin) in first.iter_mut().zip(second).zip(&angles.cos).zip(&angles.sin) {
+        (*a, *b) = (*a * cos - *b * sin, *a * sin + *b * cos);
+    }
+}
+
+/// NEOX RoPE frequencies: pair i turns at base^(−2i/head_dim).
+fn rope_neox_angles(base: f32, head_dim: usize) -> RopeAngles {
+    RopeAngles::new((0..head_dim / 2).map(|i| libm::powf(base, -2.0 * i as f32 / head_dim as f32)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sigmoid form equals ggml's `½x(1 + tanh u)` to f32 rounding, both tails included.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn gelu_matches_the_tanh_form() {
+        let mut worst = 0.0f64;
+        for i in -40_000..=40_000 {
+            let x = i as f32 / 2000.0;
+            let u = 0.797_884_6 * f64::from(x) * (1.0 + 0.044_715 * f64::from(x) * f64::from(x));
+            let want = 0.5 * f64::from(x) * (1.0 + u.tanh());
+            worst = worst.max((f64::from(gelu_tanh(x)) - want).abs() / f64::from(x.abs()).max(1.0));
+        }
+        assert!(worst < 4e-7, "worst error {worst:e}");
+        assert_eq!(gelu_tanh(0.0), 0.0);
+        assert!(gelu_tanh(-100.0).abs() < 1e-30);
+    }
+
+    /// Angles set once per position rotate as `base^(−2i/d)` at that position would.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn rope_rotates_each_pair_by_its_position_angle() {
+        let mut angles = rope_neox_angles(10_000.0, 8);
+        angles.set_position(3);
+        let mut head = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        rope_neox(&mut head, &angles);
+        for i in 0..4 {
+            let theta = 3.0 * 10_000f64.powf(-2.0 * i as f64 / 8.0);
+            let (a, b) = ((i + 1) as f64, (i + 5) as f64);
+            assert!((f64::from(head[i]) - (a * theta.cos() - b * theta.sin())).abs() < 1e-5, "pair {i}");
+            assert!((f64::from(head[i + 4]) - (a * theta.sin() + b * theta.cos())).abs() < 1e-5, "pair {i}");
+        }
     }
 }

@@ -9,7 +9,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
-use super::ops::{add, rmsnorm};
+use super::ops::{add, rmsnorm, RopeAngles};
 use super::{group_for, Gemv, ModelError};
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::lut::Tables;
@@ -165,6 +165,18 @@ impl Llama {
 
     /// Logits for `token` at position `pos`; positions must be fed in order from 0.
     pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        self.feed(gemv, s, token, pos)?;
+        // final norm and classifier
+        rmsnorm(&mut s.xb, &s.x, &self.rms_final, self.config.norm_eps);
+        let t = s.tables_dim.build(&s.xb)?;
+        let r = residual(&mut s.residual_dim, &s.xb, t)?;
+        product(gemv, &self.classifier, t, r, &mut s.logits, &mut s.scratch)?;
+        Ok(&s.logits)
+    }
+
+    /// `forward` without the logits: puts `token` at `pos` into the cache, for prompt
+    /// tokens whose prediction nobody reads.
+    pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut State, token: u32, pos: usize) -> Result<(), ModelError> {
         let c = &self.config;
         if token as usize >= c.vocab_size {
             return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
@@ -173,6 +185,7 @@ impl Llama {
             return Err(ModelError::ContextFull { pos, context: s.context });
         }
         let (dim, head_size) = (c.dim, c.head_size());
+        s.rope.set_position(pos);
         s.x.copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
 
         for (l, layer) in self.layers.iter().enumerate() {
@@ -183,7 +196,7 @@ impl Llama {
             product(gemv, &layer.wq, t, r, &mut s.q, &mut s.scratch)?;
             product(gemv, &layer.wk, t, r, &mut s.k, &mut s.scratch)?;
             product(gemv, &layer.wv, t, r, &mut s.v, &mut s.scratch)?;
-            rope(&mut s.q, &mut s.k, pos, head_size, c.rope_theta);
+            rope(&mut s.q, &mut s.k, head_size, &s.rope);
 
             // the new key and value into the cache, attention over positions 0..=pos
             s.cache.store(l, pos, &s.k, &s.v);
@@ -209,13 +222,7 @@ impl Llama {
             product(gemv, &layer.w2, t, r, &mut s.xb, &mut s.scratch)?;
             add(&mut s.x, &s.xb);
         }
-
-        // final norm and classifier
-        rmsnorm(&mut s.xb, &s.x, &self.rms_final, c.norm_eps);
-        let t = s.tables_dim.build(&s.xb)?;
-        let r = residual(&mut s.residual_dim, &s.xb, t)?;
-        product(gemv, &self.classifier, t, r, &mut s.logits, &mut s.scratch)?;
-        Ok(&s.logits)
+        Ok(())
     }
 }
 
@@ -239,6 +246,8 @@ pub struct State {
     residual_hidden: Option<OwnedTables>,
     /// The residual products, before they are added.
     scratch: Vec<f32>,
+    /// The current position's rotary angles.
+    rope: RopeAngles,
 }
 
 impl State {
@@ -274,6 +283,7 @@ impl State {
             residual_dim: fine.then(|| OwnedTables::new(c.dim, model.group_dim)).transpose()?,
             residual_hidden: fine.then(|| OwnedTables::new(c.hidden_dim, model.group_hidden)).transpose()?,
             scratch: vec![0.0; if fine { c.vocab_size.max(c.hidden_dim).max(c.dim) } else { 0 }],
+            rope: rope_angles(c.rope_theta, c.head_size()),
         })
     }
 
@@ -317,17 +327,18 @@ fn product<G: Gemv>(
     Ok(())
 }
 
-/// llama2.c's RoPE: rotate adjacent pairs (i, i+1), frequency by position within the head.
-fn rope(q: &mut [f32], k: &mut [f32], pos: usize, head_size: usize, theta: f32) {
-    for i in (0..q.len()).step_by(2) {
-        let freq = 1.0 / libm::powf(theta, (i % head_size) as f32 / head_size as f32);
-        let (sin, cos) = libm::sincosf(pos as f32 * freq);
-        for v in [&mut *q, &mut *k] {
-            if i + 1 < v.len() {
-                let (a, b) = (v[i], v[i + 1]);
-                v[i] = a * cos - b * sin;
-                v[i + 1] = a * sin + b * cos;
-            }
+/// llama2.c's RoPE: rotate adjacent pairs (2j, 2j + 1) of every head by pair j's angle.
+fn rope(q: &mut [f32], k: &mut [f32], head_size: usize, angles: &RopeAngles) {
+    for head in q.chunks_exact_mut(head_size).chain(k.chunks_exact_mut(head_size)) {
+        for ((pair, &cos), &sin) in head.chunks_exact_mut(2).zip(&angles.cos).zip(&angles.sin) {
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * cos - b * sin;
+            pair[1] = a * sin + b * cos;
         }
     }
+}
+
+/// llama2.c's RoPE frequencies: pair j of a head turns at 1 / theta^(2j/head_size).
+fn rope_angles(theta: f32, head_size: usize) -> RopeAngles {
+    RopeAngles::new((0..head_size / 2).map(|j| 1.0 / libm::powf(theta, (2 * j) as f32 / head_size as f32)).collect())
 }

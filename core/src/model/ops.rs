@@ -24,3 +24,26 @@ pub(crate) fn add(x: &mut [f32], y: &[f32]) {
         *a += b;
     }
 }
+
+/// Rotary-embedding angles for one frequency set: the frequencies computed once, and the
+/// cos / sin of one position at a time, shared by every head and layer that rotates with
+/// them (a `powf` and a `sincosf` per pair per head per layer cost more than the rotation).
+pub(crate) struct RopeAngles {
+    freq: alloc::vec::Vec<f32>,
+    pub(crate) cos: alloc::vec::Vec<f32>,
+    pub(crate) sin: alloc::vec::Vec<f32>,
+}
+
+impl RopeAngles {
+    /// Pair `i` turns by `pos · freq[i]`.
+    pub(crate) fn new(freq: alloc::vec::Vec<f32>) -> RopeAngles {
+        let n = freq.len();
+        RopeAngles { freq, cos: alloc::vec![1.0; n], sin: alloc::vec![0.0; n] }
+    }
+
+    pub(crate) fn set_position(&mut self, pos: usize) {
+        for ((&f, c), s) in self.freq.iter().zip(&mut self.cos).zip(&mut self.sin) {
+            (*s, *c) = libm::sincosf(pos as f32 * f);
+        }
+    }
+}
