@@ -245,15 +245,16 @@ fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &Calibra
     let wanted = opts.keys.min(tokens.len());
     let mut fed = 0usize;
     let mut bar = Progress::new("collecting keys and queries", wanted);
-    'chunks: for chunk in tokens.chunks(shape.context) {
-        for (pos, &token) in chunk.iter().enumerate() {
-            let input = if pos == 0 { loaded.bos() } else { token };
-            loaded.feed(&gemv, &mut session, input, pos)?;
-            fed += 1;
+    for chunk in tokens.chunks(shape.context) {
+        let mut chunk = chunk[..chunk.len().min(wanted - fed)].to_vec();
+        chunk[0] = loaded.bos();
+        for (i, batch) in chunk.chunks(256).enumerate() {
+            loaded.feed_batch(&gemv, &mut session, batch, i * 256)?;
+            fed += batch.len();
             bar.update(fed, "tokens");
-            if fed >= wanted {
-                break 'chunks;
-            }
+        }
+        if fed >= wanted {
+            break;
         }
     }
     bar.finish();

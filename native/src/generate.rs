@@ -24,6 +24,9 @@ impl Gemv for PoolGemv<'_> {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
         crate::parallel::gemv(self.0, Isa::best_for(m.layout().interleave), m, tables, y)
     }
+    fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+        crate::parallel::gemm(self.0, Isa::best_for(m.layout().interleave), m, tables, ys)
+    }
     fn parallel(&self) -> &dyn Parallel {
         self.0
     }
@@ -133,13 +136,13 @@ pub fn run(opts: &RunOptions) -> Result<(), String> {
     }
     let mut tokens = prompt.clone();
     let mut timing = Timing { prompt_s: 0.0, gen_s: 0.0, prompt_tokens: prompt.len(), generated: 0 };
-    for pos in 0..total - 1 {
+    // the prompt but its last token in batches; the last one's logits start generation
+    let t = Instant::now();
+    let fed = prompt.len().saturating_sub(1).min(total - 1);
+    loaded.feed_batch(&gemv, &mut session, &prompt[..fed], 0)?;
+    timing.prompt_s += t.elapsed().as_secs_f64();
+    for pos in fed..total - 1 {
         let t = Instant::now();
-        if pos + 1 < prompt.len() {
-            loaded.feed(&gemv, &mut session, tokens[pos], pos)?;
-            timing.prompt_s += t.elapsed().as_secs_f64();
-            continue;
-        }
         let logits = loaded.forward(&gemv, &mut session, tokens[pos], pos)?;
         let next = sampler.sample(logits, &tokens, &mut scratch).map_err(|e| e.to_string())?;
         timing.gen_s += t.elapsed().as_secs_f64();
@@ -367,6 +370,19 @@ impl Loaded {
         .map_err(|e| e.to_string())
     }
 
+    /// `feed` for `tokens` at `first_pos..`: Gemma in batches over one pass of the
+    /// weights each (the same cache, bit for bit), llama2.c models one at a time.
+    pub fn feed_batch(&self, gemv: &PoolGemv<'_>, s: &mut Session, tokens: &[u32], first_pos: usize) -> Result<(), String> {
+        match (self, s) {
+            (Loaded::Llama { model, .. }, Session::Llama(st)) => {
+                tokens.iter().enumerate().try_for_each(|(i, &t)| model.feed(gemv, st, t, first_pos + i))
+            }
+            (Loaded::Gemma { model, .. }, Session::Gemma(st)) => model.feed_batch(gemv, st, tokens, first_pos),
+            _ => unreachable!("sessions are made by their own model"),
+        }
+        .map_err(|e| e.to_string())
+    }
+
     /// `forward` without the logits (the LM head): for prompt tokens before the last.
     pub fn feed(&self, gemv: &PoolGemv<'_>, s: &mut Session, token: u32, pos: usize) -> Result<(), String> {
         match (self, s) {
@@ -441,17 +457,16 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize, atten
     let (mut nll, mut scored) = (0.0f64, 0usize);
     for chunk in tokens.chunks_exact(ctx).take(chunks) {
         let first = ctx / 2;
-        for pos in 0..ctx - 1 {
-            let input = if pos == 0 { bos } else { chunk[pos] };
-            if pos < first {
-                loaded.feed(&gemv, &mut session, input, pos)?;
-            } else {
-                let logits = loaded.forward(&gemv, &mut session, input, pos)?;
-                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-                let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-                nll += max + sum.ln() - logits[chunk[pos + 1] as usize] as f64;
-                scored += 1;
-            }
+        let mut unscored = chunk[..first].to_vec();
+        unscored[0] = bos;
+        loaded.feed_batch(&gemv, &mut session, &unscored, 0)?;
+        // ctx ≥ 4, so the first scored position is not the BOS slot
+        for pos in first..ctx - 1 {
+            let logits = loaded.forward(&gemv, &mut session, chunk[pos], pos)?;
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+            nll += max + sum.ln() - logits[chunk[pos + 1] as usize] as f64;
+            scored += 1;
         }
     }
     let (keys, key_bytes) = (session.cache().describe(), session.cache().key_bytes());
@@ -499,15 +514,15 @@ pub struct ModelBench {
     pub attention: Attention,
 }
 
-/// Feed `depth` tokens (one at a time; lutra has no batched prefill yet), reporting
-/// progress on stderr when it takes long.
+/// Feed `depth` tokens, reporting progress on stderr when it takes long.
 fn fill_depth(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, depth: usize) -> Result<(), String> {
     let vocab = loaded.vocab_size();
     let mut bar = (depth >= 256).then(|| Progress::new(format!("filling the context to depth {depth}"), depth));
-    for pos in 0..depth {
-        loaded.feed(gemv, session, ((pos * 7919) % vocab) as u32, pos)?;
+    let tokens: Vec<u32> = (0..depth).map(|pos| ((pos * 7919) % vocab) as u32).collect();
+    for (i, batch) in tokens.chunks(256).enumerate() {
+        loaded.feed_batch(gemv, session, batch, i * 256)?;
         if let Some(bar) = bar.as_mut() {
-            bar.update(pos + 1, "tokens");
+            bar.update(i * 256 + batch.len(), "tokens");
         }
     }
     if let Some(bar) = bar.as_mut() {
@@ -516,16 +531,14 @@ fn fill_depth(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, depth
     Ok(())
 }
 
-/// lutra's prompt processing for `bench model`: `pp` tokens fed one at a time from
-/// position `from` (no batched prefill yet), logits for the last one only, as llama.cpp
-/// computes them. Returns seconds.
+/// lutra's prompt processing for `bench model`: `pp` tokens from position `from`, in
+/// batches (Gemma), logits for the last one only, as llama.cpp computes them. Returns seconds.
 fn lutra_pp(loaded: &Loaded, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
     let vocab = loaded.vocab_size();
     let token = |pos: usize| ((pos * 7919) % vocab) as u32;
+    let batch: Vec<u32> = (from..(from + pp).saturating_sub(1)).map(token).collect();
     let t = Instant::now();
-    for pos in from..(from + pp).saturating_sub(1) {
-        loaded.feed(gemv, session, token(pos), pos)?;
-    }
+    loaded.feed_batch(gemv, session, &batch, from)?;
     if pp > 0 {
         let last = from + pp - 1;
         loaded.forward(gemv, session, token(last), last)?;

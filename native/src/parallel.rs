@@ -1,7 +1,7 @@
 //! GEMV rows split across threads: tiles handed out in chunks (see `pool`).
 
 use lutra_core::model::kv::{AttentionPiece, Parallel};
-use lutra_core::{gemv_tiles, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
+use lutra_core::{gemm_chunk_tiles, gemv_tiles, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
 
 use crate::pool::{ChunkCounter, DisjointSlice, Pool};
 
@@ -31,6 +31,37 @@ pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
             let y = unsafe { out.range_mut(rows) };
             if let Err(e) = gemv_tiles(isa, m, tables, tiles, y) {
                 first_error.lock().unwrap().get_or_insert(e);
+            }
+        }
+    });
+    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+}
+
+/// A batch of tokens' products (`ys` token-major) on every thread of `pool`: threads take
+/// chunks of tiles, and each runs every token over its chunk while it is in cache.
+pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+    let l = *m.layout();
+    if ys.len() != tables.len() * l.rows {
+        return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
+    }
+    if pool.threads() == 1 {
+        return lutra_core::gemm(m, tables, ys);
+    }
+    let per_chunk = gemm_chunk_tiles(m);
+    let counter = ChunkCounter::new(l.tiles().div_ceil(per_chunk), 1);
+    let out = DisjointSlice::new(ys);
+    let first_error = std::sync::Mutex::new(None);
+    pool.run(|_| {
+        while let Some(chunks) = counter.next() {
+            let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
+            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);
+            for (b, t) in tables.iter().enumerate() {
+                // SAFETY: each chunk comes from the counter exactly once, so these rows
+                // of token b are written by this call only.
+                let y = unsafe { out.range_mut(b * l.rows + rows.start..b * l.rows + rows.end) };
+                if let Err(e) = gemv_tiles(isa, m, *t, tiles.clone(), y) {
+                    first_error.lock().unwrap().get_or_insert(e);
+                }
             }
         }
     });
@@ -139,5 +170,31 @@ mod tests {
         gemv_rayon(Isa::best(), &m, tables, &mut y).unwrap();
         assert_eq!(y, want, "rayon");
         assert!(matches!(gemv(&Pool::new(2), Isa::best(), &m, tables, &mut [0.0; 3]), Err(Error::BufferSize { .. })));
+    }
+
+    /// A batch's products, on 1–3 threads and from the core loop, are each token's GEMV
+    /// bit for bit, over a matrix of several chunks (so chunks and tokens both vary).
+    #[test]
+    fn batched_products_equal_one_gemv_per_token() {
+        let (rows, cols, batch) = (1000, 512, 5);
+        let w = crate::bench::normals(rows * cols, 11, 0.05);
+        let m = PackedMatrix::quantize(&w, rows, cols, 4, 64, Offset::Min).unwrap();
+        assert!(gemm_chunk_tiles(&m) < m.layout().tiles(), "the matrix must span several chunks");
+        let mut owned: Vec<OwnedTables> = (0..batch).map(|_| OwnedTables::new(cols, 64).unwrap()).collect();
+        let mut want = vec![0.0; batch * rows];
+        for (b, (t, y)) in owned.iter_mut().zip(want.chunks_exact_mut(rows)).enumerate() {
+            let tables = t.build(&crate::bench::normals(cols, 20 + b as u64, 1.0)).unwrap();
+            lutra_core::gemv(&m, tables, y).unwrap();
+        }
+        let tables: Vec<Tables<'_>> = owned.iter().map(OwnedTables::view).collect();
+        let mut y = vec![f32::NAN; batch * rows];
+        lutra_core::gemm(&m, &tables, &mut y).unwrap();
+        assert_eq!(y, want, "core loop");
+        for threads in 1..=3 {
+            let mut y = vec![f32::NAN; batch * rows];
+            gemm(&Pool::new(threads), Isa::best_for(m.layout().interleave), &m, &tables, &mut y).unwrap();
+            assert_eq!(y, want, "pool of {threads}");
+        }
+        assert!(matches!(gemm(&Pool::new(2), Isa::best(), &m, &tables, &mut [0.0; 3]), Err(Error::BufferSize { .. })));
     }
 }

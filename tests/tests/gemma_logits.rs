@@ -94,3 +94,30 @@ fn gemma3_270m_agrees_with_llama_cpp() {
     assert!(decisive >= 128, "only {decisive} decisive positions");
     assert!(decisive_rate >= MIN_TOP1_AGREEMENT, "top-1 agreement on decisive positions {decisive_rate} below {MIN_TOP1_AGREEMENT}");
 }
+
+/// Batched prefill (`feed_batch`, 32 tokens per pass over the weights) leaves the cache
+/// that feeding one token at a time does: the logits after it match bit for bit, past
+/// the 512-position window of the sliding layers and across several batches.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn batched_prefill_equals_token_by_token() {
+    let golden = Golden::load(&golden_path(GEMMA3_270M_GPL3)).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma-3-270m-q4_k_m.gguf");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}\n  run `cargo xtask models gemma` first", path.display()));
+    let model = Gemma3::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    // 600 positions of the golden text, cycled
+    let tokens: Vec<u32> = golden.tokens.iter().copied().cycle().take(600).collect();
+    let (last, prompt) = tokens.split_last().unwrap();
+    let (mut one, mut batched) = (Gemma3State::new(&model, 1024).unwrap(), Gemma3State::new(&model, 1024).unwrap());
+    for (pos, &token) in prompt.iter().enumerate() {
+        model.feed(&SingleThread, &mut one, token, pos).unwrap();
+    }
+    // uneven pieces: a batch may start anywhere
+    model.feed_batch(&SingleThread, &mut batched, &prompt[..45], 0).unwrap();
+    model.feed_batch(&SingleThread, &mut batched, &prompt[45..], 45).unwrap();
+    let want = model.forward(&SingleThread, &mut one, *last, prompt.len()).unwrap().to_vec();
+    let got = model.forward(&SingleThread, &mut batched, *last, prompt.len()).unwrap();
+    assert!(want.iter().all(|x| x.is_finite()));
+    assert_eq!(got, &want[..]);
+    assert!(matches!(model.feed_batch(&SingleThread, &mut batched, &[1, 2], 1023), Err(lutra_core::model::ModelError::ContextFull { .. })));
+}

@@ -508,6 +508,35 @@ pub fn gemv_tiles<B: AsRef<[u8]>>(
     dispatch(isa, &job, tiles, &mut epi)
 }
 
+/// Bytes of weights a batched product reads per chunk of tiles: small enough that the
+/// chunk stays in L1/L2 while every token of the batch runs over it.
+const GEMM_CHUNK_BYTES: usize = 48 * 1024;
+
+/// Tiles per chunk of `m` for `gemm` (at least one).
+pub fn gemm_chunk_tiles<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> usize {
+    let tiles = m.layout().tiles().max(1);
+    (GEMM_CHUNK_BYTES * tiles / m.as_bytes().len().max(1)).clamp(1, tiles)
+}
+
+/// `y_b = W·x_b` for a batch of tokens' tables, `ys` token-major (`tables.len() × rows`):
+/// each token's rows are what `gemv` gives it, bit for bit, but W is read from memory
+/// once per chunk of tiles for the whole batch instead of once per token (prefill).
+pub fn gemm<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+    let l = m.layout();
+    if ys.len() != tables.len() * l.rows {
+        return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
+    }
+    let (isa, per_chunk) = (Isa::best_for(l.interleave), gemm_chunk_tiles(m));
+    for start in (0..l.tiles()).step_by(per_chunk) {
+        let tiles = start..(start + per_chunk).min(l.tiles());
+        let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);
+        for (t, y) in tables.iter().zip(ys.chunks_exact_mut(l.rows)) {
+            gemv_tiles(isa, m, *t, tiles.clone(), &mut y[rows.clone()])?;
+        }
+    }
+    Ok(())
+}
+
 /// The integer accumulators `[tile][group][32]` (rows padded to whole tiles): the
 /// quantity every ISA must reproduce exactly.
 pub fn gemv_integer<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, out: &mut [i32]) -> Result<(), Error> {

@@ -19,7 +19,7 @@ use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
 use super::{Gemv, ModelError};
 use crate::gguf::Gguf;
-use crate::OwnedTables;
+use crate::{OwnedTables, Tables};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemma3Config {
@@ -279,6 +279,171 @@ impl Gemma3 {
     }
 }
 
+/// Tokens a batched prefill runs over one pass of the weights.
+pub const PREFILL_BATCH: usize = 32;
+
+impl Gemma3 {
+    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
+    /// one pass of each weight matrix (prefill): the cache and every later logit are what
+    /// feeding them one by one gives, bit for bit.
+    pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let c = &self.config;
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
+        }
+        if first_pos + tokens.len() > s.context {
+            return Err(ModelError::ContextFull { pos: first_pos.max(s.context), context: s.context });
+        }
+        if s.batch.is_none() {
+            s.batch = Some(Box::new(Batch::new(self)?));
+        }
+        for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
+            self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
+        }
+        Ok(())
+    }
+
+    fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let c = &self.config;
+        let Some(b) = s.batch.as_deref_mut() else { return Ok(()) };
+        let (n, dim, hd, qd, kvd) = (tokens.len(), c.dim, c.head_dim, c.q_dim(), c.kv_dim());
+        let scale = libm::sqrtf(c.dim as f32);
+        for (i, &token) in tokens.iter().enumerate() {
+            let x = &mut b.x[i * dim..(i + 1) * dim];
+            self.token_embd.dequantize_row(token as usize, x)?;
+            x.iter_mut().for_each(|v| *v *= scale);
+            b.rope_global[i].set_position(first_pos + i);
+            b.rope_local[i].set_position(first_pos + i);
+        }
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            // attention: norm, q k v, QK-norm, rope
+            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+                rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
+            }
+            batch_product(gemv, &layer.wq, &mut b.tables, &b.xb, n, &mut b.q)?;
+            batch_product(gemv, &layer.wk, &mut b.tables, &b.xb, n, &mut b.k)?;
+            batch_product(gemv, &layer.wv, &mut b.tables, &b.xb, n, &mut b.v)?;
+            let angles = if c.is_global(l) { &b.rope_global } else { &b.rope_local };
+            for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(angles) {
+                for head in q.chunks_exact_mut(hd) {
+                    rmsnorm_in_place(head, &layer.q_norm, c.norm_eps);
+                    rope_neox(head, angles);
+                }
+                for head in k.chunks_exact_mut(hd) {
+                    rmsnorm_in_place(head, &layer.k_norm, c.norm_eps);
+                    rope_neox(head, angles);
+                }
+            }
+            // each token stores, then attends (a ring must not yet hold later tokens)
+            for i in 0..n {
+                let pos = first_pos + i;
+                s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
+                let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
+                let (q, out) = (&b.q[i * qd..(i + 1) * qd], &mut b.attn[i * qd..(i + 1) * qd]);
+                s.cache.attend_with(gemv.parallel(), l, first, pos, q, 1.0 / libm::sqrtf(hd as f32), out);
+            }
+
+            // output, post-attention norm, residual
+            batch_product(gemv, &layer.wo, &mut b.tables, &b.attn, n, &mut b.xb)?;
+            for (x, xb) in first_rows(&mut b.x, n, dim).zip(b.xb.chunks_exact_mut(dim)) {
+                rmsnorm_in_place(xb, &layer.post_attn_norm, c.norm_eps);
+                add(x, xb);
+            }
+
+            // ffn: norm, GeGLU, down, post-ffn norm, residual
+            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+                rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
+            }
+            batch_product(gemv, &layer.w_gate, &mut b.tables, &b.xb, n, &mut b.hb)?;
+            batch_product(gemv, &layer.w_up, &mut b.tables, &b.xb, n, &mut b.hb2)?;
+            for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
+                *g = gelu_tanh(*g) * u;
+            }
+            batch_product(gemv, &layer.w_down, &mut b.tables, &b.hb, n, &mut b.xb)?;
+            for (x, xb) in first_rows(&mut b.x, n, dim).zip(b.xb.chunks_exact_mut(dim)) {
+                rmsnorm_in_place(xb, &layer.post_ffn_norm, c.norm_eps);
+                add(x, xb);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first `n` rows of `width` values of a token-major buffer.
+fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExactMut<'_, f32> {
+    v[..n * width].chunks_exact_mut(width)
+}
+
+/// `ys[i] = m · xs[i]` for the first `n` rows of `xs`, over one table set per token.
+fn batch_product<G: Gemv>(gemv: &G, m: &Matrix, sets: &mut [TokenTables], xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
+    let l = m.layout();
+    let (_, set) =
+        sets.iter_mut().find(|(key, _)| *key == (l.cols, l.group)).expect("tables for every (cols, group) are made in Batch::new");
+    for (t, x) in set.iter_mut().zip(xs.chunks_exact(l.cols)).take(n) {
+        t.build(x)?;
+    }
+    let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
+    gemv.gemm(m, &views[..n], &mut ys[..n * l.rows])?;
+    Ok(())
+}
+
+/// One table set per token of a batch, for matrices of (columns, group).
+type TokenTables = ((usize, usize), Vec<OwnedTables>);
+
+/// Working memory of a batched prefill: `PREFILL_BATCH` tokens' activations, tables and
+/// rotary angles, token-major.
+struct Batch {
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    tables: Vec<TokenTables>,
+    rope_global: Vec<RopeAngles>,
+    rope_local: Vec<RopeAngles>,
+}
+
+impl Batch {
+    fn new(model: &Gemma3) -> Result<Batch, ModelError> {
+        let (c, n) = (&model.config, PREFILL_BATCH);
+        let mut tables = Vec::new();
+        for (cols, group) in table_keys(model) {
+            let set = (0..n).map(|_| OwnedTables::new(cols, group)).collect::<Result<Vec<_>, _>>()?;
+            tables.push(((cols, group), set));
+        }
+        Ok(Batch {
+            x: vec![0.0; n * c.dim],
+            xb: vec![0.0; n * c.dim],
+            q: vec![0.0; n * c.q_dim()],
+            k: vec![0.0; n * c.kv_dim()],
+            v: vec![0.0; n * c.kv_dim()],
+            attn: vec![0.0; n * c.q_dim()],
+            hb: vec![0.0; n * c.hidden_dim],
+            hb2: vec![0.0; n * c.hidden_dim],
+            tables,
+            rope_global: (0..n).map(|_| rope_neox_angles(c.rope_global, c.head_dim)).collect(),
+            rope_local: (0..n).map(|_| rope_neox_angles(c.rope_local, c.head_dim)).collect(),
+        })
+    }
+}
+
+/// The (columns, group) of every matrix the model multiplies by.
+fn table_keys(model: &Gemma3) -> Vec<(usize, usize)> {
+    let mut keys: Vec<(usize, usize)> = vec![(model.config.dim, model.token_embd.layout().group)];
+    for l in &model.layers {
+        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+            keys.push((m.layout().cols, m.layout().group));
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
 struct Activations {
     x: Vec<f32>,
     xb: Vec<f32>,
@@ -313,6 +478,8 @@ pub struct Gemma3State {
     /// The current position's angles, for global and for sliding-window layers.
     rope_global: RopeAngles,
     rope_local: RopeAngles,
+    /// `feed_batch`'s working memory, made on its first call.
+    batch: Option<Box<Batch>>,
 }
 
 impl Gemma3State {
@@ -329,14 +496,7 @@ impl Gemma3State {
         if cache.shape() != model.attention_shape(context) {
             return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
         }
-        let mut keys: Vec<(usize, usize)> = vec![(c.dim, model.token_embd.layout().group)];
-        for l in &model.layers {
-            for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
-                keys.push((m.layout().cols, m.layout().group));
-            }
-        }
-        keys.sort_unstable();
-        keys.dedup();
+        let keys = table_keys(model);
         let mut sets = Vec::with_capacity(keys.len());
         for (cols, group) in keys {
             sets.push(((cols, group), OwnedTables::new(cols, group)?));
@@ -358,6 +518,7 @@ impl Gemma3State {
             cache,
             rope_global: rope_neox_angles(c.rope_global, c.head_dim),
             rope_local: rope_neox_angles(c.rope_local, c.head_dim),
+            batch: None,
         })
     }
 

@@ -100,6 +100,10 @@ impl From<crate::llama2c::Llama2cError> for ModelError {
 /// (`SingleThread`), or split across a pool (the `lutra` crate's `PoolGemv`).
 pub trait Gemv {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error>;
+    /// A batch of tokens' products, `ys` token-major: see `crate::gemm`.
+    fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+        crate::gemm(m, tables, ys)
+    }
     /// Who runs attention's pieces; the calling thread unless overridden.
     fn parallel(&self) -> &dyn kv::Parallel {
         &SingleThread
