@@ -579,7 +579,7 @@ pub struct VsLlamaCpp {
 /// time lutra's pp and tg and llama.cpp's pp and tg (which engine goes first alternates
 /// from round to round; llama.cpp's spinning workers are parked and lutra's idle ones
 /// left to park before the other engine is timed). llama.cpp's pp decodes the prompt as
-/// one batch, like llama-bench; lutra's feeds it one token at a time.
+/// one batch, like llama-bench; lutra's feeds it in `PREFILL_BATCH`-token batches.
 #[cfg(feature = "llamacpp")]
 pub fn bench_model_vs_llamacpp(loaded: &Loaded, path: &Path, threads: usize, spec: &ModelBench) -> Result<VsLlamaCpp, String> {
     use crate::llamacpp_model::LlamaCppModel;

@@ -572,7 +572,7 @@ fn bench_model_vs_llamacpp(a: &BenchModelArgs, loaded: &lutra::generate::Loaded,
                 r.pp, r.tg, r.depth, r.rounds
             );
             println!(
-                "# pp: lutra feeds the prompt one token at a time (no batched prefill yet), llama.cpp as one batch; both compute logits for the last prompt token only. tg: one token per decode, after the first {} positions",
+                "# pp: lutra feeds the prompt in batches of 32 tokens per pass over the weights, llama.cpp as one batch; both compute logits for the last prompt token only. tg: one token per decode, after the first {} positions",
                 r.depth
             );
         }
