@@ -8,7 +8,7 @@ use lutra_core::quant::convert::{
     Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES,
     TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
 };
-use lutra_core::{gemv, gemv_integer, gemv_tiles, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
+use lutra_core::{gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -97,6 +97,42 @@ fn every_isa_equals_scalar_for_every_format() {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The two-token product (prefill) gives each token exactly its own GEMV's floats, for
+/// every width, offset, scale format and group size, over a range of tiles that ends in
+/// a partial tile, on every ISA that reads the layout.
+#[test]
+fn two_token_products_equal_each_tokens_gemv() {
+    let mut rng = Rng(31);
+    for bits in 1..=8u8 {
+        for (group, offset) in [(16, Offset::Min), (64, Offset::Symmetric), (128, Offset::Zero(((1u16 << bits) / 2) as u8))] {
+            let cols = 256;
+            let packed = PackedMatrix::quantize(&rng.vec(ROWS * cols, 0.05), ROWS, cols, bits, group, offset).unwrap();
+            let (x0, x1) = (rng.vec(cols, 1.0), rng.vec(cols, 1.0));
+            let (mut t0, mut t1) = (OwnedTables::new(cols, group).unwrap(), OwnedTables::new(cols, group).unwrap());
+            let tables = [t0.build(&x0).unwrap(), t1.build(&x1).unwrap()];
+            for (interleave, scales) in
+                [(Interleave::Permute, ScaleFormat::F16), (Interleave::Permute, ScaleFormat::F32), (Interleave::Shuffle, ScaleFormat::F16)]
+            {
+                let m = PackedMatrix::relayout(&packed, packed.layout().with_interleave(interleave).with_scales(scales)).unwrap();
+                let tiles = 1..m.layout().tiles();
+                let rows = ROWS - 32;
+                for isa in Isa::available().filter(|i| i.accepts(interleave)) {
+                    let mut want = [vec![0.0; rows], vec![0.0; rows]];
+                    for (t, y) in tables.iter().zip(&mut want) {
+                        gemv_tiles(isa, &m, *t, tiles.clone(), y).unwrap();
+                    }
+                    let (mut y0, mut y1) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
+                    gemv_tiles_pair(isa, &m, tables, tiles.clone(), [&mut y0, &mut y1]).unwrap();
+                    assert_eq!([y0, y1], want, "{} bits={bits} group={group} {offset:?} {scales:?}", isa.name());
+                }
+                let mut short = vec![0.0; rows - 1];
+                let err = gemv_tiles_pair(Isa::best_for(interleave), &m, tables, tiles.clone(), [&mut vec![0.0; rows], &mut short]).unwrap_err();
+                assert!(matches!(err, Error::BufferSize { .. }), "{err:?}");
             }
         }
     }

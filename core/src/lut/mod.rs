@@ -530,11 +530,51 @@ pub fn gemm<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut
     for start in (0..l.tiles()).step_by(per_chunk) {
         let tiles = start..(start + per_chunk).min(l.tiles());
         let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);
-        for (t, y) in tables.iter().zip(ys.chunks_exact_mut(l.rows)) {
-            gemv_tiles(isa, m, *t, tiles.clone(), &mut y[rows.clone()])?;
+        let mut outs = ys.chunks_exact_mut(l.rows);
+        for pair in tables.chunks(2) {
+            match (pair, outs.next(), outs.next()) {
+                ([t0, t1], Some(y0), Some(y1)) => {
+                    gemv_tiles_pair(isa, m, [*t0, *t1], tiles.clone(), [&mut y0[rows.clone()], &mut y1[rows.clone()]])?
+                }
+                ([t], Some(y), None) => gemv_tiles(isa, m, *t, tiles.clone(), &mut y[rows.clone()])?,
+                _ => unreachable!("ys holds tables.len() rows of outputs (checked above)"),
+            }
         }
     }
     Ok(())
+}
+
+/// `gemv_tiles` for two tokens' tables over the same tiles: on AVX-512 VBMI each weight
+/// byte is loaded once for both (prefill), elsewhere two calls. Each `y` is what
+/// `gemv_tiles` writes, bit for bit.
+pub fn gemv_tiles_pair<B: AsRef<[u8]>>(
+    isa: Isa,
+    m: &PackedMatrix<B>,
+    tables: [Tables<'_>; 2],
+    tiles: Range<usize>,
+    ys: [&mut [f32]; 2],
+) -> Result<(), Error> {
+    let [y0, y1] = ys;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(m.layout().interleave) {
+        let (j0, j1) = (Job::new(m, tables[0])?, Job::new(m, tables[1])?);
+        let l = &j0.layout;
+        if tiles.start > tiles.end || tiles.end > l.tiles() {
+            return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols });
+        }
+        let rows = (tiles.end * TILE_ROWS).min(l.rows).saturating_sub(tiles.start * TILE_ROWS);
+        for y in [&*y0, &*y1] {
+            if y.len() != rows {
+                return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
+            }
+        }
+        // SAFETY: the ISA is available; both jobs are validated against the one matrix,
+        // and each `y` holds exactly the rows of `tiles`.
+        unsafe { x86_64::avx512vbmi::run_float_pair([&j0, &j1], tiles, [y0, y1]) };
+        return Ok(());
+    }
+    gemv_tiles(isa, m, tables[0], tiles.clone(), y0)?;
+    gemv_tiles(isa, m, tables[1], tiles, y1)
 }
 
 /// The integer accumulators `[tile][group][32]` (rows padded to whole tiles): the

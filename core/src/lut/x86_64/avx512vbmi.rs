@@ -51,6 +51,40 @@ unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m5
     (rows_lo, rows_hi)
 }
 
+/// `rows` for two tokens at once: each 64 weight bytes are loaded and split into nibble
+/// indices once, then looked up in both tokens' tables. Integer sums, so the same as two
+/// `rows` calls whatever the accumulator order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+unsafe fn rows_pair<const BITS: usize>(w: &[u8], quads: [&[Block64]; 2]) -> [(__m512i, __m512i); 2] {
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads[0].len() * BITS / 8);
+    debug_assert_eq!(quads[0].len(), quads[1].len());
+    let nibble = _mm512_set1_epi8(0x0f);
+    let lane_select = _mm512_set1_epi32(0x3020_1000);
+    // two accumulators per (token, half): eight dpbusd chains, as `rows` has
+    let mut acc = [[_mm512_setzero_si512(); 4]; 2];
+    let mut p = w.as_ptr();
+    for (q, (quad0, quad1)) in quads[0].iter().zip(quads[1]).enumerate() {
+        // SAFETY: both quads are 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
+        unsafe {
+            let tables = [_mm512_load_si512(quad0.0.as_ptr().cast()), _mm512_load_si512(quad1.0.as_ptr().cast())];
+            for plane in 0..BITS {
+                let k = (q * BITS + plane) % 2;
+                let weight = _mm512_set1_epi8(1 << plane);
+                let v = _mm512_loadu_si512(p.cast());
+                p = p.add(64);
+                let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
+                let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
+                for (a, table) in acc.iter_mut().zip(tables) {
+                    a[k] = _mm512_dpbusd_epi32(a[k], weight, _mm512_permutexvar_epi8(i_lo, table));
+                    a[2 + k] = _mm512_dpbusd_epi32(a[2 + k], weight, _mm512_permutexvar_epi8(i_hi, table));
+                }
+            }
+        }
+    }
+    acc.map(|a| (_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3])))
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
 #[inline]
 unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &mut [i32; TILE_ROWS]) {
@@ -143,6 +177,91 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
             if n > 16 {
                 _mm512_mask_storeu_ps(out.as_mut_ptr().add(16), mask(n - 16), f_hi);
             }
+        }
+    }
+}
+
+/// `run_float_bits` for two tokens over the same tiles (`rows_pair`), each token's
+/// epilogue the same FMAs in the same order, so each `y` is what `run_float` writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Range<usize>, mut ys: [&mut [f32]; 2]) {
+    let l = &jobs[0].layout;
+    let half_range = l.half_range();
+    let zero = match l.offset {
+        Offset::Zero(z) => z as f32,
+        Offset::Symmetric | Offset::Min => half_range,
+    };
+    let with_mins = l.offset == Offset::Min;
+    let bytes = jobs[0].bytes.as_ptr();
+    let wide = l.scales == ScaleFormat::F32;
+    let f16x16 = |at: usize| {
+        // SAFETY: as in `run_float_bits`.
+        unsafe {
+            if wide {
+                (_mm512_loadu_ps(bytes.add(at).cast()), _mm512_loadu_ps(bytes.add(at + 64).cast()))
+            } else {
+                let v = _mm512_loadu_si512(bytes.add(at).cast());
+                (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+            }
+        }
+    };
+    let first = tiles.start;
+    for tile in tiles {
+        let mut f = [(_mm512_setzero_ps(), _mm512_setzero_ps()); 2];
+        for g in 0..jobs[0].groups() {
+            // SAFETY: the tile-group and both tokens' group tables have the layout's lengths.
+            let ints = unsafe { rows_pair::<BITS>(jobs[0].tile_group(tile, g), [jobs[0].quads(g), jobs[1].quads(g)]) };
+            let (s_lo, s_hi) = f16x16(l.scale_block_offset(tile, g));
+            let mins = with_mins.then(|| f16x16(l.min_block_offset(tile, g)));
+            for ((f_lo, f_hi), ((i_lo, i_hi), job)) in f.iter_mut().zip(ints.into_iter().zip(jobs)) {
+                let sum = job.tables.sum[g];
+                let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
+                if let Some((m_lo, m_hi)) = mins {
+                    let beta = _mm512_set1_ps(half_range * sum);
+                    let gamma = _mm512_set1_ps(sum);
+                    *f_lo =
+                        _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, *f_lo));
+                    *f_hi =
+                        _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, *f_hi));
+                } else {
+                    let beta = _mm512_set1_ps((half_range - zero) * sum);
+                    *f_lo = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, *f_lo);
+                    *f_hi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, *f_hi);
+                }
+            }
+        }
+        let start = (tile - first) * TILE_ROWS;
+        let n = (l.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
+        for ((f_lo, f_hi), y) in f.into_iter().zip(ys.iter_mut()) {
+            let out = y[start..start + n].as_mut_ptr();
+            // SAFETY: masked stores write only the `n` rows of this tile in `y`.
+            unsafe {
+                _mm512_mask_storeu_ps(out, mask(n), f_lo);
+                if n > 16 {
+                    _mm512_mask_storeu_ps(out.add(16), mask(n - 16), f_hi);
+                }
+            }
+        }
+    }
+}
+
+/// `run_float` for two tokens' tables over the same matrix and tiles.
+///
+/// # Safety
+/// As `run_float`, for both jobs, which must share one matrix.
+pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys: [&mut [f32]; 2]) {
+    // SAFETY (all arms): the caller's contract.
+    unsafe {
+        match jobs[0].layout.bits {
+            1 => run_float_pair_bits::<1>(jobs, tiles, ys),
+            2 => run_float_pair_bits::<2>(jobs, tiles, ys),
+            3 => run_float_pair_bits::<3>(jobs, tiles, ys),
+            4 => run_float_pair_bits::<4>(jobs, tiles, ys),
+            5 => run_float_pair_bits::<5>(jobs, tiles, ys),
+            6 => run_float_pair_bits::<6>(jobs, tiles, ys),
+            7 => run_float_pair_bits::<7>(jobs, tiles, ys),
+            _ => run_float_pair_bits::<8>(jobs, tiles, ys),
         }
     }
 }
