@@ -37,7 +37,7 @@ pub use error::Error;
 pub use isa::Isa;
 #[cfg(feature = "alloc")]
 pub use lut::OwnedTables;
-pub use lut::{gemm, gemm_chunk_tiles, gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Tables, TablesMut};
+pub use lut::{gemm, gemm_chunk_tiles, gemm_with, gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Tables, TablesMut};
 pub use quant::{Interleave, Layout, Offset, PackedMatrix, ScaleFormat};
 
 /// Rows per tile: the unit of work of every kernel and of thread splitting.

@@ -131,7 +131,8 @@ fn two_token_products_equal_each_tokens_gemv() {
                     assert_eq!([y0, y1], want, "{} bits={bits} group={group} {offset:?} {scales:?}", isa.name());
                 }
                 let mut short = vec![0.0; rows - 1];
-                let err = gemv_tiles_pair(Isa::best_for(interleave), &m, tables, tiles.clone(), [&mut vec![0.0; rows], &mut short]).unwrap_err();
+                let err =
+                    gemv_tiles_pair(Isa::best_for(interleave), &m, tables, tiles.clone(), [&mut vec![0.0; rows], &mut short]).unwrap_err();
                 assert!(matches!(err, Error::BufferSize { .. }), "{err:?}");
             }
         }

@@ -247,7 +247,9 @@ fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &Calibra
     let mut bar = Progress::new("collecting keys and queries", wanted);
     for chunk in tokens.chunks(shape.context) {
         let mut chunk = chunk[..chunk.len().min(wanted - fed)].to_vec();
-        chunk[0] = loaded.bos();
+        if let Some(first) = chunk.first_mut() {
+            *first = loaded.bos();
+        }
         for (i, batch) in chunk.chunks(256).enumerate() {
             loaded.feed_batch(&gemv, &mut session, batch, i * 256)?;
             fed += batch.len();

@@ -473,7 +473,7 @@ pub fn perplexity(loaded: &Loaded, text: &str, ctx: usize, threads: usize, atten
     Ok(Perplexity { ppl: (nll / scored as f64).exp(), chunks, ctx, scored, keys, key_bytes })
 }
 
-/// `lutra bench model`: prompt processing (`pp` tokens fed one by one) and generation
+/// `lutra bench model`: prompt processing (`pp` tokens, batched, logits for the last only) and generation
 /// (`tg` greedy tokens), tokens/s, medians of `runs`, both starting at position `depth`
 /// (like `llama-bench -d`): the first `depth` positions are filled once, then every round
 /// overwrites the positions after them.

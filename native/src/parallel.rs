@@ -45,7 +45,7 @@ pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
         return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
     }
     if pool.threads() == 1 {
-        return lutra_core::gemm(m, tables, ys);
+        return lutra_core::gemm_with(isa, m, tables, ys);
     }
     let per_chunk = gemm_chunk_tiles(m);
     let counter = ChunkCounter::new(l.tiles().div_ceil(per_chunk), 1);

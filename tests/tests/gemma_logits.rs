@@ -97,27 +97,57 @@ fn gemma3_270m_agrees_with_llama_cpp() {
 
 /// Batched prefill (`feed_batch`, 32 tokens per pass over the weights) leaves the cache
 /// that feeding one token at a time does: the logits after it match bit for bit, past
-/// the 512-position window of the sliding layers and across several batches.
+/// the 512-position window of the sliding layers and across several batches, with exact
+/// keys and with PQ codes (rings in every layer, exact first / latest keys).
 #[test]
 #[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
 fn batched_prefill_equals_token_by_token() {
+    use lutra_core::model::kv::KvCache;
+    use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
     let golden = Golden::load(&golden_path(GEMMA3_270M_GPL3)).unwrap();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma-3-270m-q4_k_m.gguf");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}\n  run `cargo xtask models gemma` first", path.display()));
     let model = Gemma3::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    let shape = model.attention_shape(1024);
+    let pq_cache = || -> Box<dyn KvCache> {
+        let pq = PqShape::new(shape.layers, shape.n_kv_heads, shape.head_dim, 64, 16).unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let centroids = (0..shape.layers * shape.n_kv_heads * pq.book_len())
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect();
+        let books = Codebooks::new(pq, "gemma3", Rotation::None, centroids).unwrap();
+        let cache = PqKvCache::new(shape, books, lutra_core::Isa::best()).unwrap();
+        Box::new(cache.with_exact_keys(4, 64).with_layers(&[], &model.config.layer_windows()))
+    };
     // 600 positions of the golden text, cycled
     let tokens: Vec<u32> = golden.tokens.iter().copied().cycle().take(600).collect();
     let (last, prompt) = tokens.split_last().unwrap();
-    let (mut one, mut batched) = (Gemma3State::new(&model, 1024).unwrap(), Gemma3State::new(&model, 1024).unwrap());
-    for (pos, &token) in prompt.iter().enumerate() {
-        model.feed(&SingleThread, &mut one, token, pos).unwrap();
+    for pq in [false, true] {
+        let state = || if pq { Gemma3State::with_cache(&model, pq_cache()).unwrap() } else { Gemma3State::new(&model, 1024).unwrap() };
+        let (mut one, mut batched) = (state(), state());
+        for (pos, &token) in prompt.iter().enumerate() {
+            model.feed(&SingleThread, &mut one, token, pos).unwrap();
+        }
+        // uneven pieces: a batch may start anywhere, and may be empty
+        model.feed_batch(&SingleThread, &mut batched, &prompt[..45], 0).unwrap();
+        model.feed_batch(&SingleThread, &mut batched, &[], 45).unwrap();
+        model.feed_batch(&SingleThread, &mut batched, &prompt[45..], 45).unwrap();
+        let want = model.forward(&SingleThread, &mut one, *last, prompt.len()).unwrap().to_vec();
+        let got = model.forward(&SingleThread, &mut batched, *last, prompt.len()).unwrap();
+        assert!(want.iter().all(|x| x.is_finite()));
+        assert_eq!(got, &want[..], "pq keys: {pq}");
+        assert!(matches!(
+            model.feed_batch(&SingleThread, &mut batched, &[1, 2], 1023),
+            Err(lutra_core::model::ModelError::ContextFull { .. })
+        ));
+        assert!(matches!(
+            model.feed_batch(&SingleThread, &mut batched, &[1], usize::MAX),
+            Err(lutra_core::model::ModelError::ContextFull { .. })
+        ));
     }
-    // uneven pieces: a batch may start anywhere
-    model.feed_batch(&SingleThread, &mut batched, &prompt[..45], 0).unwrap();
-    model.feed_batch(&SingleThread, &mut batched, &prompt[45..], 45).unwrap();
-    let want = model.forward(&SingleThread, &mut one, *last, prompt.len()).unwrap().to_vec();
-    let got = model.forward(&SingleThread, &mut batched, *last, prompt.len()).unwrap();
-    assert!(want.iter().all(|x| x.is_finite()));
-    assert_eq!(got, &want[..]);
-    assert!(matches!(model.feed_batch(&SingleThread, &mut batched, &[1, 2], 1023), Err(lutra_core::model::ModelError::ContextFull { .. })));
 }

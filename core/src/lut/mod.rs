@@ -522,11 +522,16 @@ pub fn gemm_chunk_tiles<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> usize {
 /// each token's rows are what `gemv` gives it, bit for bit, but W is read from memory
 /// once per chunk of tiles for the whole batch instead of once per token (prefill).
 pub fn gemm<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+    gemm_with(Isa::best_for(m.layout().interleave), m, tables, ys)
+}
+
+/// `gemm` on the given ISA's kernels.
+pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
     let l = m.layout();
     if ys.len() != tables.len() * l.rows {
         return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
     }
-    let (isa, per_chunk) = (Isa::best_for(l.interleave), gemm_chunk_tiles(m));
+    let per_chunk = gemm_chunk_tiles(m);
     for start in (0..l.tiles()).step_by(per_chunk) {
         let tiles = start..(start + per_chunk).min(l.tiles());
         let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);

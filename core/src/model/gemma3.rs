@@ -291,8 +291,11 @@ impl Gemma3 {
         if let Some(&token) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
             return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
         }
-        if first_pos + tokens.len() > s.context {
+        if first_pos.checked_add(tokens.len()).is_none_or(|end| end > s.context) {
             return Err(ModelError::ContextFull { pos: first_pos.max(s.context), context: s.context });
+        }
+        if tokens.is_empty() {
+            return Ok(());
         }
         if s.batch.is_none() {
             s.batch = Some(Box::new(Batch::new(self)?));
