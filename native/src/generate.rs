@@ -370,13 +370,11 @@ impl Loaded {
         .map_err(|e| e.to_string())
     }
 
-    /// `feed` for `tokens` at `first_pos..`: Gemma in batches over one pass of the
-    /// weights each (the same cache, bit for bit), llama2.c models one at a time.
+    /// `feed` for `tokens` at `first_pos..`, in batches over one pass of the weights each
+    /// (the same cache, bit for bit).
     pub fn feed_batch(&self, gemv: &PoolGemv<'_>, s: &mut Session, tokens: &[u32], first_pos: usize) -> Result<(), String> {
         match (self, s) {
-            (Loaded::Llama { model, .. }, Session::Llama(st)) => {
-                tokens.iter().enumerate().try_for_each(|(i, &t)| model.feed(gemv, st, t, first_pos + i))
-            }
+            (Loaded::Llama { model, .. }, Session::Llama(st)) => model.feed_batch(gemv, st, tokens, first_pos),
             (Loaded::Gemma { model, .. }, Session::Gemma(st)) => model.feed_batch(gemv, st, tokens, first_pos),
             _ => unreachable!("sessions are made by their own model"),
         }

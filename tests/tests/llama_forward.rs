@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use lutra_core::llama2c::Checkpoint;
 use lutra_core::model::llama::{Llama, State};
-use lutra_core::model::SingleThread;
+use lutra_core::model::{ModelError, SingleThread};
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
 
 fn read(name: &str) -> Vec<u8> {
@@ -188,23 +188,39 @@ fn lut_forward_at_8_bits_agrees_with_the_f32_reference() {
     assert_eq!(same, 64);
 }
 
-/// A prompt fed without logits leaves the state `forward` would: the next logits match
-/// bit for bit.
+/// A prompt fed without logits, one token at a time or in batches (across a batch
+/// boundary, with the residual tables of 8-bit weights too), leaves the state `forward`
+/// would: the next logits match bit for bit.
 #[test]
 fn feeding_a_prompt_without_logits_changes_nothing_after_it() {
     let bytes = read("model.bin");
-    let model = Llama::from_llama2c(&Checkpoint::parse(&bytes).unwrap(), 4).unwrap();
-    let prompt = [1u32, 9038, 2501, 263, 931, 29892, 727, 471];
-    let (mut fed, mut forwarded) = (State::new(&model, 64).unwrap(), State::new(&model, 64).unwrap());
-    for (pos, &token) in prompt.iter().enumerate().take(prompt.len() - 1) {
-        model.feed(&SingleThread, &mut fed, token, pos).unwrap();
-        model.forward(&SingleThread, &mut forwarded, token, pos).unwrap();
+    let tok = Llama2cTokenizer::from_bytes(&read("tokenizer.bin"), 32000).unwrap();
+    let mut prompt = Vec::new();
+    tok.encode(
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she found a big red ball under a tree and ran to show her mom.",
+        true,
+        &mut prompt,
+    )
+    .unwrap();
+    assert!(prompt.len() > 33, "the prompt must cross a batch boundary: {} tokens", prompt.len());
+    for bits in [4, 8] {
+        let model = Llama::from_llama2c(&Checkpoint::parse(&bytes).unwrap(), bits).unwrap();
+        let state = || State::new(&model, 64).unwrap();
+        let (mut fed, mut batched, mut forwarded) = (state(), state(), state());
+        let (last, head) = prompt.split_last().unwrap();
+        for (pos, &token) in head.iter().enumerate() {
+            model.feed(&SingleThread, &mut fed, token, pos).unwrap();
+            model.forward(&SingleThread, &mut forwarded, token, pos).unwrap();
+        }
+        model.feed_batch(&SingleThread, &mut batched, &head[..5], 0).unwrap();
+        model.feed_batch(&SingleThread, &mut batched, &head[5..], 5).unwrap();
+        let pos = head.len();
+        let want = model.forward(&SingleThread, &mut forwarded, *last, pos).unwrap().to_vec();
+        assert!(want.iter().any(|&x| x != 0.0));
+        assert_eq!(model.forward(&SingleThread, &mut fed, *last, pos).unwrap(), &want[..], "{bits} bits, fed");
+        assert_eq!(model.forward(&SingleThread, &mut batched, *last, pos).unwrap(), &want[..], "{bits} bits, batched");
+        assert!(matches!(model.feed_batch(&SingleThread, &mut batched, &[1, 2], 63), Err(ModelError::ContextFull { .. })));
     }
-    let last = prompt.len() - 1;
-    let want = model.forward(&SingleThread, &mut forwarded, prompt[last], last).unwrap().to_vec();
-    let got = model.forward(&SingleThread, &mut fed, prompt[last], last).unwrap();
-    assert!(want.iter().any(|&x| x != 0.0));
-    assert_eq!(got, &want[..]);
 }
 
 #[test]

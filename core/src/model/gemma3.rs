@@ -17,7 +17,7 @@ use super::import::{matrix_releasing, meta_f32, meta_u32, vector, Matrix};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
-use super::{Gemv, ModelError};
+use super::{Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::Gguf;
 use crate::{OwnedTables, Tables};
 
@@ -278,9 +278,6 @@ impl Gemma3 {
         Ok(())
     }
 }
-
-/// Tokens a batched prefill runs over one pass of the weights.
-pub const PREFILL_BATCH: usize = 32;
 
 impl Gemma3 {
     /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over

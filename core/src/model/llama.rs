@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, RopeAngles};
-use super::{group_for, Gemv, ModelError};
+use super::{group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::lut::Tables;
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
@@ -226,6 +226,159 @@ impl Llama {
     }
 }
 
+impl Llama {
+    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
+    /// one pass of each weight matrix (prefill): the cache and every later logit are what
+    /// feeding them one by one gives, bit for bit.
+    pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let c = &self.config;
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
+        }
+        if first_pos.checked_add(tokens.len()).is_none_or(|end| end > s.context) {
+            return Err(ModelError::ContextFull { pos: first_pos.max(s.context), context: s.context });
+        }
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        if s.batch.is_none() {
+            s.batch = Some(Box::new(Batch::new(self, s.residual_dim.is_some())?));
+        }
+        for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
+            self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
+        }
+        Ok(())
+    }
+
+    fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let c = &self.config;
+        let Some(b) = s.batch.as_deref_mut() else { return Ok(()) };
+        let (n, dim, hidden, kvd, head_size) = (tokens.len(), c.dim, c.hidden_dim, c.kv_dim(), c.head_size());
+        for (i, &token) in tokens.iter().enumerate() {
+            b.x[i * dim..(i + 1) * dim].copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
+            b.rope[i].set_position(first_pos + i);
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            // attention: norm, qkv, rope
+            for (xb, x) in b.xb[..n * dim].chunks_exact_mut(dim).zip(b.x.chunks_exact(dim)) {
+                rmsnorm(xb, x, &layer.rms_att, c.norm_eps);
+            }
+            b.dim.build(&b.xb, n)?;
+            b.dim.product(gemv, &layer.wq, n, &mut b.q, &mut b.scratch)?;
+            b.dim.product(gemv, &layer.wk, n, &mut b.k, &mut b.scratch)?;
+            b.dim.product(gemv, &layer.wv, n, &mut b.v, &mut b.scratch)?;
+            for ((q, k), angles) in b.q[..n * dim].chunks_exact_mut(dim).zip(b.k.chunks_exact_mut(kvd)).zip(&b.rope) {
+                rope(q, k, head_size, angles);
+            }
+
+            // each token's key and value into the cache, then its attention over 0..=pos
+            for i in 0..n {
+                let pos = first_pos + i;
+                s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
+                let (q, out) = (&b.q[i * dim..(i + 1) * dim], &mut b.xb[i * dim..(i + 1) * dim]);
+                s.cache.attend_with(gemv.parallel(), l, 0, pos, q, 1.0 / libm::sqrtf(head_size as f32), out);
+            }
+
+            // output projection and residual
+            b.dim.build(&b.xb, n)?;
+            b.dim.product(gemv, &layer.wo, n, &mut b.xb2, &mut b.scratch)?;
+            add(&mut b.x[..n * dim], &b.xb2[..n * dim]);
+
+            // ffn: norm, gate and up, SiLU, down, residual
+            for (xb, x) in b.xb[..n * dim].chunks_exact_mut(dim).zip(b.x.chunks_exact(dim)) {
+                rmsnorm(xb, x, &layer.rms_ffn, c.norm_eps);
+            }
+            b.dim.build(&b.xb, n)?;
+            b.dim.product(gemv, &layer.w1, n, &mut b.hb, &mut b.scratch)?;
+            b.dim.product(gemv, &layer.w3, n, &mut b.hb2, &mut b.scratch)?;
+            for (h, &up) in b.hb[..n * hidden].iter_mut().zip(&b.hb2) {
+                *h = *h / (1.0 + libm::expf(-*h)) * up;
+            }
+            b.hidden.build(&b.hb, n)?;
+            b.hidden.product(gemv, &layer.w2, n, &mut b.xb, &mut b.scratch)?;
+            add(&mut b.x[..n * dim], &b.xb[..n * dim]);
+        }
+        Ok(())
+    }
+}
+
+/// One table set per token of a batch for matrices of one column count, with residual
+/// tables when the state uses them.
+struct BatchTables {
+    cols: usize,
+    tables: Vec<OwnedTables>,
+    residual: Vec<OwnedTables>,
+}
+
+impl BatchTables {
+    fn new(cols: usize, group: usize, residual: bool) -> Result<BatchTables, ModelError> {
+        let set = || (0..PREFILL_BATCH).map(|_| OwnedTables::new(cols, group)).collect::<Result<Vec<_>, _>>();
+        Ok(BatchTables { cols, tables: set()?, residual: if residual { set()? } else { Vec::new() } })
+    }
+
+    /// Tables (and residual tables) of the first `n` rows of `xs`.
+    fn build(&mut self, xs: &[f32], n: usize) -> Result<(), ModelError> {
+        for (i, x) in xs.chunks_exact(self.cols).take(n).enumerate() {
+            let t = self.tables[i].build(x)?;
+            if let Some(r) = self.residual.get_mut(i) {
+                r.build_residual(x, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `product` for the first `n` tokens, `ys` token-major.
+    fn product<G: Gemv>(&self, gemv: &G, m: &Matrix, n: usize, ys: &mut [f32], scratch: &mut [f32]) -> Result<(), ModelError> {
+        let len = n * m.layout().rows;
+        let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| self.tables[i].view());
+        gemv.gemm(m, &views[..n], &mut ys[..len])?;
+        if !self.residual.is_empty() {
+            let residual: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| self.residual[i].view());
+            gemv.gemm(m, &residual[..n], &mut scratch[..len])?;
+            add(&mut ys[..len], &scratch[..len]);
+        }
+        Ok(())
+    }
+}
+
+/// Working memory of a batched prefill: `PREFILL_BATCH` tokens' activations, tables and
+/// rotary angles, token-major.
+struct Batch {
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    xb2: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    dim: BatchTables,
+    hidden: BatchTables,
+    /// Residual products, before they are added (empty without residual tables).
+    scratch: Vec<f32>,
+    rope: Vec<RopeAngles>,
+}
+
+impl Batch {
+    fn new(model: &Llama, residual: bool) -> Result<Batch, ModelError> {
+        let (c, n) = (&model.config, PREFILL_BATCH);
+        Ok(Batch {
+            x: vec![0.0; n * c.dim],
+            xb: vec![0.0; n * c.dim],
+            xb2: vec![0.0; n * c.dim],
+            hb: vec![0.0; n * c.hidden_dim],
+            hb2: vec![0.0; n * c.hidden_dim],
+            q: vec![0.0; n * c.dim],
+            k: vec![0.0; n * c.kv_dim()],
+            v: vec![0.0; n * c.kv_dim()],
+            dim: BatchTables::new(c.dim, model.group_dim, residual)?,
+            hidden: BatchTables::new(c.hidden_dim, model.group_hidden, residual)?,
+            scratch: vec![0.0; if residual { n * c.hidden_dim.max(c.dim) } else { 0 }],
+            rope: (0..n).map(|_| rope_angles(c.rope_theta, c.head_size())).collect(),
+        })
+    }
+}
+
 /// Working memory of one sequence: activations, tables, the f16 KV cache.
 pub struct State {
     context: usize,
@@ -248,6 +401,8 @@ pub struct State {
     scratch: Vec<f32>,
     /// The current position's rotary angles.
     rope: RopeAngles,
+    /// `feed_batch`'s working memory, made on its first call.
+    batch: Option<Box<Batch>>,
 }
 
 impl State {
@@ -284,6 +439,7 @@ impl State {
             residual_hidden: fine.then(|| OwnedTables::new(c.hidden_dim, model.group_hidden)).transpose()?,
             scratch: vec![0.0; if fine { c.vocab_size.max(c.hidden_dim).max(c.dim) } else { 0 }],
             rope: rope_angles(c.rope_theta, c.head_size()),
+            batch: None,
         })
     }
 

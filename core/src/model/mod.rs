@@ -96,6 +96,9 @@ impl From<crate::llama2c::Llama2cError> for ModelError {
     }
 }
 
+/// Tokens a batched prefill (`feed_batch`) runs over one pass of the weights.
+pub const PREFILL_BATCH: usize = 32;
+
 /// How matrix-vector products and attention's pieces run: on the calling thread
 /// (`SingleThread`), or split across a pool (the `lutra` crate's `PoolGemv`).
 pub trait Gemv {
