@@ -47,6 +47,10 @@ pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     if pool.threads() == 1 {
         return lutra_core::gemm_with(isa, m, tables, ys);
     }
+    // one token (decode): the GEMV's own split
+    if let [t] = tables {
+        return gemv(pool, isa, m, *t, ys);
+    }
     let per_chunk = gemm_chunk_tiles(m);
     let counter = ChunkCounter::new(l.tiles().div_ceil(per_chunk), 1);
     let out = DisjointSlice::new(ys);

@@ -531,6 +531,10 @@ pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables
     if ys.len() != tables.len() * l.rows {
         return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
     }
+    // one token (decode): no chunking, the GEMV as it is
+    if let [t] = tables {
+        return gemv_tiles(isa, m, *t, 0..l.tiles(), ys);
+    }
     let per_chunk = gemm_chunk_tiles(m);
     for start in (0..l.tiles()).step_by(per_chunk) {
         let tiles = start..(start + per_chunk).min(l.tiles());

@@ -17,7 +17,7 @@ use super::import::{matrix_releasing, meta_f32, meta_u32, vector, Matrix};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
-use super::{Gemv, ModelError, PREFILL_BATCH};
+use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::Gguf;
 use crate::{OwnedTables, Tables};
 
@@ -203,100 +203,24 @@ impl Gemma3 {
     /// Logits for `token` at `pos`; positions fed in order from 0.
     pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut Gemma3State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
         self.feed(gemv, s, token, pos)?;
-        let (c, a) = (&self.config, &mut s.act);
+        let (c, b) = (&self.config, &mut *s.batch);
         // final norm, tied LM head
-        rmsnorm(&mut a.xb, &a.x, &self.output_norm, c.norm_eps);
-        let t = s.tables.get(c.dim, self.token_embd.layout().group).build(&a.xb)?;
-        gemv.gemv(&self.token_embd, t, &mut a.logits)?;
-        Ok(&a.logits)
+        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
+        batch_product(gemv, &self.token_embd, &mut b.tables, &b.xb, 1, &mut s.logits)?;
+        Ok(&s.logits)
     }
 
     /// `forward` without the logits: puts `token` at `pos` into the cache, for prompt
     /// tokens whose prediction nobody reads (the LM head is the largest matrix).
     pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, token: u32, pos: usize) -> Result<(), ModelError> {
-        let c = &self.config;
-        if token as usize >= c.vocab_size {
-            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
-        }
-        if pos >= s.context {
-            return Err(ModelError::ContextFull { pos, context: s.context });
-        }
-        let hd = c.head_dim;
-        let a = &mut s.act;
-        s.rope_global.set_position(pos);
-        s.rope_local.set_position(pos);
-
-        // embedding, scaled by √dim
-        self.token_embd.dequantize_row(token as usize, &mut a.x)?;
-        let scale = libm::sqrtf(c.dim as f32);
-        a.x.iter_mut().for_each(|v| *v *= scale);
-
-        for (l, layer) in self.layers.iter().enumerate() {
-            // attention: norm, q k v, QK-norm, rope
-            rmsnorm(&mut a.xb, &a.x, &layer.attn_norm, c.norm_eps);
-            let t = s.tables.get(c.dim, layer.wq.layout().group).build(&a.xb)?;
-            gemv.gemv(&layer.wq, t, &mut a.q)?;
-            let t = s.tables.get(c.dim, layer.wk.layout().group).build(&a.xb)?;
-            gemv.gemv(&layer.wk, t, &mut a.k)?;
-            let t = s.tables.get(c.dim, layer.wv.layout().group).build(&a.xb)?;
-            gemv.gemv(&layer.wv, t, &mut a.v)?;
-            let angles = if c.is_global(l) { &s.rope_global } else { &s.rope_local };
-            for head in a.q.chunks_exact_mut(hd) {
-                rmsnorm_in_place(head, &layer.q_norm, c.norm_eps);
-                rope_neox(head, angles);
-            }
-            for head in a.k.chunks_exact_mut(hd) {
-                rmsnorm_in_place(head, &layer.k_norm, c.norm_eps);
-                rope_neox(head, angles);
-            }
-
-            // cache, then attention over the window (sliding layers: the last `sliding_window` positions)
-            s.cache.store(l, pos, &a.k, &a.v);
-            let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
-            s.cache.attend_with(gemv.parallel(), l, first, pos, &a.q, 1.0 / libm::sqrtf(hd as f32), &mut a.attn);
-
-            // output, post-attention norm, residual
-            let t = s.tables.get(c.q_dim(), layer.wo.layout().group).build(&a.attn)?;
-            gemv.gemv(&layer.wo, t, &mut a.xb)?;
-            rmsnorm_in_place(&mut a.xb, &layer.post_attn_norm, c.norm_eps);
-            add(&mut a.x, &a.xb);
-
-            // ffn: norm, GeGLU, down, post-ffn norm, residual
-            rmsnorm(&mut a.xb, &a.x, &layer.ffn_norm, c.norm_eps);
-            let t = s.tables.get(c.dim, layer.w_gate.layout().group).build(&a.xb)?;
-            gemv.gemv(&layer.w_gate, t, &mut a.hb)?;
-            let t = s.tables.get(c.dim, layer.w_up.layout().group).build(&a.xb)?;
-            gemv.gemv(&layer.w_up, t, &mut a.hb2)?;
-            for (g, &u) in a.hb.iter_mut().zip(&a.hb2) {
-                *g = gelu_tanh(*g) * u;
-            }
-            let t = s.tables.get(c.hidden_dim, layer.w_down.layout().group).build(&a.hb)?;
-            gemv.gemv(&layer.w_down, t, &mut a.xb)?;
-            rmsnorm_in_place(&mut a.xb, &layer.post_ffn_norm, c.norm_eps);
-            add(&mut a.x, &a.xb);
-        }
-        Ok(())
+        self.feed_batch(gemv, s, &[token], pos)
     }
-}
 
-impl Gemma3 {
     /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
     /// one pass of each weight matrix (prefill): the cache and every later logit are what
     /// feeding them one by one gives, bit for bit.
     pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let c = &self.config;
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
-        }
-        if first_pos.checked_add(tokens.len()).is_none_or(|end| end > s.context) {
-            return Err(ModelError::ContextFull { pos: first_pos.max(s.context), context: s.context });
-        }
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        if s.batch.is_none() {
-            s.batch = Some(Box::new(Batch::new(self)?));
-        }
+        check_feed(tokens, first_pos, s.context, self.config.vocab_size)?;
         for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
             self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
         }
@@ -304,8 +228,7 @@ impl Gemma3 {
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let c = &self.config;
-        let Some(b) = s.batch.as_deref_mut() else { return Ok(()) };
+        let (c, b) = (&self.config, &mut *s.batch);
         let (n, dim, hd, qd, kvd) = (tokens.len(), c.dim, c.head_dim, c.q_dim(), c.kv_dim());
         let scale = libm::sqrtf(c.dim as f32);
         for (i, &token) in tokens.iter().enumerate() {
@@ -391,8 +314,8 @@ fn batch_product<G: Gemv>(gemv: &G, m: &Matrix, sets: &mut [TokenTables], xs: &[
 /// One table set per token of a batch, for matrices of (columns, group).
 type TokenTables = ((usize, usize), Vec<OwnedTables>);
 
-/// Working memory of a batched prefill: `PREFILL_BATCH` tokens' activations, tables and
-/// rotary angles, token-major.
+/// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
+/// token-major.
 struct Batch {
     x: Vec<f32>,
     xb: Vec<f32>,
@@ -444,42 +367,14 @@ fn table_keys(model: &Gemma3) -> Vec<(usize, usize)> {
     keys
 }
 
-struct Activations {
-    x: Vec<f32>,
-    xb: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    hb: Vec<f32>,
-    hb2: Vec<f32>,
-    logits: Vec<f32>,
-}
-
-/// Table storage per (columns, group) the model's matrices need.
-struct TableSet {
-    sets: Vec<((usize, usize), OwnedTables)>,
-}
-
-impl TableSet {
-    fn get(&mut self, cols: usize, group: usize) -> &mut OwnedTables {
-        let i =
-            self.sets.iter().position(|(k, _)| *k == (cols, group)).expect("tables for every (cols, group) are made in Gemma3State::new");
-        &mut self.sets[i].1
-    }
-}
-
 /// Working memory of one sequence, allocated once.
 pub struct Gemma3State {
     context: usize,
-    act: Activations,
-    tables: TableSet,
     cache: Box<dyn KvCache>,
-    /// The current position's angles, for global and for sliding-window layers.
-    rope_global: RopeAngles,
-    rope_local: RopeAngles,
-    /// `feed_batch`'s working memory, made on its first call.
-    batch: Option<Box<Batch>>,
+    /// Activations, tables and angles of up to `PREFILL_BATCH` tokens; one token's
+    /// `forward` is a batch of one.
+    batch: Box<Batch>,
+    logits: Vec<f32>,
 }
 
 impl Gemma3State {
@@ -496,30 +391,7 @@ impl Gemma3State {
         if cache.shape() != model.attention_shape(context) {
             return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
         }
-        let keys = table_keys(model);
-        let mut sets = Vec::with_capacity(keys.len());
-        for (cols, group) in keys {
-            sets.push(((cols, group), OwnedTables::new(cols, group)?));
-        }
-        Ok(Gemma3State {
-            context,
-            act: Activations {
-                x: vec![0.0; c.dim],
-                xb: vec![0.0; c.dim],
-                q: vec![0.0; c.q_dim()],
-                k: vec![0.0; c.kv_dim()],
-                v: vec![0.0; c.kv_dim()],
-                attn: vec![0.0; c.q_dim()],
-                hb: vec![0.0; c.hidden_dim],
-                hb2: vec![0.0; c.hidden_dim],
-                logits: vec![0.0; c.vocab_size],
-            },
-            tables: TableSet { sets },
-            cache,
-            rope_global: rope_neox_angles(c.rope_global, c.head_dim),
-            rope_local: rope_neox_angles(c.rope_local, c.head_dim),
-            batch: None,
-        })
+        Ok(Gemma3State { context, cache, batch: Box::new(Batch::new(model)?), logits: vec![0.0; c.vocab_size] })
     }
 
     pub fn context(&self) -> usize {

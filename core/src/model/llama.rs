@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, RopeAngles};
-use super::{group_for, Gemv, ModelError, PREFILL_BATCH};
+use super::{check_feed, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::lut::Tables;
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
@@ -166,84 +166,25 @@ impl Llama {
     /// Logits for `token` at position `pos`; positions must be fed in order from 0.
     pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
         self.feed(gemv, s, token, pos)?;
+        let (dim, b) = (self.config.dim, &mut *s.batch);
         // final norm and classifier
-        rmsnorm(&mut s.xb, &s.x, &self.rms_final, self.config.norm_eps);
-        let t = s.tables_dim.build(&s.xb)?;
-        let r = residual(&mut s.residual_dim, &s.xb, t)?;
-        product(gemv, &self.classifier, t, r, &mut s.logits, &mut s.scratch)?;
+        rmsnorm(&mut b.xb[..dim], &b.x[..dim], &self.rms_final, self.config.norm_eps);
+        b.dim.build(&b.xb, 1)?;
+        b.dim.product(gemv, &self.classifier, 1, &mut s.logits, &mut b.scratch)?;
         Ok(&s.logits)
     }
 
     /// `forward` without the logits: puts `token` at `pos` into the cache, for prompt
     /// tokens whose prediction nobody reads.
     pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut State, token: u32, pos: usize) -> Result<(), ModelError> {
-        let c = &self.config;
-        if token as usize >= c.vocab_size {
-            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
-        }
-        if pos >= s.context {
-            return Err(ModelError::ContextFull { pos, context: s.context });
-        }
-        let (dim, head_size) = (c.dim, c.head_size());
-        s.rope.set_position(pos);
-        s.x.copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
-
-        for (l, layer) in self.layers.iter().enumerate() {
-            // attention: norm, qkv, rope
-            rmsnorm(&mut s.xb, &s.x, &layer.rms_att, c.norm_eps);
-            let t = s.tables_dim.build(&s.xb)?;
-            let r = residual(&mut s.residual_dim, &s.xb, t)?;
-            product(gemv, &layer.wq, t, r, &mut s.q, &mut s.scratch)?;
-            product(gemv, &layer.wk, t, r, &mut s.k, &mut s.scratch)?;
-            product(gemv, &layer.wv, t, r, &mut s.v, &mut s.scratch)?;
-            rope(&mut s.q, &mut s.k, head_size, &s.rope);
-
-            // the new key and value into the cache, attention over positions 0..=pos
-            s.cache.store(l, pos, &s.k, &s.v);
-            s.cache.attend_with(gemv.parallel(), l, 0, pos, &s.q, 1.0 / libm::sqrtf(head_size as f32), &mut s.xb);
-
-            // output projection and residual
-            let t = s.tables_dim.build(&s.xb)?;
-            let r = residual(&mut s.residual_dim, &s.xb, t)?;
-            product(gemv, &layer.wo, t, r, &mut s.xb2, &mut s.scratch)?;
-            add(&mut s.x, &s.xb2);
-
-            // ffn: norm, gate and up, SiLU, down, residual
-            rmsnorm(&mut s.xb, &s.x, &layer.rms_ffn, c.norm_eps);
-            let t = s.tables_dim.build(&s.xb)?;
-            let r = residual(&mut s.residual_dim, &s.xb, t)?;
-            product(gemv, &layer.w1, t, r, &mut s.hb, &mut s.scratch)?;
-            product(gemv, &layer.w3, t, r, &mut s.hb2, &mut s.scratch)?;
-            for (h, &up) in s.hb.iter_mut().zip(&s.hb2) {
-                *h = *h / (1.0 + libm::expf(-*h)) * up;
-            }
-            let t = s.tables_hidden.build(&s.hb)?;
-            let r = residual(&mut s.residual_hidden, &s.hb, t)?;
-            product(gemv, &layer.w2, t, r, &mut s.xb, &mut s.scratch)?;
-            add(&mut s.x, &s.xb);
-        }
-        Ok(())
+        self.feed_batch(gemv, s, &[token], pos)
     }
-}
 
-impl Llama {
     /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
     /// one pass of each weight matrix (prefill): the cache and every later logit are what
     /// feeding them one by one gives, bit for bit.
     pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let c = &self.config;
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(ModelError::TokenOutOfRange { token, vocab_size: c.vocab_size });
-        }
-        if first_pos.checked_add(tokens.len()).is_none_or(|end| end > s.context) {
-            return Err(ModelError::ContextFull { pos: first_pos.max(s.context), context: s.context });
-        }
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        if s.batch.is_none() {
-            s.batch = Some(Box::new(Batch::new(self, s.residual_dim.is_some())?));
-        }
+        check_feed(tokens, first_pos, s.context, self.config.vocab_size)?;
         for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
             self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
         }
@@ -251,8 +192,7 @@ impl Llama {
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let c = &self.config;
-        let Some(b) = s.batch.as_deref_mut() else { return Ok(()) };
+        let (c, b) = (&self.config, &mut *s.batch);
         let (n, dim, hidden, kvd, head_size) = (tokens.len(), c.dim, c.hidden_dim, c.kv_dim(), c.head_size());
         for (i, &token) in tokens.iter().enumerate() {
             b.x[i * dim..(i + 1) * dim].copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
@@ -327,7 +267,8 @@ impl BatchTables {
         Ok(())
     }
 
-    /// `product` for the first `n` tokens, `ys` token-major.
+    /// `ys = W·x` for the first `n` tokens (`ys` token-major), plus the product over the
+    /// residual tables when there are any.
     fn product<G: Gemv>(&self, gemv: &G, m: &Matrix, n: usize, ys: &mut [f32], scratch: &mut [f32]) -> Result<(), ModelError> {
         let len = n * m.layout().rows;
         let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| self.tables[i].view());
@@ -341,8 +282,8 @@ impl BatchTables {
     }
 }
 
-/// Working memory of a batched prefill: `PREFILL_BATCH` tokens' activations, tables and
-/// rotary angles, token-major.
+/// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
+/// token-major.
 struct Batch {
     x: Vec<f32>,
     xb: Vec<f32>,
@@ -373,36 +314,20 @@ impl Batch {
             v: vec![0.0; n * c.kv_dim()],
             dim: BatchTables::new(c.dim, model.group_dim, residual)?,
             hidden: BatchTables::new(c.hidden_dim, model.group_hidden, residual)?,
-            scratch: vec![0.0; if residual { n * c.hidden_dim.max(c.dim) } else { 0 }],
+            // the classifier's residual product needs a vocabulary's worth
+            scratch: vec![0.0; if residual { (n * c.hidden_dim.max(c.dim)).max(c.vocab_size) } else { 0 }],
             rope: (0..n).map(|_| rope_angles(c.rope_theta, c.head_size())).collect(),
         })
     }
 }
 
-/// Working memory of one sequence: activations, tables, the f16 KV cache.
+/// Working memory of one sequence: the f16 KV cache, and activations, tables and angles
+/// of up to `PREFILL_BATCH` tokens (one token's `forward` is a batch of one).
 pub struct State {
     context: usize,
-    x: Vec<f32>,
-    xb: Vec<f32>,
-    xb2: Vec<f32>,
-    hb: Vec<f32>,
-    hb2: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    logits: Vec<f32>,
     cache: Box<dyn KvCache>,
-    tables_dim: OwnedTables,
-    tables_hidden: OwnedTables,
-    /// Residual tables, for weights of 5 bits or more (`None` below).
-    residual_dim: Option<OwnedTables>,
-    residual_hidden: Option<OwnedTables>,
-    /// The residual products, before they are added.
-    scratch: Vec<f32>,
-    /// The current position's rotary angles.
-    rope: RopeAngles,
-    /// `feed_batch`'s working memory, made on its first call.
-    batch: Option<Box<Batch>>,
+    batch: Box<Batch>,
+    logits: Vec<f32>,
 }
 
 impl State {
@@ -421,26 +346,7 @@ impl State {
         }
         // int8 tables dominate the error of ≥ 5-bit weights: add the residual products
         let fine = model.classifier.layout().bits >= 5;
-        Ok(State {
-            context,
-            x: vec![0.0; c.dim],
-            xb: vec![0.0; c.dim],
-            xb2: vec![0.0; c.dim],
-            hb: vec![0.0; c.hidden_dim],
-            hb2: vec![0.0; c.hidden_dim],
-            q: vec![0.0; c.dim],
-            k: vec![0.0; c.kv_dim()],
-            v: vec![0.0; c.kv_dim()],
-            logits: vec![0.0; c.vocab_size],
-            cache,
-            tables_dim: OwnedTables::new(c.dim, model.group_dim)?,
-            tables_hidden: OwnedTables::new(c.hidden_dim, model.group_hidden)?,
-            residual_dim: fine.then(|| OwnedTables::new(c.dim, model.group_dim)).transpose()?,
-            residual_hidden: fine.then(|| OwnedTables::new(c.hidden_dim, model.group_hidden)).transpose()?,
-            scratch: vec![0.0; if fine { c.vocab_size.max(c.hidden_dim).max(c.dim) } else { 0 }],
-            rope: rope_angles(c.rope_theta, c.head_size()),
-            batch: None,
-        })
+        Ok(State { context, cache, batch: Box::new(Batch::new(model, fine)?), logits: vec![0.0; c.vocab_size] })
     }
 
     pub fn context(&self) -> usize {
@@ -455,32 +361,6 @@ impl State {
     pub fn cache(&self) -> &dyn KvCache {
         &*self.cache
     }
-}
-
-/// Residual tables of `x` after `t`, when the state keeps them.
-fn residual<'r>(tables: &'r mut Option<OwnedTables>, x: &[f32], t: Tables<'_>) -> Result<Option<Tables<'r>>, ModelError> {
-    Ok(match tables {
-        Some(r) => Some(r.build_residual(x, t)?),
-        None => None,
-    })
-}
-
-/// `y = W·x` over the tables `t`, plus the product over the residual tables `r` if any.
-fn product<G: Gemv>(
-    gemv: &G,
-    m: &Matrix,
-    t: Tables<'_>,
-    r: Option<Tables<'_>>,
-    y: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), ModelError> {
-    gemv.gemv(m, t, y)?;
-    if let Some(r) = r {
-        let extra = &mut scratch[..y.len()];
-        gemv.gemv(m, r, extra)?;
-        add(y, extra);
-    }
-    Ok(())
 }
 
 /// llama2.c's RoPE: rotate adjacent pairs (2j, 2j + 1) of every head by pair j's angle.

@@ -99,6 +99,18 @@ impl From<crate::llama2c::Llama2cError> for ModelError {
 /// Tokens a batched prefill (`feed_batch`) runs over one pass of the weights.
 pub const PREFILL_BATCH: usize = 32;
 
+/// Checks a `feed_batch` request: every token in the vocabulary, every position inside
+/// the context.
+fn check_feed(tokens: &[u32], first_pos: usize, context: usize, vocab_size: usize) -> Result<(), ModelError> {
+    if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
+        return Err(ModelError::TokenOutOfRange { token, vocab_size });
+    }
+    if first_pos.checked_add(tokens.len()).is_none_or(|end| end > context) {
+        return Err(ModelError::ContextFull { pos: first_pos.max(context), context });
+    }
+    Ok(())
+}
+
 /// How matrix-vector products and attention's pieces run: on the calling thread
 /// (`SingleThread`), or split across a pool (the `lutra` crate's `PoolGemv`).
 pub trait Gemv {
