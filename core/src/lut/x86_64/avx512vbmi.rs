@@ -8,8 +8,8 @@ use core::arch::x86_64::*;
 
 use core::ops::Range;
 
-use crate::lut::Job;
-use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
+use crate::lut::{Job, Tables};
+use crate::{Block64, Interleave, Layout, Offset, ScaleFormat, TILE_ROWS};
 
 /// `(a & b) | c` for `vpternlogd`.
 const AND_OR: i32 = 0xea;
@@ -121,63 +121,111 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interl
 
 crate::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fma,f16c"; |b| super::avx512::f16x32(b));
 
-/// The float GEMV with the epilogue fused in registers: per group
-/// `acc += s·(I·α + β) [+ m·Σa]` as FMAs, the tile's 32 sums never leave registers.
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
-unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
-    let l = &job.layout;
-    let half_range = l.half_range();
-    let zero = match l.offset {
-        Offset::Zero(z) => z as f32,
-        Offset::Symmetric | Offset::Min => half_range,
-    };
-    let with_mins = l.offset == Offset::Min;
-    let bytes = job.bytes.as_ptr();
-    let wide = l.scales == ScaleFormat::F32;
-    let f16x16 = |at: usize| {
+/// The float epilogue of one matrix, shared by the one- and two-token kernels: per group
+/// `acc += s·(I·α + β) [+ m·Σa]` as FMAs, so every token gets the same floats either way.
+struct Epilogue<'a> {
+    layout: &'a Layout,
+    bytes: *const u8,
+    half_range: f32,
+    zero: f32,
+    with_mins: bool,
+    wide: bool,
+}
+
+impl<'a> Epilogue<'a> {
+    fn new(job: &'a Job<'_>) -> Self {
+        let l = &job.layout;
+        let half_range = l.half_range();
+        let zero = match l.offset {
+            Offset::Zero(z) => z as f32,
+            Offset::Symmetric | Offset::Min => half_range,
+        };
+        let (with_mins, wide) = (l.offset == Offset::Min, l.scales == ScaleFormat::F32);
+        Epilogue { layout: l, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
+    }
+
+    /// The 32 f32 scales (or minima) of the block at byte `at`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn block(&self, at: usize) -> (__m512, __m512) {
         // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
         // `job.bytes` (layout-checked).
         unsafe {
-            if wide {
-                (_mm512_loadu_ps(bytes.add(at).cast()), _mm512_loadu_ps(bytes.add(at + 64).cast()))
+            if self.wide {
+                (_mm512_loadu_ps(self.bytes.add(at).cast()), _mm512_loadu_ps(self.bytes.add(at + 64).cast()))
             } else {
-                let v = _mm512_loadu_si512(bytes.add(at).cast());
+                let v = _mm512_loadu_si512(self.bytes.add(at).cast());
                 (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
             }
         }
-    };
-    let first = tiles.start;
-    for tile in tiles {
-        let (mut f_lo, mut f_hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-        for g in 0..job.groups() {
-            // SAFETY: the tile-group and the group's tables have the layout's lengths.
-            let (i_lo, i_hi) = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
-            let sum = job.tables.sum[g];
-            let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
-            let (s_lo, s_hi) = f16x16(l.scale_block_offset(tile, g));
-            if with_mins {
-                let beta = _mm512_set1_ps(half_range * sum);
-                let gamma = _mm512_set1_ps(sum);
-                let (m_lo, m_hi) = f16x16(l.min_block_offset(tile, g));
-                f_lo = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f_lo));
-                f_hi = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f_hi));
-            } else {
-                let beta = _mm512_set1_ps((half_range - zero) * sum);
-                f_lo = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f_lo);
-                f_hi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f_hi);
-            }
+    }
+
+    /// Group `g`'s scales, and minima when the layout has them.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn affine(&self, tile: usize, g: usize) -> ((__m512, __m512), Option<(__m512, __m512)>) {
+        let mins = if self.with_mins { Some(self.block(self.layout.min_block_offset(tile, g))) } else { None };
+        (self.block(self.layout.scale_block_offset(tile, g)), mins)
+    }
+
+    /// Adds group `g`'s integer sums `ints`, over one token's `tables`, to that token's `f`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn add(
+        &self,
+        f: &mut (__m512, __m512),
+        ints: (__m512i, __m512i),
+        tables: &Tables<'_>,
+        g: usize,
+        affine: ((__m512, __m512), Option<(__m512, __m512)>),
+    ) {
+        let (((s_lo, s_hi), mins), (i_lo, i_hi)) = (affine, ints);
+        let sum = tables.sum[g];
+        let alpha = _mm512_set1_ps(tables.scale[g] * 0.5);
+        if let Some((m_lo, m_hi)) = mins {
+            let beta = _mm512_set1_ps(self.half_range * sum);
+            let gamma = _mm512_set1_ps(sum);
+            f.0 = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0));
+            f.1 = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1));
+        } else {
+            let beta = _mm512_set1_ps((self.half_range - self.zero) * sum);
+            f.0 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0);
+            f.1 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1);
         }
+    }
+
+    /// Writes tile `tile`'s rows (of the tiles from `first`) into `y`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn store(&self, f: (__m512, __m512), tile: usize, first: usize, y: &mut [f32]) {
         let start = (tile - first) * TILE_ROWS;
-        let n = (l.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        let n = (self.layout.rows - tile * TILE_ROWS).min(TILE_ROWS);
         let out = &mut y[start..start + n];
         let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
         // SAFETY: masked stores write only the `n` rows of `out`.
         unsafe {
-            _mm512_mask_storeu_ps(out.as_mut_ptr(), mask(n), f_lo);
+            _mm512_mask_storeu_ps(out.as_mut_ptr(), mask(n), f.0);
             if n > 16 {
-                _mm512_mask_storeu_ps(out.as_mut_ptr().add(16), mask(n - 16), f_hi);
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(16), mask(n - 16), f.1);
             }
         }
+    }
+}
+
+/// The float GEMV with the epilogue fused in registers: the tile's 32 sums never leave
+/// registers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
+    let e = Epilogue::new(job);
+    let first = tiles.start;
+    for tile in tiles {
+        let mut f = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        for g in 0..job.groups() {
+            // SAFETY: the tile-group and the group's tables have the layout's lengths.
+            let ints = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
+            e.add(&mut f, ints, &job.tables, g, e.affine(tile, g));
+        }
+        e.store(f, tile, first, y);
     }
 }
 
@@ -185,63 +233,20 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
 /// epilogue the same FMAs in the same order, so each `y` is what `run_float` writes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
 unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Range<usize>, mut ys: [&mut [f32]; 2]) {
-    let l = &jobs[0].layout;
-    let half_range = l.half_range();
-    let zero = match l.offset {
-        Offset::Zero(z) => z as f32,
-        Offset::Symmetric | Offset::Min => half_range,
-    };
-    let with_mins = l.offset == Offset::Min;
-    let bytes = jobs[0].bytes.as_ptr();
-    let wide = l.scales == ScaleFormat::F32;
-    let f16x16 = |at: usize| {
-        // SAFETY: as in `run_float_bits`.
-        unsafe {
-            if wide {
-                (_mm512_loadu_ps(bytes.add(at).cast()), _mm512_loadu_ps(bytes.add(at + 64).cast()))
-            } else {
-                let v = _mm512_loadu_si512(bytes.add(at).cast());
-                (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
-            }
-        }
-    };
+    let e = Epilogue::new(jobs[0]);
     let first = tiles.start;
     for tile in tiles {
         let mut f = [(_mm512_setzero_ps(), _mm512_setzero_ps()); 2];
         for g in 0..jobs[0].groups() {
             // SAFETY: the tile-group and both tokens' group tables have the layout's lengths.
             let ints = unsafe { rows_pair::<BITS>(jobs[0].tile_group(tile, g), [jobs[0].quads(g), jobs[1].quads(g)]) };
-            let (s_lo, s_hi) = f16x16(l.scale_block_offset(tile, g));
-            let mins = with_mins.then(|| f16x16(l.min_block_offset(tile, g)));
-            for ((f_lo, f_hi), ((i_lo, i_hi), job)) in f.iter_mut().zip(ints.into_iter().zip(jobs)) {
-                let sum = job.tables.sum[g];
-                let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
-                if let Some((m_lo, m_hi)) = mins {
-                    let beta = _mm512_set1_ps(half_range * sum);
-                    let gamma = _mm512_set1_ps(sum);
-                    *f_lo =
-                        _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, *f_lo));
-                    *f_hi =
-                        _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, *f_hi));
-                } else {
-                    let beta = _mm512_set1_ps((half_range - zero) * sum);
-                    *f_lo = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, *f_lo);
-                    *f_hi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, *f_hi);
-                }
+            let affine = e.affine(tile, g);
+            for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
+                e.add(f, ints, &job.tables, g, affine);
             }
         }
-        let start = (tile - first) * TILE_ROWS;
-        let n = (l.rows - tile * TILE_ROWS).min(TILE_ROWS);
-        let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
-        for ((f_lo, f_hi), y) in f.into_iter().zip(ys.iter_mut()) {
-            let out = y[start..start + n].as_mut_ptr();
-            // SAFETY: masked stores write only the `n` rows of this tile in `y`.
-            unsafe {
-                _mm512_mask_storeu_ps(out, mask(n), f_lo);
-                if n > 16 {
-                    _mm512_mask_storeu_ps(out.add(16), mask(n - 16), f_hi);
-                }
-            }
+        for (f, y) in f.into_iter().zip(ys.iter_mut()) {
+            e.store(f, tile, first, y);
         }
     }
 }
