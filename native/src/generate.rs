@@ -380,16 +380,6 @@ impl Loaded {
         }
         .map_err(|e| e.to_string())
     }
-
-    /// `forward` without the logits (the LM head): for prompt tokens before the last.
-    pub fn feed(&self, gemv: &PoolGemv<'_>, s: &mut Session, token: u32, pos: usize) -> Result<(), String> {
-        match (self, s) {
-            (Loaded::Llama { model, .. }, Session::Llama(st)) => model.feed(gemv, st, token, pos),
-            (Loaded::Gemma { model, .. }, Session::Gemma(st)) => model.feed(gemv, st, token, pos),
-            _ => unreachable!("sessions are made by their own model"),
-        }
-        .map_err(|e| e.to_string())
-    }
 }
 
 /// Load a model: GGUF (Gemma 3) as stored, a llama2.c checkpoint quantized to `bits`
