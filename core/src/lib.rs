@@ -15,6 +15,8 @@
 extern crate alloc;
 
 mod aligned;
+#[cfg(feature = "alloc")]
+pub mod engine;
 mod error;
 pub mod f16;
 pub mod gguf;

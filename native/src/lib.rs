@@ -1,23 +1,230 @@
-//! lutra: low-bit LLM inference by table lookup — the std side: threads, benchmarks.
+//! lutra: low-bit LLM inference on CPUs by table lookup instead of multiply-add.
 //!
-//! The kernels live in `lutra-core` (re-exported as `lutra::core`).
+//! Load a model, open a session, stream text:
+//!
+//! ```no_run
+//! use lutra::{Model, SamplerConfig, SessionOptions};
+//!
+//! let model = Model::load("models/stories15M/model.bin")?; // or a Gemma 3 GGUF
+//! let mut session = model.session(&SessionOptions::default())?;
+//! for piece in session.generate("Once upon a time", SamplerConfig::greedy(), 64)? {
+//!     print!("{}", piece?);
+//! }
+//! # Ok::<(), lutra::Error>(())
+//! ```
+//!
+//! The engine itself ([`engine`]: model, session, generation, perplexity) is
+//! `lutra-core`'s, shared with the browser and the Pi builds; this crate adds files,
+//! threads and the CLI. Kernels and formats are in [`core`].
+#![warn(missing_docs)]
 
 pub use lutra_core as core;
+pub use lutra_core::engine;
+pub use lutra_core::engine::{Attention, CacheInfo, CancelFlag, ModelInfo, Perplexity, PqAttention, Role, StopReason};
+pub use lutra_core::sampler::SamplerConfig;
 
-pub mod baseline;
-pub mod bench;
-pub mod bench_attention;
 pub mod calibrate;
-pub mod generate;
-#[cfg(feature = "llamacpp")]
-pub mod ggml;
-#[cfg(feature = "llamacpp")]
-pub mod ggml_attention;
 pub mod hugepage;
 pub mod inspect;
-pub mod linalg;
 #[cfg(feature = "llamacpp")]
-pub mod llamacpp_model;
-pub mod parallel;
-pub mod pool;
+pub mod llamacpp;
+mod load;
 pub mod progress;
+pub mod threads;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use load::LoadOptions;
+use lutra_core::engine::Generation;
+use threads::{Pool, PoolGemv};
+
+/// What can go wrong: a file that cannot be opened, a model file the engine refuses,
+/// or a request the engine refuses.
+#[derive(Debug)]
+pub enum Error {
+    /// The file could not be opened or mapped.
+    Open(inspect::InspectError),
+    /// The model (or tokenizer) file was refused.
+    Model {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: engine::Error,
+    },
+    /// The engine refused a request (a prompt too long, a bad setting, ...).
+    Engine(engine::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Open(e) => write!(f, "{e}"),
+            Error::Model { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::Engine(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Open(e) => Some(e),
+            Error::Model { source, .. } | Error::Engine(source) => Some(source),
+        }
+    }
+}
+
+impl From<engine::Error> for Error {
+    fn from(e: engine::Error) -> Self {
+        Error::Engine(e)
+    }
+}
+
+/// A model loaded from a file; dereferences to the engine's [`engine::Model`]
+/// (tokenizer, info, chat format).
+#[derive(Clone)]
+pub struct Model {
+    engine: engine::Model,
+}
+
+impl Model {
+    /// A Gemma 3 GGUF, or a llama2.c checkpoint (its `tokenizer.bin` beside it,
+    /// quantized to 4 bits): see [`Model::load_with`].
+    pub fn load(path: impl AsRef<Path>) -> Result<Model, Error> {
+        Model::load_with(path, &LoadOptions::default())
+    }
+
+    /// As [`Model::load`], with options.
+    pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model, Error> {
+        Ok(Model { engine: load::load(path.as_ref(), opts)? })
+    }
+
+    /// The engine's model, for use with [`engine::Session`] directly.
+    pub fn engine(&self) -> &engine::Model {
+        &self.engine
+    }
+
+    /// A session: a KV cache and a thread pool.
+    pub fn session(&self, opts: &SessionOptions) -> Result<Session, Error> {
+        let context = if opts.context == 0 { self.info().context_length.min(4096) } else { opts.context };
+        let inner = engine::Session::new(&self.engine, context, &opts.attention)?;
+        Ok(Session { inner, pool: Pool::new(opts.threads.max(1)) })
+    }
+}
+
+impl std::ops::Deref for Model {
+    type Target = engine::Model;
+    fn deref(&self) -> &engine::Model {
+        &self.engine
+    }
+}
+
+/// How to open a session.
+#[derive(Clone)]
+pub struct SessionOptions {
+    /// Positions the session holds (0: the model's, at most 4096).
+    pub context: usize,
+    /// Threads for matrix products and attention.
+    pub threads: usize,
+    /// How attention reads the key cache.
+    pub attention: Attention,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { context: 0, threads: std::thread::available_parallelism().map_or(1, |n| n.get()), attention: Attention::Exact }
+    }
+}
+
+/// One sequence: the engine's [`engine::Session`] and the threads that run it.
+pub struct Session {
+    inner: engine::Session,
+    pool: Pool,
+}
+
+impl Session {
+    /// The engine session (tokens, position, KV cache).
+    pub fn engine(&self) -> &engine::Session {
+        &self.inner
+    }
+
+    /// The engine session and the threads' [`engine::Gemv`], to drive the engine directly.
+    pub fn parts(&mut self) -> (&mut engine::Session, PoolGemv<'_>) {
+        (&mut self.inner, PoolGemv(&self.pool))
+    }
+
+    /// Appends `tokens` and computes them into the KV cache, without logits.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<(), Error> {
+        Ok(self.inner.feed(&PoolGemv(&self.pool), tokens)?)
+    }
+
+    /// Appends `token` and returns the logits of the next position.
+    pub fn forward(&mut self, token: u32) -> Result<&[f32], Error> {
+        Ok(self.inner.forward(&PoolGemv(&self.pool), token)?)
+    }
+
+    /// Keeps the first `position` tokens (see [`engine::Session::truncate`]).
+    pub fn truncate(&mut self, position: usize) -> Result<(), Error> {
+        Ok(self.inner.truncate(position)?)
+    }
+
+    /// Forgets every token.
+    pub fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    /// Generates from `prompt` (with BOS when the session is empty; otherwise it
+    /// continues the session), up to `max_tokens`: an iterator of text pieces in whole
+    /// UTF-8 characters.
+    pub fn generate(&mut self, prompt: &str, sampler: SamplerConfig, max_tokens: usize) -> Result<TextPieces<'_>, Error> {
+        let tokens = self.inner.model().encode(prompt, self.inner.tokens().is_empty())?;
+        let generation = Generation::start(&mut self.inner, &tokens, sampler, max_tokens)?;
+        Ok(TextPieces { session: self, generation, done: false })
+    }
+}
+
+/// The text of a generation as it is produced, from [`Session::generate`].
+pub struct TextPieces<'s> {
+    session: &'s mut Session,
+    generation: Generation,
+    done: bool,
+}
+
+impl TextPieces<'_> {
+    /// Why the generation stopped, once it has.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.generation.stop_reason()
+    }
+
+    /// The flag that stops the generation before its next token.
+    pub fn cancel_flag(&self) -> CancelFlag {
+        self.generation.cancel_flag()
+    }
+}
+
+impl Iterator for TextPieces<'_> {
+    type Item = Result<String, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let gemv = PoolGemv(&self.session.pool);
+        loop {
+            match self.generation.step(&mut self.session.inner, &gemv) {
+                Ok(Some(token)) if token.text.is_empty() => continue,
+                Ok(Some(token)) => return Some(Ok(token.text.to_string())),
+                Ok(None) => {
+                    self.done = true;
+                    let rest = self.generation.finish_text();
+                    return (!rest.is_empty()).then(|| Ok(rest.to_string()));
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e.into()));
+                }
+            }
+        }
+    }
+}

@@ -7,14 +7,14 @@ use std::path::PathBuf;
 
 use lutra::calibrate::{calibrate, fidelity_table, CalibrateOptions, Calibrated, KeyTransform, LayerFidelity};
 use lutra::core::pq::Rotation;
-use lutra::generate::load;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn run(model: &str, text: &str, configs: Vec<(usize, usize)>, ctx: usize, keys: usize) -> Vec<Calibrated> {
-    let loaded = load(&root().join(model), None, 8).unwrap_or_else(|e| panic!("{e}\n  run `cargo xtask models all` first"));
+    let opts = lutra::LoadOptions { bits: 8, ..Default::default() };
+    let model = lutra::Model::load_with(root().join(model), &opts).unwrap_or_else(|e| panic!("{e}\n  run `cargo xtask models all` first"));
     let text = std::fs::read_to_string(text).unwrap();
     let opts = CalibrateOptions {
         configs,
@@ -26,7 +26,7 @@ fn run(model: &str, text: &str, configs: Vec<(usize, usize)>, ctx: usize, keys: 
         key_transform: KeyTransform::Opq,
         recording: None,
     };
-    calibrate(&loaded, &text, &opts).unwrap()
+    calibrate(&model, &text, &opts).unwrap()
 }
 
 fn check(name: &str, c: &Calibrated, min_pearson: f64, min_spearman: f64) {

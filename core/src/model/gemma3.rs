@@ -398,6 +398,11 @@ impl Gemma3State {
         self.context
     }
 
+    /// The logits of the last `forward`.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache.key_bytes() + self.cache.value_bytes()
     }

@@ -353,6 +353,11 @@ impl State {
         self.context
     }
 
+    /// The logits of the last `forward`.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
     /// Bytes of the KV cache.
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache.key_bytes() + self.cache.value_bytes()

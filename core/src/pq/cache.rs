@@ -283,6 +283,13 @@ impl KvCache for PqKvCache {
         self.values.bytes() + self.exact.as_ref().map_or(0, |e| e.value_bytes())
     }
 
+    fn rewind_span(&self) -> usize {
+        let context = self.shape.context;
+        let recent = if self.recent < context { self.recent } else { 0 };
+        let exact = self.exact.as_ref().map_or(0, |e| e.rewind_span());
+        recent.max(exact).max(self.values.rows().longest_ring(context))
+    }
+
     fn describe(&self) -> String {
         let pq = self.books.shape();
         let mut d = format!("pq{} S={} ({:.1}× smaller than f16 keys)", pq.centroids, pq.subspaces, pq.compression_vs_f16());

@@ -54,6 +54,13 @@ pub trait KvCache: Send {
     fn value_bytes(&self) -> usize;
     /// What the keys are, for reports: "f16", "f32", "pq16 S=128", ...
     fn describe(&self) -> alloc::string::String;
+    /// How many positions before a rewind point must be stored again after a rewind: a
+    /// ring (sliding window, recent exact keys) that later positions wrapped over no
+    /// longer holds them. 0 when every position keeps its own row. The default refeeds
+    /// the whole context, which is always right.
+    fn rewind_span(&self) -> usize {
+        self.shape().context
+    }
 }
 
 /// Positions per piece of one attention. A long span is cut at fixed multiples of this
@@ -194,6 +201,11 @@ impl LayerRows {
             .collect();
         let offsets = caps.iter().scan(0, |at, &c| Some(core::mem::replace(at, *at + c))).collect();
         LayerRows { offsets, caps }
+    }
+
+    /// The longest ring (a layer holding fewer rows than the context), 0 without rings.
+    pub(crate) fn longest_ring(&self, context: usize) -> usize {
+        self.caps.iter().copied().filter(|&c| c < context).max().unwrap_or(0)
     }
 
     /// Rows of all layers together.
@@ -369,6 +381,10 @@ impl KvCache for ExactKvCache {
 
     fn value_bytes(&self) -> usize {
         self.values.bytes()
+    }
+
+    fn rewind_span(&self) -> usize {
+        self.values.rows().longest_ring(self.shape.context)
     }
 
     fn describe(&self) -> alloc::string::String {

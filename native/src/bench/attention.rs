@@ -4,14 +4,14 @@
 
 use std::sync::Mutex;
 
-use crate::pool::Pool;
+use lutra::threads::Pool;
 use lutra_core::f16::f32_to_f16_bits;
 use lutra_core::model::kv::kernels::{softmax_mix_f16, Rows, SoftmaxStats, MIX_SCRATCH_ROWS};
 use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
 
-use crate::bench::{normals, Engine, Sampler};
+use crate::bench::{normals, Contender, Timer};
 
 /// A model's attention shape, by name.
 #[derive(Clone, Copy, Debug)]
@@ -107,8 +107,8 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                 let scratch = floor.scratch(t);
                 let (floor, pool_ref) = (&floor, &pool);
                 runs.push(Box::new(move || floor.run(pool_ref, &scratch)));
-                let mut engines: Vec<Engine<'_, '_>> = runs.iter_mut().map(|r| Engine { run: &mut **r, settle: None }).collect();
-                let ns = Sampler { samples }.medians_settled(&mut engines);
+                let mut engines: Vec<Contender<'_, '_>> = runs.iter_mut().map(|r| Contender { run: &mut **r, settle: None }).collect();
+                let ns = Timer { samples }.medians_settled(&mut engines);
                 for ((kind, ns), &bytes) in names.iter().zip(ns).zip(&key_bytes) {
                     rows.push(Row {
                         ctx,
@@ -189,7 +189,7 @@ impl ValueFloor {
 
 #[cfg(feature = "llamacpp")]
 fn llamacpp_rows(shape: &Shape, ctx: usize, samples: usize, threads: usize) -> Result<Vec<Row>, String> {
-    use crate::ggml_attention::GgmlAttention;
+    use lutra::llamacpp::attention::GgmlAttention;
     let mut rows = Vec::new();
     for key_type in ["f16", "q8_0"] {
         let mut g = GgmlAttention::new(shape.n_heads, shape.n_kv_heads, shape.head_dim, ctx, key_type, threads)?;
@@ -200,8 +200,8 @@ fn llamacpp_rows(shape: &Shape, ctx: usize, samples: usize, threads: usize) -> R
                 let _ = cell.borrow_mut().run();
             };
             let mut settle = || cell.borrow_mut().pause();
-            let mut engines = [Engine { run: &mut run, settle: Some(&mut settle) }];
-            Sampler { samples }.medians_settled(&mut engines)[0]
+            let mut engines = [Contender { run: &mut run, settle: Some(&mut settle) }];
+            Timer { samples }.medians_settled(&mut engines)[0]
         };
         let value_bytes = ctx * shape.n_kv_heads * shape.head_dim * 2;
         rows.push(Row { ctx, shape: shape.name, threads, kind: format!("llamacpp_{key_type}"), ns_per_token: ns, key_bytes, value_bytes });

@@ -10,9 +10,12 @@ use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache,
 use lutra_core::pq::kmeans::kmeans;
 use lutra_core::pq::{apply_matrix, Codebooks, PqShape, Rotation};
 
-use crate::generate::{Loaded, PoolGemv};
-use crate::pool::Pool;
+use lutra_core::engine::{Model, Session};
+
 use crate::progress::Progress;
+use crate::threads::{Pool, PoolGemv};
+
+mod linalg;
 
 pub struct CalibrateOptions {
     /// (sub-spaces, centroids) of each codebook set to train from the same keys.
@@ -116,11 +119,14 @@ impl KvCache for Recorder {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn rewind_span(&self) -> usize {
+        self.inner.rewind_span()
+    }
 }
 
 /// One codebook set per `opts.configs` entry, all from the keys of one run over `text`.
-pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result<Vec<Calibrated>, String> {
-    let shape = loaded.attention_shape(opts.ctx);
+pub fn calibrate(model: &Model, text: &str, opts: &CalibrateOptions) -> Result<Vec<Calibrated>, String> {
+    let shape = model.attention_shape(opts.ctx);
     let shapes = opts
         .configs
         .iter()
@@ -129,8 +135,7 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
     if opts.ctx < 2 || opts.keys == 0 {
         return Err("--ctx must be at least 2 and --keys at least 1".into());
     }
-    let mut tokens = Vec::new();
-    loaded.encode(text, true, &mut tokens)?;
+    let tokens = model.encode(text, true).map_err(|e| e.to_string())?;
     let most = shapes.iter().map(|s| s.centroids).max().unwrap_or(0);
     if tokens.len() < most {
         return Err(format!("the text is {} tokens; calibration needs at least --centroids {most} keys", tokens.len()));
@@ -140,7 +145,7 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
     let (seen, fed) = match opts.recording.as_deref().map(|p| (p, load_recording(p, shape))) {
         Some((_, Some(r))) => r,
         other => {
-            let (seen, fed) = record(loaded, &tokens, shape, opts)?;
+            let (seen, fed) = record(model, &tokens, shape, opts)?;
             if let Some((path, _)) = other {
                 save_recording(path, shape, &seen, fed)?;
             }
@@ -213,9 +218,9 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
             for (keys, t) in moved.iter_mut().zip(&transforms) {
                 keys.chunks_exact_mut(hd).for_each(|key| apply_matrix(&t[..hd * hd], key));
             }
-            train(loaded, &moved, shape, pq, train_n, opts)?.with_key_transform(transforms.concat()).map_err(|e| e.to_string())?
+            train(model, &moved, shape, pq, train_n, opts)?.with_key_transform(transforms.concat()).map_err(|e| e.to_string())?
         } else {
-            train(loaded, &train_keys, shape, pq, train_n, opts)?
+            train(model, &train_keys, shape, pq, train_n, opts)?
         };
         if opts.key_transform == KeyTransform::QueryRms {
             books = books.with_key_scale(key_scale.clone()).map_err(|e| e.to_string())?;
@@ -233,12 +238,12 @@ pub fn calibrate(loaded: &Loaded, text: &str, opts: &CalibrateOptions) -> Result
 }
 
 /// Runs the model with exact attention over `tokens`, recording keys and queries.
-fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &CalibrateOptions) -> Result<(Recorded, usize), String> {
+fn record(model: &Model, tokens: &[u32], shape: AttentionShape, opts: &CalibrateOptions) -> Result<(Recorded, usize), String> {
     let heads = shape.layers * shape.n_kv_heads;
     let seen = Arc::new(Mutex::new(Recorded { keys: vec![Vec::new(); heads], queries: vec![Vec::new(); shape.layers] }));
-    let inner = ExactKvCache::with_windows(shape, KeyPrecision::F16, &loaded.layer_windows());
+    let inner = ExactKvCache::with_windows(shape, KeyPrecision::F16, &model.layer_windows());
     let recorder = Recorder { inner, seen: seen.clone(), limit: opts.keys };
-    let mut session = loaded.session_with_cache(Box::new(recorder))?;
+    let mut session = Session::with_cache(model, Box::new(recorder)).map_err(|e| e.to_string())?;
     let pool = Pool::new(opts.threads);
     let gemv = PoolGemv(&pool);
     let t = Instant::now();
@@ -248,10 +253,12 @@ fn record(loaded: &Loaded, tokens: &[u32], shape: AttentionShape, opts: &Calibra
     for chunk in tokens.chunks(shape.context) {
         let mut chunk = chunk[..chunk.len().min(wanted - fed)].to_vec();
         if let Some(first) = chunk.first_mut() {
-            *first = loaded.bos();
+            *first = model.bos();
         }
-        for (i, batch) in chunk.chunks(256).enumerate() {
-            loaded.feed_batch(&gemv, &mut session, batch, i * 256)?;
+        // each chunk runs from position 0
+        session.reset();
+        for batch in chunk.chunks(256) {
+            session.feed(&gemv, batch).map_err(|e| e.to_string())?;
             fed += batch.len();
             bar.update(fed, "tokens");
         }
@@ -346,7 +353,7 @@ struct OpqBasis {
 
 impl OpqBasis {
     fn new(q_moment: &[f64], keys: &[f32], hd: usize) -> OpqBasis {
-        let (lambda, u) = crate::linalg::symmetric_eigen(q_moment, hd);
+        let (lambda, u) = linalg::symmetric_eigen(q_moment, hd);
         let floor = lambda.iter().copied().fold(0.0f64, f64::max) * 1e-6;
         let root: Vec<f64> = lambda.iter().map(|&l| l.max(floor).max(f64::MIN_POSITIVE).sqrt()).collect();
         // row i of W is root[i] · (column i of U)
@@ -375,7 +382,7 @@ impl OpqBasis {
                 cov[i * hd..(i + 1) * hd].iter_mut().zip(x).zip(&mean).for_each(|((c, xj), mj)| *c += xi * (xj - mj));
             }
         }
-        let (variance, axes) = crate::linalg::symmetric_eigen(&cov, hd);
+        let (variance, axes) = linalg::symmetric_eigen(&cov, hd);
         OpqBasis { hd, root, w, variance, axes }
     }
 
@@ -524,7 +531,7 @@ fn kl_softmax(p_logits: &[f64], q_logits: &[f64]) -> f64 {
 
 /// k-means per (layer, KV head, sub-space), jobs shared by the threads.
 fn train(
-    loaded: &Loaded,
+    model: &Model,
     keys: &[Vec<f32>],
     shape: AttentionShape,
     pq: PqShape,
@@ -584,5 +591,5 @@ fn train(
     for b in books {
         data.extend(b.into_inner().map_err(|e| e.to_string())?);
     }
-    Codebooks::new(pq, loaded.architecture(), opts.rotation, data).map_err(|e| e.to_string())
+    Codebooks::new(pq, model.info().architecture, opts.rotation, data).map_err(|e| e.to_string())
 }

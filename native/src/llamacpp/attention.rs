@@ -34,13 +34,13 @@
 //! fewer positions) the work is split by query head only and the `p * v` accumulator is
 //! **f16**. With q8_0 keys and few query heads, threads beyond `n_heads` therefore idle.
 //!
-//! Logging: ggml's logger is the one [`crate::ggml`] installs (warnings and errors only).
+//! Logging: ggml's logger is the one [`super::ggml`] installs (warnings and errors only).
 
 use std::ptr;
 
 use llama_cpp_sys_2 as sys;
 
-use crate::ggml::{cpu_backend, new_context};
+use super::ggml::{cpu_backend, new_context};
 
 /// Seed of the query.
 const QUERY_SEED: u64 = 0x6c75_7472_612d_6100;
@@ -101,7 +101,7 @@ impl GgmlAttention {
         threads: usize,
     ) -> Result<GgmlAttention, String> {
         // Installs ggml.rs's logger (once per process): warnings and errors only.
-        let _ = crate::ggml::ggml_cpu_features();
+        let _ = super::ggml::ggml_cpu_features();
         let ty = match key_type.to_ascii_lowercase().as_str() {
             "f16" => sys::GGML_TYPE_F16,
             "q8_0" => sys::GGML_TYPE_Q8_0,

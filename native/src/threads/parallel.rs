@@ -3,7 +3,7 @@
 use lutra_core::model::kv::{AttentionPiece, Parallel};
 use lutra_core::{gemm_chunk_tiles, gemv_tiles, gemv_tiles_pair, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
 
-use crate::pool::{ChunkCounter, DisjointSlice, Pool};
+use super::pool::{ChunkCounter, DisjointSlice, Pool};
 
 /// Tiles per chunk: small enough to balance two noisy cores, large enough that the
 /// counter is not contended (a 32-row tile of 4096 columns at 2 bits is 32 KiB).
@@ -124,6 +124,16 @@ mod tests {
     use super::*;
     use lutra_core::{Offset, OwnedTables};
 
+    /// `n` deterministic test values in [−scale, scale), from an integer hash of (seed, i).
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        (0..n as u64)
+            .map(|i| {
+                let h = (seed << 32 ^ i).wrapping_mul(0xd6e8_feb8_6659_fd93).rotate_left(29).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                ((h >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale
+            })
+            .collect()
+    }
+
     /// Attention's pieces on 1–3 threads give the single-thread result bit for bit, for
     /// exact keys and both PQ code widths, over a span of several pieces, and for rings
     /// whose window crosses a piece boundary.
@@ -139,17 +149,17 @@ mod tests {
         let mut caches: Vec<Box<dyn KvCache>> = vec![Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, &windows))];
         for (subspaces, centroids) in [(16, 16), (8, 256)] {
             let pq = PqShape::new(2, 2, 32, subspaces, centroids).unwrap();
-            let books = Codebooks::new(pq, "test", Rotation::None, crate::bench::normals(4 * pq.book_len(), 5, 1.0)).unwrap();
+            let books = Codebooks::new(pq, "test", Rotation::None, values(4 * pq.book_len(), 5, 1.0)).unwrap();
             caches.push(Box::new(PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(4, 64).with_layers(&[], &windows)));
         }
         for pos in 0..shape.context {
-            let k = crate::bench::normals(shape.kv_dim(), 2 * pos as u64 + 20, 1.0);
-            let v = crate::bench::normals(shape.kv_dim(), 2 * pos as u64 + 21, 1.0);
+            let k = values(shape.kv_dim(), 2 * pos as u64 + 20, 1.0);
+            let v = values(shape.kv_dim(), 2 * pos as u64 + 21, 1.0);
             for layer in 0..2 {
                 caches.iter_mut().for_each(|c| c.store(layer, pos, &k, &v));
             }
         }
-        let q = crate::bench::normals(4 * 32, 6, 1.0);
+        let q = values(4 * 32, 6, 1.0);
         let last = shape.context - 1;
         let pool = [1, 2, 3].map(Pool::new);
         for cache in &mut caches {
@@ -169,8 +179,8 @@ mod tests {
     #[test]
     fn threaded_splits_equal_the_single_thread_result() {
         let (rows, cols) = (333, 512);
-        let w = crate::bench::normals(rows * cols, 9, 0.05);
-        let x = crate::bench::normals(cols, 10, 1.0);
+        let w = values(rows * cols, 9, 0.05);
+        let x = values(cols, 10, 1.0);
         let m = PackedMatrix::quantize(&w, rows, cols, 3, 64, Offset::Min).unwrap();
         let mut t = OwnedTables::new(cols, 64).unwrap();
         let tables = t.build(&x).unwrap();
@@ -193,13 +203,13 @@ mod tests {
     #[test]
     fn batched_products_equal_one_gemv_per_token() {
         let (rows, cols, batch) = (1000, 512, 5);
-        let w = crate::bench::normals(rows * cols, 11, 0.05);
+        let w = values(rows * cols, 11, 0.05);
         let m = PackedMatrix::quantize(&w, rows, cols, 4, 64, Offset::Min).unwrap();
         assert!(gemm_chunk_tiles(&m) < m.layout().tiles(), "the matrix must span several chunks");
         let mut owned: Vec<OwnedTables> = (0..batch).map(|_| OwnedTables::new(cols, 64).unwrap()).collect();
         let mut want = vec![0.0; batch * rows];
         for (b, (t, y)) in owned.iter_mut().zip(want.chunks_exact_mut(rows)).enumerate() {
-            let tables = t.build(&crate::bench::normals(cols, 20 + b as u64, 1.0)).unwrap();
+            let tables = t.build(&values(cols, 20 + b as u64, 1.0)).unwrap();
             lutra_core::gemv(&m, tables, y).unwrap();
         }
         let tables: Vec<Tables<'_>> = owned.iter().map(OwnedTables::view).collect();

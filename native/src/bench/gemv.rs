@@ -4,12 +4,12 @@
 
 use std::fmt::Write as _;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 
 use lutra_core::{Isa, Offset, OwnedTables, PackedMatrix};
 
-use crate::baseline::{BaselineMatrix, QuantizedActivations};
-use crate::pool::Pool;
+use crate::bench::baseline::{BaselineMatrix, QuantizedActivations};
+use crate::bench::{normals, Contender, Timer};
+use lutra::threads::Pool;
 
 /// A weight format of the GEMV bench: `1..=4` bits or ternary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,98 +79,6 @@ impl Regime {
 }
 
 pub const COLD_BYTES: usize = 256 << 20;
-
-/// Deterministic pseudo-random normals (sum of 4 uniforms), dependency-free.
-pub fn normals(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            let mut u = 0.0f32;
-            for _ in 0..4 {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                u += (s >> 40) as f32 / (1u64 << 24) as f32;
-            }
-            (u - 2.0) * 1.732_050_8 * scale
-        })
-        .collect()
-}
-
-/// One timed engine and what to do, untimed, after each of its sample batches.
-pub struct Engine<'a, 'b> {
-    pub run: &'a mut (dyn FnMut() + 'b),
-    pub settle: Option<&'a mut (dyn FnMut() + 'b)>,
-}
-
-/// Median of `samples` timings of `f`, after a warm-up; each sample repeats `f` enough
-/// times to last ≥ 1 ms, so timer resolution never matters.
-pub struct Sampler {
-    pub samples: usize,
-}
-
-impl Sampler {
-    fn inner_reps(f: &mut dyn FnMut()) -> usize {
-        let start = Instant::now();
-        let mut n = 0;
-        while start.elapsed() < Duration::from_millis(2) || n < 2 {
-            f();
-            n += 1;
-        }
-        let per = start.elapsed().as_secs_f64() / n as f64;
-        ((1e-3 / per).ceil() as usize).max(1)
-    }
-
-    /// Interleaved: round k samples every engine once, so noise hits all alike.
-    pub fn medians(&self, engines: &mut [&mut dyn FnMut()]) -> Vec<f64> {
-        let mut engines: Vec<Engine<'_, '_>> = engines.iter_mut().map(|f| Engine { run: &mut **f, settle: None }).collect();
-        self.medians_settled(&mut engines)
-    }
-
-    /// As `medians`, running each engine's `settle` (untimed) after its samples: ggml's
-    /// workers spin after a run and would otherwise steal the next engine's core.
-    pub fn medians_settled(&self, engines: &mut [Engine<'_, '_>]) -> Vec<f64> {
-        let reps: Vec<usize> = engines
-            .iter_mut()
-            .map(|e| {
-                let n = Self::inner_reps(e.run);
-                if let Some(settle) = e.settle.as_mut() {
-                    settle();
-                }
-                n
-            })
-            .collect();
-        let mut times: Vec<Vec<f64>> = vec![Vec::new(); engines.len()];
-        for _ in 0..self.samples.max(5) {
-            for (i, e) in engines.iter_mut().enumerate() {
-                // an untimed batch first: the other engines' data has just passed
-                // through the caches, and "hot" means this engine's weights are there
-                for _ in 0..reps[i] {
-                    (e.run)();
-                }
-                let start = Instant::now();
-                for _ in 0..reps[i] {
-                    (e.run)();
-                }
-                times[i].push(start.elapsed().as_secs_f64() * 1e9 / reps[i] as f64);
-                if let Some(settle) = e.settle.as_mut() {
-                    settle();
-                }
-            }
-        }
-        times.into_iter().map(median).collect()
-    }
-}
-
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct GemvOptions {
@@ -280,7 +188,7 @@ pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<Ge
                 let ms: Vec<PackedMatrix<Weights>> = (0..copies)
                     .map(|_| {
                         let bytes = if opts.huge_pages {
-                            Weights::Huge(crate::hugepage::HugeBytes::copy_of(m.as_bytes()).map_err(|e| e.to_string())?)
+                            Weights::Huge(lutra::hugepage::HugeBytes::copy_of(m.as_bytes()).map_err(|e| e.to_string())?)
                         } else {
                             let mut heap = lutra_core::AlignedBytes::zeroed(m.as_bytes().len());
                             heap.as_mut().copy_from_slice(m.as_bytes());
@@ -304,7 +212,7 @@ pub fn gemv(opts: &GemvOptions, mut emit: impl FnMut(&GemvRow)) -> Result<Vec<Ge
 /// Where the bench keeps its weight copies.
 pub enum Weights {
     Heap(lutra_core::AlignedBytes),
-    Huge(crate::hugepage::HugeBytes),
+    Huge(lutra::hugepage::HugeBytes),
 }
 
 impl AsRef<[u8]> for Weights {
@@ -336,7 +244,7 @@ fn gemv_one(
         let m = &ms[next % ms.len()];
         next += 1;
         let t = tables.build(black_box(x)).expect("tables");
-        crate::parallel::gemv(&pool, isa, m, t, &mut y).expect("gemv");
+        lutra::threads::gemv(&pool, isa, m, t, &mut y).expect("gemv");
         black_box(&y);
     };
     // the baseline, split over the same pool
@@ -348,13 +256,13 @@ fn gemv_one(
         next_b += 1;
         qa.quantize(black_box(x));
         let qa = &qa;
-        let counter = crate::pool::ChunkCounter::new(l.rows, 64);
-        let out = crate::pool::DisjointSlice::new(&mut yb);
+        let counter = lutra::threads::ChunkCounter::new(l.rows, 64);
+        let out = lutra::threads::DisjointSlice::new(&mut yb);
         pool.run(|_| {
             while let Some(r) = counter.next() {
                 // SAFETY: ranges from one counter are disjoint.
                 let y = unsafe { out.range_mut(r.clone()) };
-                crate::baseline::gemv_rows(b, qa, r, y);
+                crate::bench::baseline::gemv_rows(b, qa, r, y);
             }
         });
         black_box(&yb);
@@ -368,7 +276,7 @@ fn gemv_one(
         let m = &ms[next_r % ms.len()];
         next_r += 1;
         let t = tables_r.build(black_box(x)).expect("tables");
-        rayon_pool.as_ref().expect("rayon pool").install(|| crate::parallel::gemv_rayon(isa, m, t, &mut yr).expect("gemv"));
+        rayon_pool.as_ref().expect("rayon pool").install(|| lutra::threads::gemv_rayon(isa, m, t, &mut yr).expect("gemv"));
         black_box(&yr);
     };
     #[cfg(feature = "llamacpp")]
@@ -382,16 +290,16 @@ fn gemv_one(
     // memory allocated like the weights
     let dram = DramReader::new(if regime == Regime::Cold { COLD_BYTES } else { 0 }, opts.huge_pages)?;
     let mut read_dram = || dram.read(&pool);
-    let sampler = Sampler { samples: opts.samples };
-    let mut engines: Vec<Engine<'_, '_>> = vec![Engine { run: &mut lut, settle: None }];
+    let sampler = Timer { samples: opts.samples };
+    let mut engines: Vec<Contender<'_, '_>> = vec![Contender { run: &mut lut, settle: None }];
     if regime == Regime::Cold {
-        engines.push(Engine { run: &mut read_dram, settle: None });
+        engines.push(Contender { run: &mut read_dram, settle: None });
     }
     if !bases.is_empty() {
-        engines.push(Engine { run: &mut baseline, settle: None });
+        engines.push(Contender { run: &mut baseline, settle: None });
     }
     if opts.rayon {
-        engines.push(Engine { run: &mut with_rayon, settle: None });
+        engines.push(Contender { run: &mut with_rayon, settle: None });
     }
     #[cfg(feature = "llamacpp")]
     let ggml_cell = ggml.as_mut().map(|(_, g, _)| std::cell::RefCell::new(g));
@@ -401,7 +309,7 @@ fn gemv_one(
     let mut ggml_pause = ggml_cell.as_ref().map(|g| move || g.borrow_mut().pause());
     #[cfg(feature = "llamacpp")]
     if let (Some(run), Some(pause)) = (ggml_run.as_mut(), ggml_pause.as_mut()) {
-        engines.push(Engine { run, settle: Some(pause) });
+        engines.push(Contender { run, settle: Some(pause) });
     }
     let t = sampler.medians_settled(&mut engines);
     drop(engines);
@@ -463,23 +371,20 @@ fn best_llamacpp(
     cols: usize,
     regime: Regime,
     threads: usize,
-) -> Result<Option<(String, crate::ggml::GgmlGemv, usize)>, String> {
-    let mut best: Option<(f64, String, crate::ggml::GgmlGemv, usize)> = None;
+) -> Result<Option<(String, lutra::llamacpp::ggml::GgmlGemv, usize)>, String> {
+    let mut best: Option<(f64, String, lutra::llamacpp::ggml::GgmlGemv, usize)> = None;
     for &ty in bits.llamacpp_types() {
         let bytes = (rows * cols) as f64 * ggml_bits_per_weight(ty) / 8.0;
         let copies = regime.copies(bytes as usize);
-        let mut g = match crate::ggml::GgmlGemv::new(ty, rows, cols, copies, threads, true) {
+        let mut g = match lutra::llamacpp::ggml::GgmlGemv::new(ty, rows, cols, copies, threads, true) {
             Ok(g) => g,
             Err(e) => {
                 eprintln!("llama.cpp {ty}: {e}");
                 continue;
             }
         };
-        let t = if bits.llamacpp_types().len() > 1 {
-            Sampler { samples: 5 }.medians(&mut [&mut || g.run().expect("ggml run")])[0]
-        } else {
-            0.0
-        };
+        let t =
+            if bits.llamacpp_types().len() > 1 { Timer { samples: 5 }.medians(&mut [&mut || g.run().expect("ggml run")])[0] } else { 0.0 };
         g.pause();
         if best.as_ref().is_none_or(|b| t < b.0) {
             best = Some((t, ty.to_string(), g, copies));
@@ -529,14 +434,14 @@ pub fn print_gemv_row(r: &GemvRow) {
 
 /// A large buffer whose full read measures DRAM bandwidth.
 pub struct DramReader {
-    bytes: crate::bench::Weights,
+    bytes: Weights,
 }
 
 impl DramReader {
     pub fn new(len: usize, huge_pages: bool) -> Result<DramReader, String> {
         let pattern: Vec<u8> = (0..len).map(|i| i as u8).collect();
         let bytes = if huge_pages {
-            Weights::Huge(crate::hugepage::HugeBytes::copy_of(&pattern).map_err(|e| e.to_string())?)
+            Weights::Huge(lutra::hugepage::HugeBytes::copy_of(&pattern).map_err(|e| e.to_string())?)
         } else {
             let mut heap = lutra_core::AlignedBytes::zeroed(len);
             heap.as_mut().copy_from_slice(&pattern);
@@ -564,7 +469,7 @@ pub fn membw(threads: usize, mib: usize, samples: usize, huge_pages: bool) -> Re
     let pool = Pool::new(threads);
     let mut run = || reader.read(&pool);
     run();
-    let t = Sampler { samples }.medians(&mut [&mut run])[0];
+    let t = Timer { samples }.medians(&mut [&mut run])[0];
     Ok((mib << 20) as f64 / t)
 }
 
@@ -691,7 +596,7 @@ pub fn accuracy(rows: usize, cols: usize, group: usize) -> Result<Vec<AccuracyRo
             let mut qa = QuantizedActivations::new(cols, l.group);
             qa.quantize(&x);
             let mut yb = vec![0.0; rows];
-            crate::baseline::gemv_rows(&b, &qa, 0..rows, &mut yb);
+            crate::bench::baseline::gemv_rows(&b, &qa, 0..rows, &mut yb);
             nmse(&yb, &want)
         });
         out.push(AccuracyRow {

@@ -1,0 +1,109 @@
+use alloc::string::String;
+use core::fmt;
+
+use crate::gguf::GgufError;
+use crate::llama2c::Llama2cError;
+use crate::model::ModelError;
+use crate::pq::PqError;
+use crate::sampler::SamplerError;
+use crate::spm::SpmError;
+use crate::tokenizer::TokenizerError;
+
+/// Every way the engine refuses a model, a prompt or a request, with a message for people.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// The GGUF file could not be read.
+    Gguf(GgufError),
+    /// The llama2.c checkpoint could not be read.
+    Checkpoint(Llama2cError),
+    /// The model could not be built or run (missing tensors, unsupported types or
+    /// configurations, shapes that do not fit).
+    Model(ModelError),
+    /// The GGUF tokenizer could not be built.
+    Vocabulary(SpmError),
+    /// A tokenizer file or call was refused.
+    Tokenizer(TokenizerError),
+    /// Sampler settings or logits were refused.
+    Sampler(SamplerError),
+    /// PQ codebooks that cannot be read or do not fit the model.
+    Codebooks(PqError),
+    /// Codebooks calibrated on another architecture.
+    CodebooksForAnotherModel { calibrated_on: String, model: &'static str },
+    /// A GGUF of an architecture the engine does not run.
+    UnsupportedArchitecture(String),
+    /// The model has no chat format.
+    NoChatTemplate { architecture: &'static str },
+    /// The prompt does not leave a position to generate into.
+    PromptTooLong { tokens: usize, room: usize, context: usize },
+    /// Tokens past the end of the session's context.
+    ContextFull { needed: usize, context: usize },
+    /// A context of zero positions, or more than the model's.
+    BadContext { asked: usize, max: usize },
+    /// Logits were asked for before any token was appended.
+    NothingToPredict,
+    /// A rewind to a position past the session's tokens.
+    TruncateBeyondEnd { position: usize, len: usize },
+    /// A token id outside the vocabulary.
+    TokenOutOfRange { token: u32, vocab_size: usize },
+    /// A text too short for one chunk of perplexity, or a chunk length out of range.
+    PerplexityText { tokens: usize, ctx: usize, max: usize },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Gguf(e) => write!(f, "{e}"),
+            Error::Checkpoint(e) => write!(f, "{e}"),
+            Error::Model(e) => write!(f, "{e}"),
+            Error::Vocabulary(e) => write!(f, "{e}"),
+            Error::Tokenizer(e) => write!(f, "{e}"),
+            Error::Sampler(e) => write!(f, "{e}"),
+            Error::Codebooks(e) => write!(f, "{e}"),
+            Error::CodebooksForAnotherModel { calibrated_on, model } => {
+                write!(f, "the codebooks were calibrated on a {calibrated_on} model, this is {model}")
+            }
+            Error::UnsupportedArchitecture(arch) => {
+                write!(f, "GGUF architecture {arch:?} is not supported (lutra runs gemma3 GGUFs and llama2.c checkpoints)")
+            }
+            Error::NoChatTemplate { architecture } => write!(f, "this {architecture} model has no chat format"),
+            Error::PromptTooLong { tokens, room, context } => write!(
+                f,
+                "the prompt is {tokens} tokens, but {room} of the context's {context} positions are left: it must leave one to generate into"
+            ),
+            Error::ContextFull { needed, context } => {
+                write!(f, "the context is full: {needed} positions needed, it holds {context}")
+            }
+            Error::BadContext { asked, max } => write!(f, "a context of {asked} positions: it must be between 1 and the model's {max}"),
+            Error::NothingToPredict => write!(f, "no token to predict from: append a prompt first"),
+            Error::TruncateBeyondEnd { position, len } => {
+                write!(f, "cannot rewind to position {position}: the session holds {len} tokens")
+            }
+            Error::TokenOutOfRange { token, vocab_size } => write!(f, "token {token} outside the vocabulary of {vocab_size}"),
+            Error::PerplexityText { tokens, ctx, max } => write!(
+                f,
+                "perplexity needs a chunk length between 4 and the model's context {max} and a text of at least one chunk: got --ctx {ctx} and {tokens} tokens"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+macro_rules! wrap {
+    ($($from:ty => $variant:ident),*) => {$(
+        impl From<$from> for Error {
+            fn from(e: $from) -> Self {
+                Error::$variant(e)
+            }
+        }
+    )*};
+}
+
+wrap!(GgufError => Gguf, Llama2cError => Checkpoint, ModelError => Model, SpmError => Vocabulary,
+      TokenizerError => Tokenizer, SamplerError => Sampler, PqError => Codebooks);
+
+impl From<crate::Error> for Error {
+    fn from(e: crate::Error) -> Self {
+        Error::Model(ModelError::Kernel(e))
+    }
+}

@@ -1,0 +1,154 @@
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Error, Session, TextStream};
+use crate::model::Gemv;
+use crate::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end token (not appended to the session).
+    EndToken(u32),
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The session's context has no position left.
+    ContextFull,
+    /// The [`CancelFlag`] was raised.
+    Cancelled,
+}
+
+/// Raised from anywhere (another thread, a signal handler, a UI callback) to stop a
+/// generation before its next token.
+#[derive(Debug, Clone, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    pub fn new() -> CancelFlag {
+        CancelFlag::default()
+    }
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Lowers the flag, for the next generation.
+    pub fn reset(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// One generated token and the whole characters it completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token<'g> {
+    pub id: u32,
+    /// Possibly empty: a character split across tokens comes out with its last byte.
+    pub text: &'g str,
+}
+
+/// Sampling over a session, one token a step.
+///
+/// Append the prompt to the session (or pass it to [`Generation::start`]); each
+/// [`step`](Generation::step) computes what the session holds, samples the next token,
+/// and appends it, so the session always holds the whole conversation: a next turn is
+/// appended after it and nothing is processed twice. The end token that stops a
+/// generation is not appended (chat formats close the turn themselves).
+pub struct Generation {
+    sampler: Sampler,
+    scratch: Vec<Candidate>,
+    max_tokens: usize,
+    generated: usize,
+    text: TextStream,
+    cancel: CancelFlag,
+    stopped: Option<StopReason>,
+}
+
+impl Generation {
+    /// Appends `prompt` (may be empty if the session already holds what to continue)
+    /// and prepares to generate up to `max_tokens` tokens.
+    pub fn start(session: &mut Session, prompt: &[u32], sampler: SamplerConfig, max_tokens: usize) -> Result<Generation, Error> {
+        let sampler = Sampler::new(sampler)?;
+        let room = session.room();
+        if !prompt.is_empty() && prompt.len() >= room {
+            return Err(Error::PromptTooLong { tokens: prompt.len(), room, context: session.context() });
+        }
+        session.append(prompt)?;
+        if session.tokens().is_empty() {
+            return Err(Error::NothingToPredict);
+        }
+        Ok(Generation {
+            sampler,
+            scratch: vec![Candidate::default(); scratch_len(session.model().vocab_size())],
+            max_tokens,
+            generated: 0,
+            text: TextStream::new(),
+            cancel: CancelFlag::new(),
+            stopped: None,
+        })
+    }
+
+    /// Uses `flag` to cancel (e.g. one shared with a Ctrl-C handler).
+    pub fn with_cancel_flag(mut self, flag: CancelFlag) -> Generation {
+        self.cancel = flag;
+        self
+    }
+
+    /// The flag that stops this generation before its next token.
+    pub fn cancel_flag(&self) -> CancelFlag {
+        self.cancel.clone()
+    }
+
+    /// The next token, or `None` once stopped (see [`Generation::stop_reason`]).
+    pub fn step<G: Gemv>(&mut self, session: &mut Session, gemv: &G) -> Result<Option<Token<'_>>, Error> {
+        if self.stopped.is_some() {
+            return Ok(None);
+        }
+        let stop = if self.cancel.is_cancelled() {
+            Some(StopReason::Cancelled)
+        } else if self.generated >= self.max_tokens {
+            Some(StopReason::MaxTokens)
+        } else {
+            None
+        };
+        if let Some(reason) = stop {
+            self.stopped = Some(reason);
+            return Ok(None);
+        }
+        let (logits, tokens) = session.logits_and_tokens(gemv)?;
+        let next = self.sampler.sample(logits, tokens, &mut self.scratch)?;
+        self.generated += 1;
+        let model = session.model().clone();
+        if model.is_end(next) {
+            self.stopped = Some(StopReason::EndToken(next));
+            return Ok(None);
+        }
+        let prev = session.tokens().last().copied();
+        let piece = model.decode_piece(prev, next)?;
+        if session.room() == 0 {
+            // the token is returned, but there is no position to append it to
+            self.stopped = Some(StopReason::ContextFull);
+        } else {
+            session.append(&[next])?;
+        }
+        Ok(Some(Token { id: next, text: self.text.push(piece) }))
+    }
+
+    /// Why the generation stopped, once it has.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stopped
+    }
+
+    /// Tokens sampled so far (an end token included).
+    pub fn generated(&self) -> usize {
+        self.generated
+    }
+
+    /// What is left of the text when the generation is over: U+FFFD for a character
+    /// cut short, else nothing.
+    pub fn finish_text(&mut self) -> &str {
+        self.text.finish()
+    }
+}

@@ -1,0 +1,340 @@
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use super::Error;
+use crate::gguf::Gguf;
+use crate::llama2c::Checkpoint;
+use crate::model::gemma3::Gemma3;
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use crate::model::llama::Llama;
+use crate::pq::{Codebooks, PqKvCache};
+use crate::spm::{format_gemma_chat, ChatRole, SpmTokenizer};
+use crate::tokenizer::{Llama2cTokenizer, Tokenizer as _};
+use crate::Isa;
+
+/// A model and its tokenizer, ready to run. Cloning shares the weights.
+#[derive(Clone)]
+pub struct Model {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) net: Network,
+    tokenizer: Vocabulary,
+    info: ModelInfo,
+}
+
+pub(crate) enum Network {
+    Llama(Box<Llama>),
+    Gemma3(Box<Gemma3>),
+}
+
+enum Vocabulary {
+    Llama2c(Box<Llama2cTokenizer>),
+    Spm(Box<SpmTokenizer>),
+}
+
+/// What a model is, for reports and for front-ends choosing settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// `gemma3`, or `llama` for llama2.c checkpoints.
+    pub architecture: &'static str,
+    pub dim: usize,
+    pub hidden_dim: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    /// The longest context the model was trained for.
+    pub context_length: usize,
+    /// Bytes of the packed weight matrices (what a decode step streams).
+    pub matrix_bytes: usize,
+    /// How the weights are stored: GGUF tensor types with their counts (`("Q4_K", 108)`),
+    /// or `("f32 quantized to 4 bits", n)` for a llama2.c checkpoint.
+    pub tensor_types: Vec<(String, usize)>,
+    /// Whether the model has a chat format (Gemma 3's turns) that [`Model::encode_chat`] writes.
+    pub chat: bool,
+    /// Whether the file carries a `tokenizer.chat_template` of its own.
+    pub chat_template_in_file: bool,
+}
+
+impl ModelInfo {
+    /// One line: architecture and sizes.
+    pub fn summary(&self) -> String {
+        let heads = if self.kv_heads == self.heads {
+            format!("{} heads", self.heads)
+        } else {
+            format!("{} heads / {} KV heads", self.heads, self.kv_heads)
+        };
+        format!(
+            "{}, dim {}, {} layers, {heads}, vocab {}, {:.1} MiB of matrices",
+            self.architecture,
+            self.dim,
+            self.layers,
+            self.vocab_size,
+            self.matrix_bytes as f64 / (1 << 20) as f64
+        )
+    }
+}
+
+/// Reported while a model loads: after each tensor (or matrix), and after each chunk of
+/// a tensor imported in chunks.
+#[derive(Debug, Clone)]
+pub struct LoadProgress<'a> {
+    /// Tensors (or matrices) done, out of `total`.
+    pub done: usize,
+    pub total: usize,
+    /// The tensor just imported, or being imported.
+    pub tensor: &'a str,
+    /// Bytes of the model file the import has finished reading (absolute offsets): a
+    /// caller that maps the file may release those pages.
+    pub consumed: Option<Range<usize>>,
+}
+
+/// Who speaks a chat turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// How attention reads the key cache.
+#[derive(Clone, Default)]
+pub enum Attention {
+    /// f16 keys.
+    #[default]
+    Exact,
+    /// NoMAD product-quantized keys.
+    Pq(Box<PqAttention>),
+}
+
+/// Product-quantized keys: codebooks from `lutra calibrate`, and the keys kept exact.
+#[derive(Clone)]
+pub struct PqAttention {
+    pub books: Codebooks,
+    /// The first positions whose keys stay exact (attention sinks).
+    pub sink: usize,
+    /// The most recent positions whose keys stay exact.
+    pub recent: usize,
+    /// Sliding-window layers keep exact keys; only the global layers read codes.
+    pub long_only: bool,
+}
+
+impl Model {
+    /// A GGUF file's bytes (Gemma 3).
+    pub fn from_gguf(bytes: &[u8]) -> Result<Model, Error> {
+        Self::from_gguf_with_progress(bytes, |_| {})
+    }
+
+    /// As [`Model::from_gguf`], reporting each tensor as it is imported.
+    pub fn from_gguf_with_progress(bytes: &[u8], mut progress: impl FnMut(LoadProgress<'_>)) -> Result<Model, Error> {
+        let gguf = Gguf::parse(bytes)?;
+        let arch = gguf.get_str("general.architecture").unwrap_or("");
+        if arch != "gemma3" {
+            return Err(Error::UnsupportedArchitecture(arch.into()));
+        }
+        let tokenizer = SpmTokenizer::from_gguf(&gguf)?;
+        let data_start = gguf.data_start();
+        let net = Gemma3::from_gguf_with_progress(&gguf, |p| {
+            // a chunk has read `consumed` of its tensor; a finished tensor all of it
+            let file = gguf.tensor(p.tensor).and_then(|info| {
+                let range = p.consumed.clone().or_else(|| info.byte_size().ok().map(|len| 0..len as usize))?;
+                let start = data_start.checked_add(usize::try_from(info.offset).ok()?)?;
+                Some(start + range.start..start + range.end)
+            });
+            progress(LoadProgress { done: p.done, total: p.total, tensor: p.tensor, consumed: file });
+        })?;
+        let mut types: Vec<(String, usize)> = Vec::new();
+        for t in gguf.tensors() {
+            let name = t.ggml_type.name();
+            match types.iter_mut().find(|(n, _)| n == name) {
+                Some((_, count)) => *count += 1,
+                None => types.push((name.to_string(), 1)),
+            }
+        }
+        let c = &net.config;
+        let info = ModelInfo {
+            architecture: "gemma3",
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            layers: c.n_layers,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            vocab_size: c.vocab_size,
+            context_length: c.context,
+            matrix_bytes: net.matrix_bytes(),
+            tensor_types: types,
+            chat: true,
+            chat_template_in_file: tokenizer.chat_template().is_some(),
+        };
+        Ok(Model::new(Network::Gemma3(Box::new(net)), Vocabulary::Spm(Box::new(tokenizer)), info))
+    }
+
+    /// A llama2.c checkpoint and its `tokenizer.bin`, the weights quantized to `bits` (1..=8).
+    pub fn from_llama2c(checkpoint: &[u8], tokenizer: &[u8], bits: u8) -> Result<Model, Error> {
+        Self::from_llama2c_with_progress(checkpoint, tokenizer, bits, |_| {})
+    }
+
+    /// As [`Model::from_llama2c`], reporting each matrix as it is quantized.
+    pub fn from_llama2c_with_progress(
+        checkpoint: &[u8],
+        tokenizer: &[u8],
+        bits: u8,
+        mut progress: impl FnMut(LoadProgress<'_>),
+    ) -> Result<Model, Error> {
+        let ckpt = Checkpoint::parse(checkpoint)?;
+        let tokenizer = Llama2cTokenizer::from_bytes(tokenizer, ckpt.config().vocab_size)?;
+        let net = Llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
+            progress(LoadProgress { done, total, tensor: "matrices", consumed: None });
+        })?;
+        let c = &net.config;
+        let info = ModelInfo {
+            architecture: "llama",
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            layers: c.n_layers,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_size(),
+            vocab_size: c.vocab_size,
+            context_length: c.seq_len,
+            matrix_bytes: net.matrix_bytes(),
+            tensor_types: alloc::vec![(format!("f32 quantized to {bits} bits"), 7 * c.n_layers + 1)],
+            chat: false,
+            chat_template_in_file: false,
+        };
+        Ok(Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info))
+    }
+
+    fn new(net: Network, tokenizer: Vocabulary, info: ModelInfo) -> Model {
+        Model { inner: Arc::new(Inner { net, tokenizer, info }) }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.inner.info
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.info.vocab_size
+    }
+
+    /// The beginning-of-sequence token.
+    pub fn bos(&self) -> u32 {
+        match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => t.bos().unwrap_or(1),
+            Vocabulary::Spm(t) => t.bos().unwrap_or(2),
+        }
+    }
+
+    /// The tokens of `text`, BOS first when `bos`.
+    pub fn encode(&self, text: &str, bos: bool) -> Result<Vec<u32>, Error> {
+        let mut out = Vec::new();
+        match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => t.encode(text, bos, &mut out),
+            Vocabulary::Spm(t) => t.encode(text, bos, &mut out),
+        }?;
+        Ok(out)
+    }
+
+    /// Chat turns in the model's format, ending with the cue for the assistant's answer.
+    /// `first`: the turns open the conversation (BOS first); otherwise they follow an
+    /// answer that stopped at (and without feeding) its end-of-turn token, which these
+    /// tokens then close.
+    pub fn encode_chat(&self, turns: &[(Role, &str)], first: bool) -> Result<Vec<u32>, Error> {
+        let Vocabulary::Spm(t) = &self.inner.tokenizer else {
+            return Err(Error::NoChatTemplate { architecture: self.info().architecture });
+        };
+        let turns: Vec<(ChatRole, &str)> = turns
+            .iter()
+            .map(|&(role, text)| {
+                let role = match role {
+                    Role::System => ChatRole::System,
+                    Role::User => ChatRole::User,
+                    Role::Assistant => ChatRole::Model,
+                };
+                (role, text)
+            })
+            .collect();
+        let mut text = String::new();
+        if !first {
+            text.push_str("<end_of_turn>\n");
+        }
+        format_gemma_chat(&turns, true, &mut text);
+        let mut out = Vec::new();
+        t.encode_llama(&text, first, true, &mut out)?;
+        Ok(out)
+    }
+
+    /// The bytes `token` adds to the text after `prev` (not always whole UTF-8
+    /// characters: feed them to a [`TextStream`](super::TextStream)).
+    pub fn decode_piece(&self, prev: Option<u32>, token: u32) -> Result<&[u8], Error> {
+        Ok(match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => t.decode_piece(prev, token),
+            Vocabulary::Spm(t) => t.decode_piece(prev, token),
+        }?)
+    }
+
+    /// Whether generating `token` ends the text (end of sequence or of turn; llama2.c
+    /// models also stop at BOS, as `run.c` does).
+    pub fn is_end(&self, token: u32) -> bool {
+        match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => Some(token) == t.eos() || Some(token) == t.bos(),
+            Vocabulary::Spm(t) => t.is_eog(token),
+        }
+    }
+
+    /// The tokens that end generation.
+    pub fn end_tokens(&self) -> Vec<u32> {
+        (0..self.vocab_size() as u32).filter(|&t| self.is_end(t)).collect()
+    }
+
+    /// The attention a KV cache of `context` positions must serve.
+    pub fn attention_shape(&self, context: usize) -> AttentionShape {
+        match &self.inner.net {
+            Network::Llama(m) => m.attention_shape(context),
+            Network::Gemma3(m) => m.attention_shape(context),
+        }
+    }
+
+    /// Each layer's sliding window (Gemma 3's local layers), 0 where it attends to everything.
+    pub fn layer_windows(&self) -> Vec<usize> {
+        match &self.inner.net {
+            Network::Llama(m) => alloc::vec![0; m.config.n_layers],
+            Network::Gemma3(m) => m.config.layer_windows(),
+        }
+    }
+
+    /// A KV cache of `context` positions reading keys as `attention` says.
+    pub fn kv_cache(&self, context: usize, attention: &Attention) -> Result<Box<dyn KvCache>, Error> {
+        let max = self.info().context_length;
+        if context == 0 || context > max {
+            return Err(Error::BadContext { asked: context, max });
+        }
+        let (shape, windows) = (self.attention_shape(context), self.layer_windows());
+        match attention {
+            Attention::Exact => Ok(Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, &windows))),
+            Attention::Pq(pq) => {
+                let arch = self.info().architecture;
+                if pq.books.model() != arch {
+                    return Err(Error::CodebooksForAnotherModel { calibrated_on: pq.books.model().into(), model: arch });
+                }
+                // sliding-window layers keep rings, of exact keys (long_only) or of codes
+                let exact: Vec<bool> = windows.iter().map(|&w| pq.long_only && w > 0).collect();
+                let cache =
+                    PqKvCache::new(shape, pq.books.clone(), Isa::best())?.with_exact_keys(pq.sink, pq.recent).with_layers(&exact, &windows);
+                Ok(Box::new(cache))
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use super::model::{Attention, Model, Network};
+use super::Error;
+use crate::model::gemma3::Gemma3State;
+use crate::model::kv::KvCache;
+use crate::model::llama::State as LlamaState;
+use crate::model::Gemv;
+
+/// One sequence of a model: its KV cache, its tokens and its position.
+///
+/// Tokens are appended first and computed when they are needed — all but the last in
+/// batches over one pass of the weights, the last with logits — so a prompt, a chat
+/// turn or a generated token costs the same whether it arrives alone or in a batch, and
+/// the logits are what feeding every token one by one gives, bit for bit.
+pub struct Session {
+    model: Model,
+    state: State,
+    /// Every token of the sequence; `tokens[..computed]` are in the KV cache.
+    tokens: Vec<u32>,
+    computed: usize,
+    /// The state's logits belong to the last computed token.
+    logits_ready: bool,
+}
+
+enum State {
+    Llama(Box<LlamaState>),
+    Gemma3(Box<Gemma3State>),
+}
+
+/// What a session's KV cache holds and costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheInfo {
+    /// "exact f16", "pq16 S=128 (8.0× smaller than f16 keys) + ...".
+    pub keys: String,
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    pub context: usize,
+}
+
+impl fmt::Display for CacheInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        write!(f, "{}; {:.1} MiB of keys + {:.1} MiB of f16 values", self.keys, mib(self.key_bytes), mib(self.value_bytes))
+    }
+}
+
+impl Session {
+    /// A session of `context` positions (at most the model's) with keys read as `attention` says.
+    pub fn new(model: &Model, context: usize, attention: &Attention) -> Result<Session, Error> {
+        Session::with_cache(model, model.kv_cache(context, attention)?)
+    }
+
+    /// A session over a KV cache made for `model.attention_shape(context)`.
+    pub fn with_cache(model: &Model, cache: Box<dyn KvCache>) -> Result<Session, Error> {
+        let state = match &model.inner().net {
+            Network::Llama(m) => State::Llama(Box::new(LlamaState::with_cache(m, cache)?)),
+            Network::Gemma3(m) => State::Gemma3(Box::new(Gemma3State::with_cache(m, cache)?)),
+        };
+        Ok(Session { model: model.clone(), state, tokens: Vec::new(), computed: 0, logits_ready: false })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Positions the session holds at most.
+    pub fn context(&self) -> usize {
+        match &self.state {
+            State::Llama(s) => s.context(),
+            State::Gemma3(s) => s.context(),
+        }
+    }
+
+    /// The tokens of the sequence, appended and computed alike.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The position the next appended token takes.
+    pub fn position(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Positions left in the context.
+    pub fn room(&self) -> usize {
+        self.context() - self.tokens.len()
+    }
+
+    pub fn cache(&self) -> &dyn KvCache {
+        match &self.state {
+            State::Llama(s) => s.cache(),
+            State::Gemma3(s) => s.cache(),
+        }
+    }
+
+    pub fn cache_info(&self) -> CacheInfo {
+        let c = self.cache();
+        CacheInfo { keys: c.describe(), key_bytes: c.key_bytes(), value_bytes: c.value_bytes(), context: self.context() }
+    }
+
+    /// Appends `tokens` to the sequence without computing them yet.
+    pub fn append(&mut self, tokens: &[u32]) -> Result<(), Error> {
+        let vocab_size = self.model.vocab_size();
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(Error::TokenOutOfRange { token, vocab_size });
+        }
+        let needed = self.tokens.len().saturating_add(tokens.len());
+        if needed > self.context() {
+            return Err(Error::ContextFull { needed, context: self.context() });
+        }
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    /// Appends `tokens` and puts every token not yet computed into the KV cache, without
+    /// logits (the LM head is the largest matrix).
+    pub fn feed<G: Gemv>(&mut self, gemv: &G, tokens: &[u32]) -> Result<(), Error> {
+        self.append(tokens)?;
+        self.compute(gemv, self.tokens.len())
+    }
+
+    /// Appends `token` and returns the logits of the position after it.
+    pub fn forward<G: Gemv>(&mut self, gemv: &G, token: u32) -> Result<&[f32], Error> {
+        self.append(&[token])?;
+        self.logits(gemv)
+    }
+
+    /// The logits after the last token: computes the tokens appended since, the last one
+    /// through the LM head.
+    pub fn logits<G: Gemv>(&mut self, gemv: &G) -> Result<&[f32], Error> {
+        self.logits_and_tokens(gemv).map(|(logits, _)| logits)
+    }
+
+    /// `logits`, and the tokens they follow (what a repetition penalty looks at).
+    pub(crate) fn logits_and_tokens<G: Gemv>(&mut self, gemv: &G) -> Result<(&[f32], &[u32]), Error> {
+        if self.computed < self.tokens.len() || !self.logits_ready {
+            let last = self.tokens.len().checked_sub(1).ok_or(Error::NothingToPredict)?;
+            self.compute(gemv, last)?;
+            let (token, net) = (self.tokens[last], &self.model.inner().net);
+            match (net, &mut self.state) {
+                (Network::Llama(m), State::Llama(s)) => m.forward(gemv, s, token, last).map(drop),
+                (Network::Gemma3(m), State::Gemma3(s)) => m.forward(gemv, s, token, last).map(drop),
+                _ => unreachable!("a session's state is made by its own model"),
+            }?;
+            self.computed = last + 1;
+            self.logits_ready = true;
+        }
+        let logits = match &self.state {
+            State::Llama(s) => s.logits(),
+            State::Gemma3(s) => s.logits(),
+        };
+        Ok((logits, &self.tokens))
+    }
+
+    /// Puts the tokens up to (not including) `end` into the cache, in batches.
+    fn compute<G: Gemv>(&mut self, gemv: &G, end: usize) -> Result<(), Error> {
+        if self.computed >= end {
+            return Ok(());
+        }
+        let (first, batch, net) = (self.computed, &self.tokens[self.computed..end], &self.model.inner().net);
+        match (net, &mut self.state) {
+            (Network::Llama(m), State::Llama(s)) => m.feed_batch(gemv, s, batch, first),
+            (Network::Gemma3(m), State::Gemma3(s)) => m.feed_batch(gemv, s, batch, first),
+            _ => unreachable!("a session's state is made by its own model"),
+        }?;
+        self.computed = end;
+        self.logits_ready = false;
+        Ok(())
+    }
+
+    /// Keeps the first `position` tokens and forgets the rest, so the sequence can go
+    /// on differently from there. Rings that later positions wrapped over (sliding
+    /// windows, recent exact keys) get their positions computed again when next needed.
+    pub fn truncate(&mut self, position: usize) -> Result<(), Error> {
+        if position > self.tokens.len() {
+            return Err(Error::TruncateBeyondEnd { position, len: self.tokens.len() });
+        }
+        if position < self.computed {
+            let span = self.cache().rewind_span();
+            // positions past the rewind point wrapped the rings only if they were computed
+            self.computed = if span > 0 { position.saturating_sub(span) } else { position };
+            self.logits_ready = false;
+        }
+        self.tokens.truncate(position);
+        Ok(())
+    }
+
+    /// Forgets every token: the session starts again at position 0.
+    pub fn reset(&mut self) {
+        self.tokens.clear();
+        self.computed = 0;
+        self.logits_ready = false;
+    }
+
+    /// One line: tokens held, computed and the context.
+    pub fn describe(&self) -> String {
+        format!("{} of {} positions ({} computed)", self.tokens.len(), self.context(), self.computed)
+    }
+}

@@ -1,0 +1,116 @@
+//! `lutra chat`: a conversation in the model's chat format, one line of stdin per turn.
+//! Every turn is appended to the same session, so earlier turns are never processed
+//! again; the answer streams to stdout.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::Args;
+use lutra::engine::{CancelFlag, Error, Generation, Session, StopReason};
+use lutra::threads::{Pool, PoolGemv};
+use lutra::Role;
+
+use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
+
+#[derive(Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A system prompt (Gemma puts it in front of the first user turn)
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens per answer
+    #[arg(short = 'n', long, default_value_t = 512)]
+    n_predict: usize,
+    #[arg(short, long, default_value_t = default_threads())]
+    threads: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Context length (tokens) of the whole conversation, at most the model's own
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    #[command(flatten)]
+    attention: AttentionArgs,
+}
+
+pub fn chat(a: ChatArgs) -> Result<(), String> {
+    let attention = a.attention.choice()?;
+    let model = a.model.load(true)?;
+    if !model.info().chat {
+        return Err(Error::NoChatTemplate { architecture: model.info().architecture }.to_string());
+    }
+    let context = a.ctx.min(model.info().context_length);
+    super::warn_if_codebooks_short(&attention, context);
+    let mut session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
+    let pool = Pool::new(a.threads.max(1));
+    let gemv = PoolGemv(&pool);
+    let sampler = a.sampling.config();
+
+    // Ctrl-C stops an answer; at the prompt it ends the chat
+    let cancel = CancelFlag::new();
+    let answering = Arc::new(AtomicBool::new(false));
+    {
+        let (cancel, answering) = (cancel.clone(), answering.clone());
+        ctrlc::set_handler(move || {
+            if answering.load(Ordering::SeqCst) {
+                cancel.cancel();
+            } else {
+                eprintln!();
+                std::process::exit(0);
+            }
+        })
+        .map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
+    }
+
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("chatting with {} ({context} positions); Ctrl-C stops an answer, Ctrl-D ends", model.info().summary());
+    }
+    let io = |e: std::io::Error| e.to_string();
+    let mut out = std::io::stdout().lock();
+    let mut lines = std::io::stdin().lock().lines();
+    let mut first = true;
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut turns = Vec::new();
+        if let (true, Some(system)) = (first, a.system.as_deref()) {
+            turns.push((Role::System, system));
+        }
+        turns.push((Role::User, line.as_str()));
+        let tokens = model.encode_chat(&turns, first).map_err(|e| e.to_string())?;
+        cancel.reset();
+        let mut generation = match Generation::start(&mut session, &tokens, sampler, a.n_predict) {
+            Ok(g) => g.with_cancel_flag(cancel.clone()),
+            Err(Error::PromptTooLong { .. }) => {
+                eprintln!("the context is full ({} of {context} positions used): the conversation ends here", session.position());
+                break;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        first = false;
+        answering.store(true, Ordering::SeqCst);
+        while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
+            out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
+        }
+        answering.store(false, Ordering::SeqCst);
+        writeln!(out, "{}", generation.finish_text()).map_err(io)?;
+        out.flush().map_err(io)?;
+        match generation.stop_reason() {
+            Some(StopReason::ContextFull) => {
+                eprintln!("the context is full ({context} positions): the conversation ends here");
+                break;
+            }
+            Some(StopReason::Cancelled) => eprintln!("(stopped)"),
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! The `lutra` command line: one file per subcommand, each parsing its arguments and
+//! calling the library.
+
+mod bench;
+mod calibrate;
+mod chat;
+mod inspect;
+mod perplexity;
+mod run;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use lutra::core::pq::Codebooks;
+use lutra::core::Isa;
+use lutra::{Attention, PqAttention, SamplerConfig};
+
+use bench::BenchCommand;
+use calibrate::CalibrateArgs;
+use chat::ChatArgs;
+use inspect::InspectArgs;
+use perplexity::PerplexityArgs;
+use run::RunArgs;
+
+#[derive(Parser)]
+#[command(name = "lutra", version, about = "Low-bit LLM kernels by table lookup instead of multiply-add")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmarks (tables on stdout; --json for one JSON object per line)
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// What a GGUF model file holds: architecture, hyperparameters, tensor types and their bytes
+    Inspect(InspectArgs),
+    /// Generate text from a model (Gemma 3 GGUF or llama2.c checkpoint), streaming to stdout
+    Run(RunArgs),
+    /// Chat with a model in its chat format: one line of stdin per turn, answers streamed to stdout
+    Chat(ChatArgs),
+    /// Perplexity of a text, by llama-perplexity's method (chunks of --ctx, second halves scored)
+    Perplexity(PerplexityArgs),
+    /// Train NoMAD key codebooks (k-means per layer, KV head and sub-space) on a text; writes a GGUF side file
+    Calibrate(CalibrateArgs),
+}
+
+/// How attention reads the key cache.
+#[derive(Args)]
+pub struct AttentionArgs {
+    /// exact (f16 keys) or pq (NoMAD product-quantized keys; needs --codebooks)
+    #[arg(long, default_value = "exact")]
+    pub attention: String,
+    /// Codebooks from `lutra calibrate`, for --attention pq
+    #[arg(long)]
+    codebooks: Option<std::path::PathBuf>,
+    /// With --attention pq: keep exact f16 keys of the first N positions (attention sinks; 0 = none)
+    #[arg(long, default_value_t = 4)]
+    pq_sink: usize,
+    /// With --attention pq: keep exact f16 keys of the N most recent positions (0 = pure PQ)
+    #[arg(long, default_value_t = 64)]
+    pq_recent: usize,
+    /// With --attention pq: which layers use PQ keys: long (layers without a sliding window; the others keep exact keys) or all
+    #[arg(long, default_value = "long")]
+    pq_layers: String,
+}
+
+impl AttentionArgs {
+    /// `--attention exact|pq` with `--codebooks FILE` (required for pq).
+    pub fn choice(&self) -> Result<Attention, String> {
+        let long_only = match self.pq_layers.as_str() {
+            "long" => true,
+            "all" => false,
+            other => return Err(format!("--pq-layers {other:?}: expected long or all")),
+        };
+        match (self.attention.as_str(), self.codebooks.as_deref()) {
+            ("exact", None) => Ok(Attention::Exact),
+            ("exact", Some(_)) => Err("--codebooks is only used with --attention pq".into()),
+            ("pq", Some(path)) => {
+                let books = read_codebooks(path)?;
+                Ok(Attention::Pq(Box::new(PqAttention { books, sink: self.pq_sink, recent: self.pq_recent, long_only })))
+            }
+            ("pq", None) => Err("--attention pq needs --codebooks FILE (make one with `lutra calibrate`)".into()),
+            (other, _) => Err(format!("--attention {other:?}: expected exact or pq")),
+        }
+    }
+}
+
+fn read_codebooks(path: &Path) -> Result<Codebooks, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Codebooks::from_gguf(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Warns when PQ codebooks never saw positions as far as `context`.
+fn warn_if_codebooks_short(attention: &Attention, context: usize) {
+    if let Attention::Pq(pq) = attention {
+        if let Some(seen) = pq.books.context().filter(|&c| c < context) {
+            eprintln!(
+                "warning: the codebooks were calibrated on positions below {seen}; keys beyond it carry rotations they never saw and score worse (calibrate with --ctx {context} on a text long enough to train on that many positions)"
+            );
+        }
+    }
+}
+
+/// The model file and how to read it.
+#[derive(Args)]
+pub struct ModelArgs {
+    /// Model file: GGUF (Gemma 3) or llama2.c checkpoint (its tokenizer.bin beside it)
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// tokenizer.bin of a llama2.c checkpoint, if not beside it
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Bits per weight that f32 checkpoints are quantized to (1..8)
+    #[arg(long, default_value_t = 4)]
+    pub bits: u8,
+}
+
+impl ModelArgs {
+    /// Loads the model, with a progress bar when `progress`.
+    pub fn load(&self, progress: bool) -> Result<lutra::Model, String> {
+        let opts = lutra::LoadOptions { tokenizer: self.tokenizer.clone(), bits: self.bits, progress };
+        lutra::Model::load_with(&self.model, &opts).map_err(|e| e.to_string())
+    }
+}
+
+/// Sampling, named and defaulted like llama.cpp's command line.
+#[derive(Args)]
+pub struct SamplingArgs {
+    /// 0 = greedy
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// 0 = off
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// 1.0 = off
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// 0.0 = off
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// 1.0 = off
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Seed of the sampler (default: from the clock)
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn config(&self) -> SamplerConfig {
+        let clock = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed.unwrap_or_else(clock),
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `--threads 1,2`: one or more counts, each at least 1.
+fn thread_counts(arg: &str) -> Result<Vec<usize>, String> {
+    list(arg, |t| t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad thread count {t:?}")))
+}
+
+fn list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    s.split(',').filter(|p| !p.is_empty()).map(|p| f(p.trim())).collect()
+}
+
+fn print_context() {
+    println!(
+        "# lutra {} | kernel isa: {} | cpus: {}",
+        env!("CARGO_PKG_VERSION"),
+        Isa::best().name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    #[cfg(feature = "llamacpp")]
+    println!("# llama.cpp ggml: {}", lutra::ggml::ggml_cpu_features());
+}
+
+/// Parses the command line and runs it.
+pub fn main() -> Result<(), String> {
+    match Cli::parse().command {
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::chat(a),
+        Command::Perplexity(a) => perplexity::perplexity(a),
+        Command::Calibrate(a) => calibrate::calibrate(a),
+        Command::Inspect(a) => inspect::inspect(a),
+        Command::Bench(c) => bench::bench(c),
+    }
+}

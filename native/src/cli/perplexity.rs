@@ -1,0 +1,45 @@
+//! `lutra perplexity`.
+
+use clap::Args;
+
+use lutra::threads::{Pool, PoolGemv};
+
+use super::{default_threads, AttentionArgs, ModelArgs};
+
+#[derive(Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Text file
+    #[arg(short, long)]
+    file: std::path::PathBuf,
+    #[arg(long, default_value_t = 256)]
+    ctx: usize,
+    #[arg(short, long, default_value_t = default_threads())]
+    threads: usize,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    attention: AttentionArgs,
+}
+
+pub fn perplexity(a: PerplexityArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let attention = a.attention.choice()?;
+    let model = a.model.load(false)?;
+    super::warn_if_codebooks_short(&attention, a.ctx);
+    let pool = Pool::new(a.threads.max(1));
+    let p = lutra::engine::perplexity(&model, &PoolGemv(&pool), &text, a.ctx, &attention).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{},\"attention\":\"{}\",\"key_bytes\":{}}}",
+            p.ppl, p.chunks, p.ctx, p.keys, p.key_bytes
+        );
+    } else {
+        println!(
+            "perplexity {:.4} over {} chunks of {} tokens ({} scored), {} keys ({} key-cache bytes)",
+            p.ppl, p.chunks, p.ctx, p.scored, p.keys, p.key_bytes
+        );
+    }
+    Ok(())
+}

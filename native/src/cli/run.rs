@@ -1,0 +1,94 @@
+//! `lutra run`: load a model, stream generated text to stdout, timings to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use lutra::core::Isa;
+use lutra::engine::{Generation, Session};
+use lutra::threads::{Pool, PoolGemv};
+use lutra::Role;
+
+use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(short, long, default_value = "Once upon a time")]
+    prompt: String,
+    /// Read the prompt from this file instead of --prompt
+    #[arg(short, long, conflicts_with = "prompt")]
+    file: Option<PathBuf>,
+    /// Tokens to generate (stops early at the end of the context or an end token)
+    #[arg(short = 'n', long, default_value_t = 256)]
+    n_predict: usize,
+    #[arg(short, long, default_value_t = default_threads())]
+    threads: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Wrap the prompt in the model's chat format (one user turn; `lutra chat` holds a conversation)
+    #[arg(long)]
+    chat: bool,
+    /// Context length (tokens), at most the model's own
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    #[command(flatten)]
+    attention: AttentionArgs,
+}
+
+pub fn run(a: RunArgs) -> Result<(), String> {
+    let prompt_text = match &a.file {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        None => a.prompt.clone(),
+    };
+    let attention = a.attention.choice()?;
+    let t_load = Instant::now();
+    let model = a.model.load(true)?;
+    let prompt = if a.chat { model.encode_chat(&[(Role::User, &prompt_text)], true) } else { model.encode(&prompt_text, true) }
+        .map_err(|e| e.to_string())?;
+    let context = a.ctx.min(model.info().context_length);
+    super::warn_if_codebooks_short(&attention, context);
+    let mut session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
+    let pool = Pool::new(a.threads.max(1));
+    let gemv = PoolGemv(&pool);
+    eprintln!(
+        "loaded {} in {:.2} s: {}, {} threads, kernel {}\nKV cache: {}",
+        a.model.model.display(),
+        t_load.elapsed().as_secs_f64(),
+        model.info().summary(),
+        a.threads.max(1),
+        Isa::best().name(),
+        session.cache_info()
+    );
+
+    let io = |e: std::io::Error| e.to_string();
+    let mut out = std::io::stdout().lock();
+    if !a.chat {
+        out.write_all(prompt_text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
+    }
+    // the prompt but its last token in batches; the last one's logits start generation
+    let (head, last) = prompt.split_at(prompt.len().saturating_sub(1));
+    let t = Instant::now();
+    if prompt.len() >= context {
+        return Err(lutra::engine::Error::PromptTooLong { tokens: prompt.len(), room: context, context }.to_string());
+    }
+    session.feed(&gemv, head).map_err(|e| e.to_string())?;
+    let prompt_s = t.elapsed().as_secs_f64();
+    let mut generation = Generation::start(&mut session, last, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
+        out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
+    }
+    let gen_s = t.elapsed().as_secs_f64();
+    writeln!(out, "{}", generation.finish_text()).map_err(io)?;
+    eprintln!(
+        "prompt: {} tokens at {:.1} tokens/s; generation: {} tokens at {:.1} tokens/s",
+        head.len(),
+        head.len() as f64 / prompt_s.max(1e-9),
+        generation.generated(),
+        generation.generated() as f64 / gen_s.max(1e-9)
+    );
+    Ok(())
+}

@@ -1,0 +1,6 @@
+//! llama.cpp itself, in-process through `llama-cpp-sys-2` (feature `llamacpp`): the
+//! reference that `lutra bench --llamacpp` and the Gemma golden data measure against.
+
+pub mod attention;
+pub mod ggml;
+pub mod model;

@@ -1,0 +1,89 @@
+//! Model files into engine models: mapped, not read; a GGUF's pages released as each
+//! tensor is imported, so the mapped file and the imported weights are never both
+//! resident in full.
+
+use std::path::{Path, PathBuf};
+
+use lutra_core::engine::{self, LoadProgress};
+use memmap2::Mmap;
+
+use crate::inspect::map_file;
+use crate::progress::Progress;
+use crate::Error;
+
+/// How to load a model file.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// A llama2.c checkpoint's `tokenizer.bin`, when it is not beside the checkpoint.
+    pub tokenizer: Option<PathBuf>,
+    /// Bits per weight that a llama2.c checkpoint's f32 weights are quantized to (1..=8).
+    /// GGUF tensors are imported as they are stored.
+    pub bits: u8,
+    /// A progress bar on stderr while the weights import.
+    pub progress: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { tokenizer: None, bits: 4, progress: false }
+    }
+}
+
+/// Loads a GGUF file (by its magic) or a llama2.c checkpoint.
+pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Error> {
+    let map = map_file(path).map_err(Error::Open)?;
+    let in_file = |e: engine::Error| Error::Model { path: path.to_path_buf(), source: e };
+    if map.starts_with(b"GGUF") {
+        let mut bar = Bar::new(opts.progress, "importing tensors".into());
+        let model = engine::Model::from_gguf_with_progress(&map, |p| {
+            if let Some(range) = p.consumed.clone() {
+                release(&map, range);
+            }
+            bar.update(&p);
+        });
+        bar.finish();
+        return model.map_err(in_file);
+    }
+    let tokenizer_path = opts.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
+    let tokenizer = map_file(&tokenizer_path).map_err(Error::Open)?;
+    let mut bar = Bar::new(opts.progress, format!("quantizing to {} bits", opts.bits));
+    let model = engine::Model::from_llama2c_with_progress(&map, &tokenizer, opts.bits, |p| bar.update(&p));
+    bar.finish();
+    model.map_err(|e| match e {
+        engine::Error::Tokenizer(_) => Error::Model { path: tokenizer_path, source: e },
+        e => in_file(e),
+    })
+}
+
+/// Drops `range` of the mapped file from memory. Any later read of it faults the pages
+/// back in from the file with the same contents, so borrows of the map stay valid; a
+/// failure just leaves the pages resident.
+fn release(map: &Mmap, range: std::ops::Range<usize>) {
+    // SAFETY: `map` is a read-only file mapping; MADV_DONTNEED only drops pages.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) };
+}
+
+/// The load's progress bar, drawn once a tensor or matrix is done.
+struct Bar {
+    on: bool,
+    label: String,
+    bar: Option<Progress>,
+}
+
+impl Bar {
+    fn new(on: bool, label: String) -> Bar {
+        Bar { on, label, bar: None }
+    }
+    fn update(&mut self, p: &LoadProgress<'_>) {
+        // a tensor done, not a chunk of one
+        if self.on && p.consumed.is_none() {
+            let label = &self.label;
+            self.bar.get_or_insert_with(|| Progress::new(label.clone(), p.total)).update(p.done, p.tensor);
+        }
+    }
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.as_mut() {
+            bar.finish();
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! Threads: a persistent pool, and matrix products and attention pieces split across it.
+
+mod parallel;
+mod pool;
+
+pub use parallel::{gemm, gemv, gemv_rayon};
+pub use pool::{ChunkCounter, DisjointSlice, Pool};
+
+use lutra_core::lut::Tables;
+use lutra_core::model::kv::Parallel;
+use lutra_core::model::Gemv;
+use lutra_core::{Error, Isa, PackedMatrix};
+
+/// Matrix products and attention pieces split across a [`Pool`]: the engine's
+/// [`Gemv`] on native targets. Results equal [`SingleThread`](lutra_core::model::SingleThread)'s bit for bit.
+pub struct PoolGemv<'p>(pub &'p Pool);
+
+impl Gemv for PoolGemv<'_> {
+    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
+        gemv(self.0, Isa::best_for(m.layout().interleave), m, tables, y)
+    }
+    fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+        gemm(self.0, Isa::best_for(m.layout().interleave), m, tables, ys)
+    }
+    fn parallel(&self) -> &dyn Parallel {
+        self.0
+    }
+}
