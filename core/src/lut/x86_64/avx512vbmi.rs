@@ -136,11 +136,11 @@ impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'_>) -> Self {
         let l = &job.layout;
         let half_range = l.half_range();
-        let zero = match l.offset {
+        let zero = match l.offset() {
             Offset::Zero(z) => z as f32,
             Offset::Symmetric | Offset::Min => half_range,
         };
-        let (with_mins, wide) = (l.offset == Offset::Min, l.scales == ScaleFormat::F32);
+        let (with_mins, wide) = (l.offset() == Offset::Min, l.scales() == ScaleFormat::F32);
         Epilogue { layout: l, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
     }
 
@@ -199,7 +199,7 @@ impl<'a> Epilogue<'a> {
     #[inline]
     fn store(&self, f: (__m512, __m512), tile: usize, first: usize, y: &mut [f32]) {
         let start = (tile - first) * TILE_ROWS;
-        let n = (self.layout.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        let n = (self.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
         let out = &mut y[start..start + n];
         let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
         // SAFETY: masked stores write only the `n` rows of `out`.
@@ -258,7 +258,7 @@ unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Ran
 pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys: [&mut [f32]; 2]) {
     // SAFETY (all arms): the caller's contract.
     unsafe {
-        match jobs[0].layout.bits {
+        match jobs[0].layout.bits() {
             1 => run_float_pair_bits::<1>(jobs, tiles, ys),
             2 => run_float_pair_bits::<2>(jobs, tiles, ys),
             3 => run_float_pair_bits::<3>(jobs, tiles, ys),
@@ -279,7 +279,7 @@ pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys
 pub(crate) unsafe fn run_float(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
     // SAFETY (all arms): the caller's contract.
     unsafe {
-        match job.layout.bits {
+        match job.layout.bits() {
             1 => run_float_bits::<1>(job, tiles, y),
             2 => run_float_bits::<2>(job, tiles, y),
             3 => run_float_bits::<3>(job, tiles, y),
