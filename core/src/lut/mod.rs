@@ -304,7 +304,14 @@ impl<'a> Job<'a> {
         if t.cols != l.cols() || t.group != l.group() {
             return Err(Error::TablesMismatch { tables_cols: t.cols, tables_group: t.group, cols: l.cols(), group: l.group() });
         }
-        Ok(Job { bytes: m.as_bytes(), layout: l, tables: t })
+        // `from_bytes` checked the length once, but `B::as_ref` is foreign code that may
+        // hand back another slice now; the kernels read `total_bytes` (partly through raw
+        // pointers), so check again, once per call.
+        let bytes = m.as_bytes();
+        if bytes.len() != l.total_bytes() {
+            return Err(Error::BufferSize { what: "packed matrix bytes", expected: l.total_bytes(), got: bytes.len() });
+        }
+        Ok(Job { bytes, layout: l, tables: t })
     }
     #[inline(always)]
     pub fn groups(&self) -> usize {
@@ -530,6 +537,10 @@ pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables
     let l = m.layout();
     if ys.len() != tables.len() * l.rows() {
         return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows(), got: ys.len() });
+    }
+    // refused before any chunk is written (each chunk's `gemv_tiles*` checks again)
+    if m.as_bytes().len() != l.total_bytes() {
+        return Err(Error::BufferSize { what: "packed matrix bytes", expected: l.total_bytes(), got: m.as_bytes().len() });
     }
     // one token (decode): no chunking, the GEMV as it is
     if let [t] = tables {

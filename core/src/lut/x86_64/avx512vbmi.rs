@@ -104,7 +104,8 @@ unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
 #[inline]
 pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
-    // SAFETY (all arms): same contract as this function.
+    // SAFETY (all arms): same contract as this function. `bits` comes from a `Layout`,
+    // whose private fields hold 1..=8 (only `Layout::new` makes one), so `_` is 8.
     unsafe {
         match bits {
             1 => tile_group_bits::<1>(w, quads, acc),
@@ -256,7 +257,8 @@ unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Ran
 /// # Safety
 /// As `run_float`, for both jobs, which must share one matrix.
 pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys: [&mut [f32]; 2]) {
-    // SAFETY (all arms): the caller's contract.
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
         match jobs[0].layout.bits() {
             1 => run_float_pair_bits::<1>(jobs, tiles, ys),
@@ -274,10 +276,12 @@ pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys
 /// `y` rows of `tiles` (see `lut::gemv_tiles`).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F, BW, VBMI, VNNI and FMA; `job` is validated and `y`
-/// holds exactly the rows of `tiles`.
+/// The CPU must support AVX-512 F, BW, VBMI, VNNI and FMA; `job` is validated (by
+/// `Job::new`: its bytes are exactly `layout.total_bytes()`) and `y` holds exactly the
+/// rows of `tiles`.
 pub(crate) unsafe fn run_float(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
-    // SAFETY (all arms): the caller's contract.
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
         match job.layout.bits() {
             1 => run_float_bits::<1>(job, tiles, y),
