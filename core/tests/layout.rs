@@ -17,7 +17,7 @@ use core::cell::Cell;
 
 use lutra_core::{
     gemm, gemm_with, gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Error, Interleave, Isa, Layout, Offset, OwnedTables, PackedMatrix,
-    ScaleFormat,
+    ScaleFormat, Tables,
 };
 
 #[cfg(target_arch = "wasm32")]
@@ -184,5 +184,32 @@ fn kernels_refuse_bytes_that_no_longer_match_the_layout() {
                 assert_eq!(gemv_integer(isa, &bad, tables[0], &mut ints).unwrap_err(), want, "{}", isa.name());
             }
         }
+    }
+}
+
+#[test]
+fn kernels_refuse_hand_built_tables_of_the_wrong_length() {
+    let mut rng = Rng(15);
+    for m in matrices() {
+        let l = *m.layout();
+        let mut t = OwnedTables::new(l.cols(), l.group()).unwrap();
+        let good = t.build(&rng.vec(l.cols(), 1.0)).unwrap();
+        let mut y = vec![0.0; l.rows()];
+        let short_quads = Tables { quads: &good.quads[..good.quads.len() - 1], ..good };
+        let err = gemv(&m, short_quads, &mut y).unwrap_err();
+        assert_eq!(err, Error::BufferSize { what: "table blocks", expected: l.cols() / 16, got: l.cols() / 16 - 1 });
+        let short_scales = Tables { scale: &good.scale[..l.groups() - 1], ..good };
+        assert!(matches!(gemv(&m, short_scales, &mut y), Err(Error::BufferSize { what: "table scales", .. })));
+        let short_sums = Tables { sum: &good.sum[..l.groups() - 1], ..good };
+        assert!(matches!(gemv(&m, short_sums, &mut y), Err(Error::BufferSize { what: "table scales", .. })));
+        for isa in Isa::available().filter(|i| i.accepts(l.interleave())) {
+            let mut ints = vec![0; l.scale_count()];
+            assert!(matches!(gemv_integer(isa, &m, short_quads, &mut ints), Err(Error::BufferSize { .. })));
+            let (mut y0, mut y1) = (vec![0.0; l.rows()], vec![0.0; l.rows()]);
+            let pair = gemv_tiles_pair(isa, &m, [good, short_sums], 0..l.tiles(), [&mut y0, &mut y1]);
+            assert!(matches!(pair, Err(Error::BufferSize { .. })), "{}", isa.name());
+        }
+        // the builder's own tables still multiply
+        gemv(&m, good, &mut y).unwrap();
     }
 }

@@ -311,6 +311,14 @@ impl<'a> Job<'a> {
         if bytes.len() != l.total_bytes() {
             return Err(Error::BufferSize { what: "packed matrix bytes", expected: l.total_bytes(), got: bytes.len() });
         }
+        // `Tables` has public fields: lengths a builder did not make are refused here,
+        // not met as an index panic inside a kernel.
+        if t.quads.len() != l.cols() / 16 {
+            return Err(Error::BufferSize { what: "table blocks", expected: l.cols() / 16, got: t.quads.len() });
+        }
+        if t.scale.len() != l.groups() || t.sum.len() != l.groups() {
+            return Err(Error::BufferSize { what: "table scales", expected: l.groups(), got: t.scale.len().min(t.sum.len()) });
+        }
         Ok(Job { bytes, layout: l, tables: t })
     }
     #[inline(always)]
