@@ -15,8 +15,8 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn dequantized<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> Vec<f32> {
     let l = m.layout();
-    let mut w = vec![0.0; l.rows * l.cols];
-    for (r, row) in w.chunks_exact_mut(l.cols).enumerate() {
+    let mut w = vec![0.0; l.rows() * l.cols()];
+    for (r, row) in w.chunks_exact_mut(l.cols()).enumerate() {
         m.dequantize_row(r, row).unwrap();
     }
     w
@@ -35,16 +35,16 @@ fn nmse(got: &[f32], want: &[f64]) -> f64 {
 
 fn gemv_with(isa: Isa, m: &PackedMatrix<lutra_core::AlignedBytes>, x: &[f32]) -> Vec<f32> {
     let l = m.layout();
-    let mut t = OwnedTables::new(l.cols, l.group).unwrap();
+    let mut t = OwnedTables::new(l.cols(), l.group()).unwrap();
     let tables = t.build(x).unwrap();
-    let mut y = vec![0.0; l.rows];
+    let mut y = vec![0.0; l.rows()];
     gemv_tiles(isa, m, tables, 0..l.tiles(), &mut y).unwrap();
     y
 }
 
 fn integers(isa: Isa, m: &PackedMatrix<lutra_core::AlignedBytes>, x: &[f32]) -> Vec<i32> {
     let l = m.layout();
-    let mut t = OwnedTables::new(l.cols, l.group).unwrap();
+    let mut t = OwnedTables::new(l.cols(), l.group()).unwrap();
     let tables = t.build(x).unwrap();
     let mut out = vec![0; l.scale_count()];
     gemv_integer(isa, m, tables, &mut out).unwrap();
@@ -213,7 +213,7 @@ fn ternary_round_trip_and_gemv() {
 /// An imported matrix against llama.cpp's own dequantization (transcribed in this file):
 /// bit-identical weights in both code orders, and GEMV NMSE ≤ 1e-4 on every ISA.
 fn assert_imports_like_llama_cpp(name: &str, m: &PackedMatrix<lutra_core::AlignedBytes>, reference: &[f32], x: &[f32]) {
-    let rows = m.layout().rows;
+    let rows = m.layout().rows();
     let deq = dequantized(m);
     let diffs = deq.iter().zip(reference).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
     assert_eq!(diffs, 0, "{name}: {diffs} dequantized values differ from llama.cpp's");
@@ -221,7 +221,7 @@ fn assert_imports_like_llama_cpp(name: &str, m: &PackedMatrix<lutra_core::Aligne
         assert_eq!(dequantized(&PackedMatrix::repack(m, interleave).unwrap()), deq, "{name} {interleave:?}");
     }
     let want = matvec_f64(reference, x, rows);
-    for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave)) {
+    for isa in Isa::available().filter(|i| i.accepts(m.layout().interleave())) {
         let e = nmse(&gemv_with(isa, m, x), &want);
         assert!(e <= 1e-4, "{name} {}: NMSE {e:e}", isa.name());
     }
@@ -307,11 +307,11 @@ fn bad_shapes_and_buffers_are_typed_errors() {
     let tables = t.build(&[1.0; 64]).unwrap();
     assert!(matches!(lutra_core::gemv(&m, tables, &mut [0.0; 2]), Err(Error::BufferSize { .. })));
     // an ISA this machine cannot run
-    if let Some(other) = Isa::available().find(|i| !i.accepts(m.layout().interleave)) {
+    if let Some(other) = Isa::available().find(|i| !i.accepts(m.layout().interleave())) {
         let mut out = vec![0; m.layout().scale_count()];
         assert_eq!(
             gemv_integer(other, &m, tables, &mut out).unwrap_err(),
-            Error::InterleaveMismatch { isa: other, matrix: m.layout().interleave }
+            Error::InterleaveMismatch { isa: other, matrix: m.layout().interleave() }
         );
     }
     if let Some(missing) = Isa::ALL.into_iter().find(|i| !i.is_available()) {

@@ -301,10 +301,25 @@ pub(crate) struct Job<'a> {
 impl<'a> Job<'a> {
     fn new<B: AsRef<[u8]>>(m: &'a PackedMatrix<B>, t: Tables<'a>) -> Result<Self, Error> {
         let l = *m.layout();
-        if t.cols != l.cols || t.group != l.group {
-            return Err(Error::TablesMismatch { tables_cols: t.cols, tables_group: t.group, cols: l.cols, group: l.group });
+        if t.cols != l.cols() || t.group != l.group() {
+            return Err(Error::TablesMismatch { tables_cols: t.cols, tables_group: t.group, cols: l.cols(), group: l.group() });
         }
-        Ok(Job { bytes: m.as_bytes(), layout: l, tables: t })
+        // `from_bytes` checked the length once, but `B::as_ref` is foreign code that may
+        // hand back another slice now; the kernels read `total_bytes` (partly through raw
+        // pointers), so check again, once per call.
+        let bytes = m.as_bytes();
+        if bytes.len() != l.total_bytes() {
+            return Err(Error::BufferSize { what: "packed matrix bytes", expected: l.total_bytes(), got: bytes.len() });
+        }
+        // `Tables` has public fields: lengths a builder did not make are refused here,
+        // not met as an index panic inside a kernel.
+        if t.quads.len() != l.cols() / 16 {
+            return Err(Error::BufferSize { what: "table blocks", expected: l.cols() / 16, got: t.quads.len() });
+        }
+        if t.scale.len() != l.groups() || t.sum.len() != l.groups() {
+            return Err(Error::BufferSize { what: "table scales", expected: l.groups(), got: t.scale.len().min(t.sum.len()) });
+        }
+        Ok(Job { bytes, layout: l, tables: t })
     }
     #[inline(always)]
     pub fn groups(&self) -> usize {
@@ -318,13 +333,13 @@ impl<'a> Job<'a> {
     /// Table blocks of group g.
     #[inline(always)]
     pub fn quads(&self, g: usize) -> &'a [Block64] {
-        let n = self.layout.group / 16;
+        let n = self.layout.group() / 16;
         &self.tables.quads[g * n..][..n]
     }
     /// The 32 values of the scale (or minimum) block at `at`, as f32.
     #[inline(always)]
     fn scale_block<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&self, at: usize, f16x32: &C) -> [f32; TILE_ROWS] {
-        match self.layout.scales {
+        match self.layout.scales() {
             ScaleFormat::F16 => f16x32(self.bytes[at..at + 64].try_into().expect("64-byte scale block")),
             ScaleFormat::F32 => {
                 let mut out = [0.0; TILE_ROWS];
@@ -369,9 +384,9 @@ impl Epilogue for FloatOut<'_> {
         let scales = job.scale_block(l.scale_block_offset(tile, g), &f16x32);
         let alpha = job.tables.scale[g] * 0.5;
         let sum = job.tables.sum[g];
-        match l.offset {
+        match l.offset() {
             Offset::Zero(_) | Offset::Symmetric => {
-                let z = match l.offset {
+                let z = match l.offset() {
                     Offset::Zero(z) => z as f32,
                     _ => l.half_range(),
                 };
@@ -392,7 +407,7 @@ impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn tile_end(&mut self, job: &Job<'_>, tile: usize) {
         let start = (tile - self.first_tile) * TILE_ROWS;
-        let rows = (job.layout.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        let rows = (job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
         self.y[start..start + rows].copy_from_slice(&self.acc[..rows]);
         self.acc = [0.0; TILE_ROWS];
     }
@@ -431,7 +446,7 @@ macro_rules! define_run {
                     let mut acc = [0i32; $crate::TILE_ROWS];
                     // SAFETY: the caller checked that this ISA is available; `tile_group`
                     // reads only within the slices it is given.
-                    unsafe { tile_group(job.tile_group(tile, g), job.quads(g), job.layout.bits, job.layout.interleave, &mut acc) };
+                    unsafe { tile_group(job.tile_group(tile, g), job.quads(g), job.layout.bits(), job.layout.interleave(), &mut acc) };
                     epi.group(job, tile, g, &acc, $f16x32);
                 }
                 epi.tile_end(job, tile);
@@ -445,8 +460,8 @@ fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut
     if !isa.is_available() {
         return Err(Error::IsaUnavailable(isa));
     }
-    if !isa.accepts(job.layout.interleave) {
-        return Err(Error::InterleaveMismatch { isa, matrix: job.layout.interleave });
+    if !isa.accepts(job.layout.interleave()) {
+        return Err(Error::InterleaveMismatch { isa, matrix: job.layout.interleave() });
     }
     match isa {
         // SAFETY: the scalar kernel has no CPU requirement.
@@ -477,7 +492,7 @@ fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut
 
 /// `y = W·x` with the fastest kernel that reads the matrix's order. `y.len() == rows`.
 pub fn gemv<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
-    gemv_tiles(Isa::best_for(m.layout().interleave), m, tables, 0..m.layout().tiles(), y)
+    gemv_tiles(Isa::best_for(m.layout().interleave()), m, tables, 0..m.layout().tiles(), y)
 }
 
 /// Rows of tiles `tiles` only (for splitting across threads): `y` holds exactly those
@@ -492,14 +507,14 @@ pub fn gemv_tiles<B: AsRef<[u8]>>(
     let job = Job::new(m, tables)?;
     let l = &job.layout;
     if tiles.start > tiles.end || tiles.end > l.tiles() {
-        return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols });
+        return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols() });
     }
-    let rows = (tiles.end * TILE_ROWS).min(l.rows).saturating_sub(tiles.start * TILE_ROWS);
+    let rows = (tiles.end * TILE_ROWS).min(l.rows()).saturating_sub(tiles.start * TILE_ROWS);
     if y.len() != rows {
         return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(l.interleave) {
+    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(l.interleave()) {
         // SAFETY: the ISA is available; job and `y` were validated above.
         unsafe { x86_64::avx512vbmi::run_float(&job, tiles, y) };
         return Ok(());
@@ -522,14 +537,18 @@ pub fn gemm_chunk_tiles<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> usize {
 /// each token's rows are what `gemv` gives it, bit for bit, but W is read from memory
 /// once per chunk of tiles for the whole batch instead of once per token (prefill).
 pub fn gemm<B: AsRef<[u8]>>(m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
-    gemm_with(Isa::best_for(m.layout().interleave), m, tables, ys)
+    gemm_with(Isa::best_for(m.layout().interleave()), m, tables, ys)
 }
 
 /// `gemm` on the given ISA's kernels.
 pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
     let l = m.layout();
-    if ys.len() != tables.len() * l.rows {
-        return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
+    if ys.len() != tables.len() * l.rows() {
+        return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows(), got: ys.len() });
+    }
+    // refused before any chunk is written (each chunk's `gemv_tiles*` checks again)
+    if m.as_bytes().len() != l.total_bytes() {
+        return Err(Error::BufferSize { what: "packed matrix bytes", expected: l.total_bytes(), got: m.as_bytes().len() });
     }
     // one token (decode): no chunking, the GEMV as it is
     if let [t] = tables {
@@ -538,8 +557,8 @@ pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables
     let per_chunk = gemm_chunk_tiles(m);
     for start in (0..l.tiles()).step_by(per_chunk) {
         let tiles = start..(start + per_chunk).min(l.tiles());
-        let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);
-        let mut outs = ys.chunks_exact_mut(l.rows);
+        let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
+        let mut outs = ys.chunks_exact_mut(l.rows());
         for pair in tables.chunks(2) {
             match (pair, outs.next(), outs.next()) {
                 ([t0, t1], Some(y0), Some(y1)) => {
@@ -565,13 +584,13 @@ pub fn gemv_tiles_pair<B: AsRef<[u8]>>(
 ) -> Result<(), Error> {
     let [y0, y1] = ys;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(m.layout().interleave) {
+    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(m.layout().interleave()) {
         let (j0, j1) = (Job::new(m, tables[0])?, Job::new(m, tables[1])?);
         let l = &j0.layout;
         if tiles.start > tiles.end || tiles.end > l.tiles() {
-            return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols });
+            return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols() });
         }
-        let rows = (tiles.end * TILE_ROWS).min(l.rows).saturating_sub(tiles.start * TILE_ROWS);
+        let rows = (tiles.end * TILE_ROWS).min(l.rows()).saturating_sub(tiles.start * TILE_ROWS);
         for y in [&*y0, &*y1] {
             if y.len() != rows {
                 return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });

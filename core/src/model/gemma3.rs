@@ -302,12 +302,12 @@ fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExact
 fn batch_product<G: Gemv>(gemv: &G, m: &Matrix, sets: &mut [TokenTables], xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
     let l = m.layout();
     let (_, set) =
-        sets.iter_mut().find(|(key, _)| *key == (l.cols, l.group)).expect("tables for every (cols, group) are made in Batch::new");
-    for (t, x) in set.iter_mut().zip(xs.chunks_exact(l.cols)).take(n) {
+        sets.iter_mut().find(|(key, _)| *key == (l.cols(), l.group())).expect("tables for every (cols, group) are made in Batch::new");
+    for (t, x) in set.iter_mut().zip(xs.chunks_exact(l.cols())).take(n) {
         t.build(x)?;
     }
     let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
-    gemv.gemm(m, &views[..n], &mut ys[..n * l.rows])?;
+    gemv.gemm(m, &views[..n], &mut ys[..n * l.rows()])?;
     Ok(())
 }
 
@@ -356,10 +356,10 @@ impl Batch {
 
 /// The (columns, group) of every matrix the model multiplies by.
 fn table_keys(model: &Gemma3) -> Vec<(usize, usize)> {
-    let mut keys: Vec<(usize, usize)> = vec![(model.config.dim, model.token_embd.layout().group)];
+    let mut keys: Vec<(usize, usize)> = vec![(model.config.dim, model.token_embd.layout().group())];
     for l in &model.layers {
         for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
-            keys.push((m.layout().cols, m.layout().group));
+            keys.push((m.layout().cols(), m.layout().group()));
         }
     }
     keys.sort_unstable();

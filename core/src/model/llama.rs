@@ -270,7 +270,7 @@ impl BatchTables {
     /// `ys = W·x` for the first `n` tokens (`ys` token-major), plus the product over the
     /// residual tables when there are any.
     fn product<G: Gemv>(&self, gemv: &G, m: &Matrix, n: usize, ys: &mut [f32], scratch: &mut [f32]) -> Result<(), ModelError> {
-        let len = n * m.layout().rows;
+        let len = n * m.layout().rows();
         let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| self.tables[i].view());
         gemv.gemm(m, &views[..n], &mut ys[..len])?;
         if !self.residual.is_empty() {
@@ -345,7 +345,7 @@ impl State {
             return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
         }
         // int8 tables dominate the error of ≥ 5-bit weights: add the residual products
-        let fine = model.classifier.layout().bits >= 5;
+        let fine = model.classifier.layout().bits() >= 5;
         Ok(State { context, cache, batch: Box::new(Batch::new(model, fine)?), logits: vec![0.0; c.vocab_size] })
     }
 

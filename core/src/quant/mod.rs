@@ -96,21 +96,51 @@ impl Interleave {
 }
 
 /// Shape and format of a packed matrix; computes where everything lives.
+///
+/// The fields are private: a `Layout` comes only from `Layout::new` (and the
+/// `with_*` methods, which change nothing `new` checked), so every `Layout` that
+/// exists has 1..=8 bits, a supported group that divides `cols`, a zero point in
+/// range and a byte size that fits in `usize`. The kernels rely on that (the VBMI
+/// kernel's bit-width dispatch, the tile-group lengths), so safe code cannot write
+/// `Layout { bits: 0, .. }` by hand:
+///
+/// ```compile_fail,E0451
+/// use lutra_core::{Interleave, Layout, Offset, ScaleFormat};
+/// let _ = Layout { rows: 32, cols: 64, bits: 0, group: 32, offset: Offset::Min, interleave: Interleave::Permute, scales: ScaleFormat::F16 };
+/// ```
+///
+/// ```
+/// use lutra_core::{Error, Interleave, Layout, Offset};
+/// assert_eq!(Layout::new(32, 64, 0, 32, Offset::Min), Err(Error::UnsupportedBits(0)));
+/// let l = Layout::new(32, 64, 4, 32, Offset::Min)?.with_interleave(Interleave::Permute);
+/// assert_eq!((l.rows(), l.cols(), l.bits(), l.group()), (32, 64, 4, 32));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub rows: usize,
-    pub cols: usize,
-    pub bits: u8,
-    pub group: usize,
-    pub offset: Offset,
-    pub interleave: Interleave,
-    pub scales: ScaleFormat,
+    rows: usize,
+    cols: usize,
+    bits: u8,
+    group: usize,
+    offset: Offset,
+    interleave: Interleave,
+    scales: ScaleFormat,
 }
 
 pub const GROUP_SIZES: [usize; 5] = [16, 32, 64, 128, 256];
 
 impl Layout {
     pub fn new(rows: usize, cols: usize, bits: u8, group: usize, offset: Offset) -> Result<Layout, Error> {
+        let layout = Layout { rows, cols, bits, group, offset, interleave: Interleave::native(), scales: ScaleFormat::F16 };
+        layout.validate()?;
+        Ok(layout)
+    }
+
+    /// The invariants every `Layout` holds (see the type's docs): `new` establishes them
+    /// and `PackedMatrix::from_bytes` checks them again (a few comparisons and checked
+    /// products).
+    fn validate(&self) -> Result<(), Error> {
+        let &Layout { rows, cols, bits, group, offset, .. } = self;
         if !(1..=8).contains(&bits) {
             return Err(Error::UnsupportedBits(bits));
         }
@@ -128,13 +158,50 @@ impl Layout {
                 return Err(Error::BadZeroPoint { zero: z, bits });
             }
         }
-        let layout = Layout { rows, cols, bits, group, offset, interleave: Interleave::native(), scales: ScaleFormat::F16 };
         // Every size below is derived from these products; refuse shapes that overflow.
+        // Eight bytes per (padded) weight bound the total of any scale format and offset
+        // (codes ≤ 1 byte, scales and minima ≤ 2·4 bytes per 16 weights).
         rows.checked_next_multiple_of(TILE_ROWS)
             .and_then(|r| r.checked_mul(cols))
             .and_then(|n| n.checked_mul(8))
             .ok_or(Error::BadShape { rows, cols })?;
-        Ok(layout)
+        Ok(())
+    }
+
+    /// Rows of the matrix (not padded to whole tiles).
+    #[inline]
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns of the matrix (a multiple of `group`).
+    #[inline]
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Bits per code, 1..=8.
+    #[inline]
+    pub fn bits(&self) -> u8 {
+        self.bits
+    }
+    /// Columns per scale group, one of `GROUP_SIZES`.
+    #[inline]
+    pub fn group(&self) -> usize {
+        self.group
+    }
+    /// How the per-group offset is stored.
+    #[inline]
+    pub fn offset(&self) -> Offset {
+        self.offset
+    }
+    /// Byte order of the codes.
+    #[inline]
+    pub fn interleave(&self) -> Interleave {
+        self.interleave
+    }
+    /// How scales (and minima) are stored.
+    #[inline]
+    pub fn scales(&self) -> ScaleFormat {
+        self.scales
     }
 
     /// The same layout with another code order.
@@ -211,9 +278,10 @@ pub struct PackedMatrix<B> {
 }
 
 impl<B: AsRef<[u8]>> PackedMatrix<B> {
-    /// Wrap bytes produced by `pack` (or saved from `as_bytes`). Checks length and
-    /// that every scale is finite.
+    /// Wrap bytes produced by `pack` (or saved from `as_bytes`). Checks the layout,
+    /// that `data` is exactly `layout.total_bytes()` long and that every scale is finite.
     pub fn from_bytes(layout: Layout, data: B) -> Result<Self, Error> {
+        layout.validate()?;
         let got = data.as_ref().len();
         if got != layout.total_bytes() {
             return Err(Error::BufferSize { what: "packed matrix bytes", expected: layout.total_bytes(), got });
@@ -341,7 +409,7 @@ pub struct GroupCodes<'a> {
 
 /// Pack a matrix into `out` (`layout.total_bytes()` long), pulling each (row, group)
 /// from `source`. No allocation: the scratch is one tile-group on the stack (8 KiB).
-/// Rows past `layout.rows` (tile padding) get code 0 and scale 0.
+/// Rows past `layout.rows()` (tile padding) get code 0 and scale 0.
 pub fn pack<F>(layout: &Layout, out: &mut [u8], mut source: F) -> Result<(), Error>
 where
     F: FnMut(usize, usize, &mut GroupCodes<'_>) -> Result<(), Error>,

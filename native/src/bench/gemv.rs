@@ -164,7 +164,7 @@ fn quantize(w: &[f32], rows: usize, cols: usize, bits: Bits, group: usize, isa: 
     }
     .expect("bench shapes are valid");
     // in the order the chosen kernel reads
-    if m.layout().interleave == isa.interleave() {
+    if m.layout().interleave() == isa.interleave() {
         m
     } else {
         PackedMatrix::repack(&m, isa.interleave()).expect("repack")
@@ -236,8 +236,8 @@ fn gemv_one(
 ) -> Result<GemvRow, String> {
     let l = *ms[0].layout();
     let pool = Pool::new(threads);
-    let mut tables = OwnedTables::new(l.cols, l.group).map_err(|e| e.to_string())?;
-    let mut y = vec![0.0f32; l.rows];
+    let mut tables = OwnedTables::new(l.cols(), l.group()).map_err(|e| e.to_string())?;
+    let mut y = vec![0.0f32; l.rows()];
     let isa = opts.isa;
     let mut next = 0usize;
     let mut lut = || {
@@ -248,15 +248,15 @@ fn gemv_one(
         black_box(&y);
     };
     // the baseline, split over the same pool
-    let mut qa = QuantizedActivations::new(l.cols, l.group);
-    let mut yb = vec![0.0f32; l.rows];
+    let mut qa = QuantizedActivations::new(l.cols(), l.group());
+    let mut yb = vec![0.0f32; l.rows()];
     let mut next_b = 0usize;
     let mut baseline = || {
         let b = &bases[next_b % bases.len()];
         next_b += 1;
         qa.quantize(black_box(x));
         let qa = &qa;
-        let counter = lutra::threads::ChunkCounter::new(l.rows, 64);
+        let counter = lutra::threads::ChunkCounter::new(l.rows(), 64);
         let out = lutra::threads::DisjointSlice::new(&mut yb);
         pool.run(|_| {
             while let Some(r) = counter.next() {
@@ -269,8 +269,8 @@ fn gemv_one(
     };
     let rayon_pool =
         if opts.rayon { Some(rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| e.to_string())?) } else { None };
-    let mut tables_r = OwnedTables::new(l.cols, l.group).map_err(|e| e.to_string())?;
-    let mut yr = vec![0.0f32; l.rows];
+    let mut tables_r = OwnedTables::new(l.cols(), l.group()).map_err(|e| e.to_string())?;
+    let mut yr = vec![0.0f32; l.rows()];
     let mut next_r = 0usize;
     let mut with_rayon = || {
         let m = &ms[next_r % ms.len()];
@@ -334,7 +334,7 @@ fn gemv_one(
         llamacpp = Some((name.clone(), t[i] / *copies as f64, g.repacked()));
     }
     Ok(GemvRow {
-        shape: (l.rows, l.cols),
+        shape: (l.rows(), l.cols()),
         regime,
         bits,
         threads,
@@ -589,11 +589,11 @@ pub fn accuracy(rows: usize, cols: usize, group: usize) -> Result<Vec<AccuracyRo
             m.dequantize_row(r, row).map_err(|e| e.to_string())?;
         }
         let want = matvec_f64(&deq, &x);
-        let mut t = OwnedTables::new(cols, l.group).map_err(|e| e.to_string())?;
+        let mut t = OwnedTables::new(cols, l.group()).map_err(|e| e.to_string())?;
         let mut y = vec![0.0; rows];
         lutra_core::gemv(&m, t.build(&x).map_err(|e| e.to_string())?, &mut y).map_err(|e| e.to_string())?;
         let baseline = BaselineMatrix::from_packed(&m).ok().map(|b| {
-            let mut qa = QuantizedActivations::new(cols, l.group);
+            let mut qa = QuantizedActivations::new(cols, l.group());
             qa.quantize(&x);
             let mut yb = vec![0.0; rows];
             crate::bench::baseline::gemv_rows(&b, &qa, 0..rows, &mut yb);

@@ -17,10 +17,10 @@ pub struct PoolGemv<'p>(pub &'p Pool);
 
 impl Gemv for PoolGemv<'_> {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
-        gemv(self.0, Isa::best_for(m.layout().interleave), m, tables, y)
+        gemv(self.0, Isa::best_for(m.layout().interleave()), m, tables, y)
     }
     fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
-        gemm(self.0, Isa::best_for(m.layout().interleave), m, tables, ys)
+        gemm(self.0, Isa::best_for(m.layout().interleave()), m, tables, ys)
     }
     fn parallel(&self) -> &dyn Parallel {
         self.0

@@ -14,8 +14,8 @@ fn chunk_tiles(tiles: usize, threads: usize) -> usize {
 /// `y = W·x` on every thread of `pool`.
 pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
     let l = *m.layout();
-    if y.len() != l.rows {
-        return Err(Error::BufferSize { what: "output rows", expected: l.rows, got: y.len() });
+    if y.len() != l.rows() {
+        return Err(Error::BufferSize { what: "output rows", expected: l.rows(), got: y.len() });
     }
     if pool.threads() == 1 {
         return gemv_tiles(isa, m, tables, 0..l.tiles(), y);
@@ -25,7 +25,7 @@ pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     let first_error = std::sync::Mutex::new(None);
     pool.run(|_| {
         while let Some(tiles) = counter.next() {
-            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);
+            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
             // SAFETY: each tile range comes from the counter exactly once, so row
             // ranges of different calls never overlap.
             let y = unsafe { out.range_mut(rows) };
@@ -41,8 +41,8 @@ pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
 /// chunks of tiles, and each runs every token over its chunk while it is in cache.
 pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
     let l = *m.layout();
-    if ys.len() != tables.len() * l.rows {
-        return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows, got: ys.len() });
+    if ys.len() != tables.len() * l.rows() {
+        return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows(), got: ys.len() });
     }
     if pool.threads() == 1 {
         return lutra_core::gemm_with(isa, m, tables, ys);
@@ -58,9 +58,9 @@ pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     pool.run(|_| {
         while let Some(chunks) = counter.next() {
             let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
-            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows);
+            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
             for (pair, t) in tables.chunks(2).enumerate() {
-                let at = |b: usize| b * l.rows + rows.start..b * l.rows + rows.end;
+                let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
                 // SAFETY: each chunk comes from the counter exactly once, so these rows
                 // of these tokens are written by this call only.
                 let result = unsafe {
@@ -108,8 +108,8 @@ impl Parallel for Pool {
 pub fn gemv_rayon<B: AsRef<[u8]> + Sync>(isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
     use rayon::prelude::*;
     let l = *m.layout();
-    if y.len() != l.rows {
-        return Err(Error::BufferSize { what: "output rows", expected: l.rows, got: y.len() });
+    if y.len() != l.rows() {
+        return Err(Error::BufferSize { what: "output rows", expected: l.rows(), got: y.len() });
     }
     let chunk = chunk_tiles(l.tiles(), rayon::current_num_threads());
     y.par_chunks_mut(chunk * TILE_ROWS).enumerate().try_for_each(|(i, y)| {
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(y, want, "core loop");
         for threads in 1..=3 {
             let mut y = vec![f32::NAN; batch * rows];
-            gemm(&Pool::new(threads), Isa::best_for(m.layout().interleave), &m, &tables, &mut y).unwrap();
+            gemm(&Pool::new(threads), Isa::best_for(m.layout().interleave()), &m, &tables, &mut y).unwrap();
             assert_eq!(y, want, "pool of {threads}");
         }
         assert!(matches!(gemm(&Pool::new(2), Isa::best(), &m, &tables, &mut [0.0; 3]), Err(Error::BufferSize { .. })));

@@ -104,7 +104,8 @@ unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
 #[inline]
 pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
-    // SAFETY (all arms): same contract as this function.
+    // SAFETY (all arms): same contract as this function. `bits` comes from a `Layout`,
+    // whose private fields hold 1..=8 (only `Layout::new` makes one), so `_` is 8.
     unsafe {
         match bits {
             1 => tile_group_bits::<1>(w, quads, acc),
@@ -136,11 +137,11 @@ impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'_>) -> Self {
         let l = &job.layout;
         let half_range = l.half_range();
-        let zero = match l.offset {
+        let zero = match l.offset() {
             Offset::Zero(z) => z as f32,
             Offset::Symmetric | Offset::Min => half_range,
         };
-        let (with_mins, wide) = (l.offset == Offset::Min, l.scales == ScaleFormat::F32);
+        let (with_mins, wide) = (l.offset() == Offset::Min, l.scales() == ScaleFormat::F32);
         Epilogue { layout: l, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
     }
 
@@ -199,7 +200,7 @@ impl<'a> Epilogue<'a> {
     #[inline]
     fn store(&self, f: (__m512, __m512), tile: usize, first: usize, y: &mut [f32]) {
         let start = (tile - first) * TILE_ROWS;
-        let n = (self.layout.rows - tile * TILE_ROWS).min(TILE_ROWS);
+        let n = (self.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
         let out = &mut y[start..start + n];
         let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
         // SAFETY: masked stores write only the `n` rows of `out`.
@@ -256,9 +257,10 @@ unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Ran
 /// # Safety
 /// As `run_float`, for both jobs, which must share one matrix.
 pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys: [&mut [f32]; 2]) {
-    // SAFETY (all arms): the caller's contract.
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
-        match jobs[0].layout.bits {
+        match jobs[0].layout.bits() {
             1 => run_float_pair_bits::<1>(jobs, tiles, ys),
             2 => run_float_pair_bits::<2>(jobs, tiles, ys),
             3 => run_float_pair_bits::<3>(jobs, tiles, ys),
@@ -274,12 +276,14 @@ pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys
 /// `y` rows of `tiles` (see `lut::gemv_tiles`).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F, BW, VBMI, VNNI and FMA; `job` is validated and `y`
-/// holds exactly the rows of `tiles`.
+/// The CPU must support AVX-512 F, BW, VBMI, VNNI and FMA; `job` is validated (by
+/// `Job::new`: its bytes are exactly `layout.total_bytes()`) and `y` holds exactly the
+/// rows of `tiles`.
 pub(crate) unsafe fn run_float(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
-    // SAFETY (all arms): the caller's contract.
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
-        match job.layout.bits {
+        match job.layout.bits() {
             1 => run_float_bits::<1>(job, tiles, y),
             2 => run_float_bits::<2>(job, tiles, y),
             3 => run_float_bits::<3>(job, tiles, y),

@@ -61,27 +61,27 @@ impl BaselineMatrix {
     /// The same weights as `m` (bits 1..=4), re-laid for dequantize-then-dot.
     pub fn from_packed<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> Result<Self, Error> {
         let l = *m.layout();
-        if l.bits > 4 {
-            return Err(Error::UnsupportedBits(l.bits));
+        if l.bits() > 4 {
+            return Err(Error::UnsupportedBits(l.bits()));
         }
-        let bb = block_bytes(l.bits);
-        let mut codes = vec![0u8; l.rows * (l.cols / 32) * bb];
-        let mut affine = Vec::with_capacity(l.rows * l.groups());
-        for r in 0..l.rows {
-            for b in 0..l.cols / 32 {
+        let bb = block_bytes(l.bits());
+        let mut codes = vec![0u8; l.rows() * (l.cols() / 32) * bb];
+        let mut affine = Vec::with_capacity(l.rows() * l.groups());
+        for r in 0..l.rows() {
+            for b in 0..l.cols() / 32 {
                 let mut block = [0u8; 32];
                 for (k, c) in block.iter_mut().enumerate() {
                     *c = m.code(r, 32 * b + k);
                 }
-                let at = (r * (l.cols / 32) + b) * bb;
-                pack_block(&block, l.bits, &mut codes[at..at + bb]);
+                let at = (r * (l.cols() / 32) + b) * bb;
+                pack_block(&block, l.bits(), &mut codes[at..at + bb]);
             }
             for g in 0..l.groups() {
                 let (s, off) = m.affine(r, g);
                 affine.push([lutra_core::f16::f32_to_f16_bits(s), lutra_core::f16::f32_to_f16_bits(off)]);
             }
         }
-        Ok(BaselineMatrix { rows: l.rows, cols: l.cols, bits: l.bits, group: l.group, codes, affine })
+        Ok(BaselineMatrix { rows: l.rows(), cols: l.cols(), bits: l.bits(), group: l.group(), codes, affine })
     }
 
     pub fn bytes(&self) -> usize {
