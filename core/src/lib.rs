@@ -16,6 +16,7 @@ extern crate alloc;
 
 mod aligned;
 #[cfg(feature = "alloc")]
+#[warn(missing_docs)]
 pub mod engine;
 mod error;
 pub mod f16;

@@ -12,6 +12,7 @@ pub struct HugeBytes {
 }
 
 impl HugeBytes {
+    /// Copies `bytes` into a fresh anonymous mapping advised for huge pages.
     pub fn copy_of(bytes: &[u8]) -> std::io::Result<HugeBytes> {
         let mut map = MmapMut::map_anon(bytes.len().max(1))?;
         // Advice only: where THP is off the copy still works, on 4 KiB pages.

@@ -15,11 +15,24 @@ use memmap2::Mmap;
 #[derive(Debug)]
 pub enum InspectError {
     /// The file could not be opened, sized or mapped.
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
     /// The file has no bytes.
-    Empty { path: PathBuf },
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
     /// The bytes are not a well-formed GGUF file.
-    Gguf { path: PathBuf, source: GgufError },
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// What the GGUF parser rejected.
+        source: GgufError,
+    },
 }
 
 impl fmt::Display for InspectError {
@@ -61,7 +74,9 @@ pub fn map_file(path: &Path) -> Result<Mmap, InspectError> {
 /// Tensors of one ggml type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeStats {
+    /// The tensor data type.
     pub ggml_type: GgmlType,
+    /// Number of tensors of this type.
     pub tensors: u64,
     /// Bytes of tensor data; `None` for a type this build does not know.
     pub bytes: Option<u64>,
@@ -70,6 +85,7 @@ pub struct TypeStats {
 /// One metadata entry shown in the report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
+    /// Full metadata key, e.g. `llama.block_count`.
     pub key: String,
     /// As text (strings quoted, long arrays as `[type; len]`).
     pub text: String,
@@ -80,21 +96,31 @@ pub struct Entry {
 /// What `lutra inspect` reports about a GGUF file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
+    /// The file's path, as given.
     pub path: String,
+    /// File size in bytes.
     pub file_bytes: u64,
+    /// GGUF format version.
     pub version: u32,
+    /// `general.architecture`, e.g. `llama`.
     pub architecture: Option<String>,
+    /// `general.name`.
     pub name: Option<String>,
     /// `general.file_type` (llama.cpp's `llama_ftype`).
     pub file_type: Option<u32>,
+    /// Tensor data alignment in bytes (`general.alignment`, default 32).
     pub alignment: u64,
+    /// Byte offset in the file where tensor data starts.
     pub data_offset: u64,
+    /// Number of metadata key/value entries.
     pub metadata_count: u64,
     /// Length of `tokenizer.ggml.tokens`, else `{arch}.vocab_size`.
     pub vocab_size: Option<u64>,
+    /// `tokenizer.ggml.model`, e.g. `llama` or `gpt2`.
     pub tokenizer_model: Option<String>,
     /// Every `{arch}.*` metadata entry, in file order.
     pub hyperparameters: Vec<Entry>,
+    /// Number of tensors in the file.
     pub tensor_count: u64,
     /// Per type, in ggml type id order.
     pub types: Vec<TypeStats>,

@@ -4,6 +4,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+/// A progress bar over a fixed number of units of work.
 pub struct Progress {
     label: String,
     total: usize,
@@ -15,6 +16,7 @@ pub struct Progress {
 const WIDTH: usize = 30;
 
 impl Progress {
+    /// A bar labelled `label` for `total` units (at least 1); nothing is drawn until `update`.
     pub fn new(label: impl Into<String>, total: usize) -> Progress {
         Progress {
             label: label.into(),

@@ -22,11 +22,13 @@ use std::{env, fs, thread};
 /// the CLI refuses modules built with any other version.
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
 const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "file"];
-const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown"];
+const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
 const AARCH64: &str = "aarch64-unknown-linux-gnu";
 const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
 const WASM32: &str = "wasm32-unknown-unknown";
 const X86_64: &str = "x86_64-unknown-linux-gnu";
+/// A target with no OS at all: the engine (lutra-core with `alloc` only) must build for it.
+const BARE_METAL: &str = "aarch64-unknown-none";
 /// The test that asserts `Isa::best()` (core/tests/isa.rs); each tier run must show it.
 const ISA_TEST: &str = "best_isa_is_the_expected_tier";
 /// Emulated x86 CPUs for the lower dispatch tiers, and the kernel each must select.
@@ -376,7 +378,9 @@ fn lint(ci: &mut Ci) -> Result {
     let aarch64 = ["-p", "lutra-core", "-p", "lutra-embedded", "-p", "lutra", "--target", AARCH64];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
     let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
-    run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))
+    run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))?;
+    // the library's documentation: every public item documented, every link resolved
+    run(cargo(&ci.root).args(["doc", "--no-deps", "-p", "lutra", "-p", "lutra-core"]).env("RUSTDOCFLAGS", "-D warnings"))
 }
 
 fn host_tests(ci: &mut Ci) -> Result {
@@ -400,9 +404,20 @@ fn host_tests(ci: &mut Ci) -> Result {
     ci.count("host doc tests", &out, false)?;
     // Gemma 3 270M against llama.cpp's golden logits: minutes unoptimized, so ignored in
     // debug builds (the nextest run above lists it as skipped) and run here in release.
-    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-tests", "--test", "gemma_logits"]))?;
-    ci.count("host Gemma 3 270M vs llama.cpp (release)", &out, false)?;
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-tests", "--test", "gemma_logits", "--test", "engine"]))?;
+    ci.count("host Gemma 3 270M vs llama.cpp, engine on Gemma (release)", &out, false)?;
     expect_contains(&out, "gemma3_270m_agrees_with_llama_cpp ... ok", "Gemma 3 270M agreement test")?;
+    expect_contains(&out, "gemma3_single_thread_logits_equal_the_pool ... ok", "engine: single thread vs pool on Gemma")?;
+    expect_contains(&out, "gemma3_rewind_past_a_wrapped_ring_equals_a_fresh_session ... ok", "engine: rewind on Gemma")?;
+    // `lutra chat` through a pipe on Gemma, and the README's example on stories15M
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra", "--test", "chat"]))?;
+    ci.count("host lutra chat through a pipe (release)", &out, false)?;
+    expect_contains(&out, "two_turns_share_one_session ... ok", "lutra chat test")?;
+    let story = run_capture(cargo(&ci.root).args(["run", "--release", "-q", "-p", "lutra", "--example", "story"]))?;
+    if !story.contains("Once upon a time") || story.split_whitespace().count() < 40 {
+        return Err(format!("the README example wrote no story:\n{story}"));
+    }
+    println!("--- README example (examples/story.rs): {} words", story.split_whitespace().count());
     // NoMAD PQ scores vs exact scores on real keys of both models (k-means: release only)
     let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra", "--test", "pq_fidelity", "--", "--nocapture"]))?;
     ci.count("host PQ score fidelity on real keys (release)", &out, false)?;
@@ -458,6 +473,9 @@ fn cross_builds(ci: &mut Ci) -> Result {
     let out = run_capture(Command::new("qemu-aarch64").arg(&musl))?;
     expect_contains(&out, "isa=neon", "lutra-embedded (aarch64 musl)")?;
     expect_contains(&out, " OK", "lutra-embedded (aarch64 musl)")?;
+
+    // the engine without an OS: no_std + alloc, nothing else
+    run(cargo(&ci.root).args(["build", "-p", "lutra-core", "--no-default-features", "--features", "alloc", "--target", BARE_METAL]))?;
 
     run(cargo(&ci.root).args(["build", "-p", "lutra-wasm", "--release", "--target", WASM32]))?;
     // bindings generate: proves the CLI and the crate's wasm-bindgen versions match

@@ -28,25 +28,67 @@ pub enum Error {
     /// PQ codebooks that cannot be read or do not fit the model.
     Codebooks(PqError),
     /// Codebooks calibrated on another architecture.
-    CodebooksForAnotherModel { calibrated_on: String, model: &'static str },
+    CodebooksForAnotherModel {
+        /// The architecture the codebooks were trained on.
+        calibrated_on: String,
+        /// The model's architecture.
+        model: &'static str,
+    },
     /// A GGUF of an architecture the engine does not run.
     UnsupportedArchitecture(String),
     /// The model has no chat format.
-    NoChatTemplate { architecture: &'static str },
+    NoChatTemplate {
+        /// The model's architecture.
+        architecture: &'static str,
+    },
     /// The prompt does not leave a position to generate into.
-    PromptTooLong { tokens: usize, room: usize, context: usize },
+    PromptTooLong {
+        /// Tokens of the prompt.
+        tokens: usize,
+        /// Positions left in the session.
+        room: usize,
+        /// Positions the session holds.
+        context: usize,
+    },
     /// Tokens past the end of the session's context.
-    ContextFull { needed: usize, context: usize },
+    ContextFull {
+        /// Positions the tokens would take.
+        needed: usize,
+        /// Positions the session holds.
+        context: usize,
+    },
     /// A context of zero positions, or more than the model's.
-    BadContext { asked: usize, max: usize },
+    BadContext {
+        /// The context asked for.
+        asked: usize,
+        /// The model's context.
+        max: usize,
+    },
     /// Logits were asked for before any token was appended.
     NothingToPredict,
     /// A rewind to a position past the session's tokens.
-    TruncateBeyondEnd { position: usize, len: usize },
+    TruncateBeyondEnd {
+        /// The position asked for.
+        position: usize,
+        /// Tokens the session holds.
+        len: usize,
+    },
     /// A token id outside the vocabulary.
-    TokenOutOfRange { token: u32, vocab_size: usize },
+    TokenOutOfRange {
+        /// The token id.
+        token: u32,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
     /// A text too short for one chunk of perplexity, or a chunk length out of range.
-    PerplexityText { tokens: usize, ctx: usize, max: usize },
+    PerplexityText {
+        /// Tokens of the text.
+        tokens: usize,
+        /// The chunk length asked for.
+        ctx: usize,
+        /// The model's context.
+        max: usize,
+    },
 }
 
 impl fmt::Display for Error {

@@ -26,12 +26,15 @@ pub enum StopReason {
 pub struct CancelFlag(Arc<AtomicBool>);
 
 impl CancelFlag {
+    /// A lowered flag.
     pub fn new() -> CancelFlag {
         CancelFlag::default()
     }
+    /// Raises the flag: the generation stops before its next token.
     pub fn cancel(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
+    /// Whether the flag is raised.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
@@ -44,6 +47,7 @@ impl CancelFlag {
 /// One generated token and the whole characters it completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Token<'g> {
+    /// The token id.
     pub id: u32,
     /// Possibly empty: a character split across tokens comes out with its last byte.
     pub text: &'g str,

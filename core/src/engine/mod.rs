@@ -12,7 +12,7 @@
 //!   comes out through a [`TextStream`] in whole UTF-8 characters.
 //! * [`perplexity`]: llama-perplexity's method on the engine.
 //!
-//! Matrix products go through a [`Gemv`](crate::model::Gemv): [`SingleThread`] here (the
+//! Matrix products go through a [`Gemv`]: [`SingleThread`] here (the
 //! browser and the Pi), a thread pool in the `lutra` crate; results are the same bit for
 //! bit.
 

@@ -43,12 +43,19 @@ enum Vocabulary {
 pub struct ModelInfo {
     /// `gemma3`, or `llama` for llama2.c checkpoints.
     pub architecture: &'static str,
+    /// Width of the residual stream (embedding length).
     pub dim: usize,
+    /// Width of the feed-forward layers.
     pub hidden_dim: usize,
+    /// Transformer blocks.
     pub layers: usize,
+    /// Query heads.
     pub heads: usize,
+    /// Key/value heads (fewer than `heads` with grouped-query attention).
     pub kv_heads: usize,
+    /// Dimensions per head.
     pub head_dim: usize,
+    /// Tokens in the vocabulary.
     pub vocab_size: usize,
     /// The longest context the model was trained for.
     pub context_length: usize,
@@ -88,6 +95,7 @@ impl ModelInfo {
 pub struct LoadProgress<'a> {
     /// Tensors (or matrices) done, out of `total`.
     pub done: usize,
+    /// Tensors (or matrices) in all.
     pub total: usize,
     /// The tensor just imported, or being imported.
     pub tensor: &'a str,
@@ -99,8 +107,11 @@ pub struct LoadProgress<'a> {
 /// Who speaks a chat turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Instructions for the whole conversation.
     System,
+    /// The person.
     User,
+    /// The model.
     Assistant,
 }
 
@@ -117,6 +128,7 @@ pub enum Attention {
 /// Product-quantized keys: codebooks from `lutra calibrate`, and the keys kept exact.
 #[derive(Clone)]
 pub struct PqAttention {
+    /// Codebooks trained for this model.
     pub books: Codebooks,
     /// The first positions whose keys stay exact (attention sinks).
     pub sink: usize,
@@ -221,10 +233,12 @@ impl Model {
         &self.inner
     }
 
+    /// What the model is.
     pub fn info(&self) -> &ModelInfo {
         &self.inner.info
     }
 
+    /// Tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.inner.info.vocab_size
     }

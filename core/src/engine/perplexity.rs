@@ -4,14 +4,17 @@ use crate::model::Gemv;
 /// Perplexity of a text, by llama.cpp's `llama-perplexity` method.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Perplexity {
+    /// The perplexity.
     pub ppl: f64,
     /// Chunks of `ctx` tokens scored.
     pub chunks: usize,
+    /// Tokens per chunk.
     pub ctx: usize,
     /// Tokens scored (the second half of each chunk, less its last token).
     pub scored: usize,
     /// The key cache's kind and bytes.
     pub keys: alloc::string::String,
+    /// Bytes of the key cache.
     pub key_bytes: usize,
 }
 

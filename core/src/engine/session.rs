@@ -37,8 +37,11 @@ enum State {
 pub struct CacheInfo {
     /// "exact f16", "pq16 S=128 (8.0× smaller than f16 keys) + ...".
     pub keys: String,
+    /// Bytes of the key cache.
     pub key_bytes: usize,
+    /// Bytes of the value cache.
     pub value_bytes: usize,
+    /// Positions the cache holds.
     pub context: usize,
 }
 
@@ -64,6 +67,7 @@ impl Session {
         Ok(Session { model: model.clone(), state, tokens: Vec::new(), computed: 0, logits_ready: false })
     }
 
+    /// The model the session runs.
     pub fn model(&self) -> &Model {
         &self.model
     }
@@ -91,6 +95,7 @@ impl Session {
         self.context() - self.tokens.len()
     }
 
+    /// The KV cache.
     pub fn cache(&self) -> &dyn KvCache {
         match &self.state {
             State::Llama(s) => s.cache(),
@@ -98,6 +103,7 @@ impl Session {
         }
     }
 
+    /// What the KV cache holds and costs.
     pub fn cache_info(&self) -> CacheInfo {
         let c = self.cache();
         CacheInfo { keys: c.describe(), key_bytes: c.key_bytes(), value_bytes: c.value_bytes(), context: self.context() }
@@ -174,18 +180,34 @@ impl Session {
     }
 
     /// Keeps the first `position` tokens and forgets the rest, so the sequence can go
-    /// on differently from there. Rings that later positions wrapped over (sliding
-    /// windows, recent exact keys) get their positions computed again when next needed.
+    /// on differently from there. Dropping the last token is free, as is any rewind
+    /// while the sequence still fits every ring of the cache; once it has run past a
+    /// ring (Gemma's sliding windows, PQ's recent exact keys), the ring no longer holds
+    /// what the kept positions attended to, and they are computed again from the start
+    /// when next needed, so the logits stay those of the kept sequence, bit for bit.
     pub fn truncate(&mut self, position: usize) -> Result<(), Error> {
         if position > self.tokens.len() {
             return Err(Error::TruncateBeyondEnd { position, len: self.tokens.len() });
         }
         if position < self.computed {
-            let span = self.cache().rewind_span();
-            // positions past the rewind point wrapped the rings only if they were computed
-            self.computed = if span > 0 { position.saturating_sub(span) } else { position };
+            let wrapped = self.cache().shortest_ring().is_some_and(|ring| self.computed > ring);
+            self.computed = if wrapped && position + 1 < self.computed { 0 } else { position };
             self.logits_ready = false;
         }
+        self.tokens.truncate(position);
+        Ok(())
+    }
+
+    /// As [`Session::truncate`], but never computes anything again: rings that later
+    /// positions wrapped keep those positions' rows, so what follows costs what the
+    /// kept sequence would cost but its logits are not that sequence's. For benchmarks
+    /// that time decoding at a depth round after round (as `llama-bench -d` does).
+    pub fn rewind_for_timing(&mut self, position: usize) -> Result<(), Error> {
+        if position > self.tokens.len() {
+            return Err(Error::TruncateBeyondEnd { position, len: self.tokens.len() });
+        }
+        self.computed = self.computed.min(position);
+        self.logits_ready = false;
         self.tokens.truncate(position);
         Ok(())
     }

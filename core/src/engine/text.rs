@@ -17,6 +17,7 @@ pub struct TextStream {
 }
 
 impl TextStream {
+    /// An empty stream.
     pub fn new() -> TextStream {
         TextStream::default()
     }

@@ -283,11 +283,11 @@ impl KvCache for PqKvCache {
         self.values.bytes() + self.exact.as_ref().map_or(0, |e| e.value_bytes())
     }
 
-    fn rewind_span(&self) -> usize {
+    fn shortest_ring(&self) -> Option<usize> {
         let context = self.shape.context;
-        let recent = if self.recent < context { self.recent } else { 0 };
-        let exact = self.exact.as_ref().map_or(0, |e| e.rewind_span());
-        recent.max(exact).max(self.values.rows().longest_ring(context))
+        let recent = (self.recent > 0 && self.recent < context).then_some(self.recent);
+        let exact = self.exact.as_ref().and_then(|e| e.shortest_ring());
+        [recent, exact, self.values.rows().shortest_ring(context)].into_iter().flatten().min()
     }
 
     fn describe(&self) -> String {

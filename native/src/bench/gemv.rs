@@ -35,6 +35,7 @@ impl Bits {
         }
     }
     /// llama.cpp types of the same bit width, fastest-first candidates.
+    #[cfg(feature = "llamacpp")]
     pub fn llamacpp_types(self) -> &'static [&'static str] {
         match self {
             Bits::Int(1) => &["Q1_0"],
@@ -89,7 +90,6 @@ pub struct GemvOptions {
     pub group: usize,
     pub isa: Isa,
     pub samples: usize,
-    pub json: bool,
     pub rayon: bool,
     pub baseline: bool,
     pub llamacpp: bool,

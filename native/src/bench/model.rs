@@ -24,7 +24,8 @@ pub struct ModelBench {
 /// Prompt processing (`pp` tokens, batched, logits for the last only) and generation
 /// (`tg` greedy tokens), tokens/s, medians of `runs`, both starting at position `depth`
 /// (like `llama-bench -d`): the first `depth` positions are filled once, then every round
-/// rewinds to them (rings the round wrapped are refilled before the clock starts).
+/// rewinds to them without refilling what the round wrapped in the rings (as
+/// `llama-bench -d` does: the cost is the same, the logits are not read).
 pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(f64, f64), String> {
     // pp and tg are capped at the room the context leaves after `depth`
     let max = model.info().context_length;
@@ -72,15 +73,15 @@ fn fill_depth(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, depth: 
     Ok(())
 }
 
-/// Rewinds `session` to `from` and computes what the rewind left to compute, untimed.
-fn rewind(gemv: &PoolGemv<'_>, session: &mut Session, from: usize) -> Result<(), String> {
-    session.truncate(from).and_then(|_| session.feed(gemv, &[])).map_err(|e| e.to_string())
+/// Rewinds `session` to `from` for the next timed round.
+fn rewind(session: &mut Session, from: usize) -> Result<(), String> {
+    session.rewind_for_timing(from).map_err(|e| e.to_string())
 }
 
 /// lutra's prompt processing: `pp` tokens from position `from`, in batches, logits for
 /// the last one only, as llama.cpp computes them. Returns seconds.
 fn lutra_pp(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
-    rewind(gemv, session, from)?;
+    rewind(session, from)?;
     let batch: Vec<u32> = (from..from + pp).map(|pos| token(model, pos)).collect();
     let t = Instant::now();
     if let Some((&last, rest)) = batch.split_last() {
@@ -91,7 +92,7 @@ fn lutra_pp(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usi
 
 /// lutra's generation: `tg` greedy tokens from BOS at position `from`. Returns seconds.
 fn lutra_tg(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, tg: usize) -> Result<f64, String> {
-    rewind(gemv, session, from)?;
+    rewind(session, from)?;
     let t = Instant::now();
     let mut token = model.bos();
     for _ in 0..tg {

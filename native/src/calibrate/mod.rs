@@ -17,15 +17,19 @@ use crate::threads::{Pool, PoolGemv};
 
 mod linalg;
 
+/// Options of `lutra calibrate`.
 pub struct CalibrateOptions {
     /// (sub-spaces, centroids) of each codebook set to train from the same keys.
     pub configs: Vec<(usize, usize)>,
+    /// Fixed rotation applied to keys and queries before the key transform; stored in the codebooks.
     pub rotation: Rotation,
     /// Chunk length: each chunk runs from position 0 with BOS first.
     pub ctx: usize,
     /// Keys collected per (layer, KV head), at most.
     pub keys: usize,
+    /// k-means iterations per codebook.
     pub iterations: usize,
+    /// Threads for the model run (caller included) and for k-means.
     pub threads: usize,
     /// How keys are transformed before k-means (queries inversely, so scores are unchanged).
     pub key_transform: KeyTransform,
@@ -37,6 +41,7 @@ pub struct CalibrateOptions {
 /// Makes k-means' squared error on keys stand for the error of the scores they get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyTransform {
+    /// Keys are clustered as they are.
     None,
     /// Scale each key dimension by the queries' RMS in it.
     QueryRms,
@@ -48,8 +53,10 @@ pub enum KeyTransform {
 }
 
 impl KeyTransform {
+    /// The accepted `--key-transform` values, for help and error messages.
     pub const NAMES: &'static str = "none, query-rms or opq";
 
+    /// Parses a `--key-transform` value; `None` if it is not one of [`Self::NAMES`].
     pub fn from_name(name: &str) -> Option<KeyTransform> {
         match name {
             "none" => Some(KeyTransform::None),
@@ -119,8 +126,8 @@ impl KvCache for Recorder {
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn rewind_span(&self) -> usize {
-        self.inner.rewind_span()
+    fn shortest_ring(&self) -> Option<usize> {
+        self.inner.shortest_ring()
     }
 }
 
@@ -320,7 +327,9 @@ fn load_recording(path: &std::path::Path, shape: AttentionShape) -> Option<(Reco
 /// Trained codebooks and how well their scores follow exact scores on the held-out
 /// quarter of the positions, per layer (empty when the text was too short to hold any out).
 pub struct Calibrated {
+    /// The codebooks of one (sub-spaces, centroids) configuration.
     pub books: Codebooks,
+    /// Per layer; empty when no positions were held out.
     pub fidelity: Vec<LayerFidelity>,
 }
 
@@ -328,7 +337,9 @@ pub struct Calibrated {
 /// × the query heads of each KV head, each query scored against every held-out key.
 #[derive(Clone, Copy, Debug)]
 pub struct LayerFidelity {
+    /// Pearson correlation of PQ scores with exact scores.
     pub pearson: f64,
+    /// Spearman rank correlation of PQ scores with exact scores.
     pub spearman: f64,
     /// KL(softmax exact ‖ softmax PQ).
     pub kl: f64,
@@ -435,6 +446,7 @@ pub fn fidelity_table(layers: &[LayerFidelity]) -> String {
     t
 }
 
+/// The field-wise mean over layers (all zeros for none).
 pub fn mean_fidelity(layers: &[LayerFidelity]) -> LayerFidelity {
     let n = layers.len().max(1) as f64;
     let sum = |f: fn(&LayerFidelity) -> f64| layers.iter().map(f).sum::<f64>() / n;

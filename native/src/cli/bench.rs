@@ -205,7 +205,6 @@ pub fn bench(command: BenchCommand) -> Result<(), String> {
                 group: a.group,
                 isa,
                 samples: a.samples,
-                json: a.json,
                 rayon: a.rayon,
                 baseline: !a.no_baseline,
                 llamacpp: a.llamacpp,

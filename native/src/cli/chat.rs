@@ -5,6 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use clap::Args;
 use lutra::engine::{CancelFlag, Error, Generation, Session, StopReason};
@@ -97,12 +98,21 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         };
         first = false;
         answering.store(true, Ordering::SeqCst);
+        let t = Instant::now();
         while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
             out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
         }
         answering.store(false, Ordering::SeqCst);
         writeln!(out, "{}", generation.finish_text()).map_err(io)?;
         out.flush().map_err(io)?;
+        // only this turn's tokens were computed: earlier turns stay in the session
+        eprintln!(
+            "[{} new prompt tokens, {} generated in {:.2} s; {} of {context} positions used]",
+            tokens.len(),
+            generation.generated(),
+            t.elapsed().as_secs_f64(),
+            session.position()
+        );
         match generation.stop_reason() {
             Some(StopReason::ContextFull) => {
                 eprintln!("the context is full ({context} positions): the conversation ends here");

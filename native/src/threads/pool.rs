@@ -26,6 +26,7 @@ struct Shared {
     worker_panicked: AtomicBool,
 }
 
+/// A fixed set of worker threads that run one job at a time, together with the caller.
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<(JoinHandle<()>, Thread)>,
@@ -58,6 +59,7 @@ impl Pool {
         Pool { shared, workers, running: Mutex::new(()) }
     }
 
+    /// Threads that run each job, the caller included.
     pub fn threads(&self) -> usize {
         self.workers.len() + 1
     }
@@ -159,9 +161,11 @@ pub struct ChunkCounter {
 }
 
 impl ChunkCounter {
+    /// A counter over `0..n` handing out ranges of `chunk` (at least 1) indices.
     pub fn new(n: usize, chunk: usize) -> Self {
         ChunkCounter { next: AtomicUsize::new(0), n, chunk: chunk.max(1) }
     }
+    /// The next unclaimed range (the last may be shorter), or `None` once `0..n` is handed out.
     pub fn next(&self) -> Option<std::ops::Range<usize>> {
         let start = self.next.fetch_add(self.chunk, Ordering::Relaxed);
         (start < self.n).then(|| start..(start + self.chunk).min(self.n))
@@ -180,6 +184,7 @@ pub struct DisjointSlice<'a, T> {
 unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
 
 impl<'a, T> DisjointSlice<'a, T> {
+    /// Borrows `slice` mutably for as long as the `DisjointSlice` lives.
     pub fn new(slice: &'a mut [T]) -> Self {
         DisjointSlice { ptr: slice.as_mut_ptr(), len: slice.len(), _borrow: std::marker::PhantomData }
     }

@@ -54,12 +54,13 @@ pub trait KvCache: Send {
     fn value_bytes(&self) -> usize;
     /// What the keys are, for reports: "f16", "f32", "pq16 S=128", ...
     fn describe(&self) -> alloc::string::String;
-    /// How many positions before a rewind point must be stored again after a rewind: a
-    /// ring (sliding window, recent exact keys) that later positions wrapped over no
-    /// longer holds them. 0 when every position keeps its own row. The default refeeds
-    /// the whole context, which is always right.
-    fn rewind_span(&self) -> usize {
-        self.shape().context
+    /// The fewest positions any ring of this cache holds (a sliding window, recent exact
+    /// keys), `None` when every position keeps its own row. Once a sequence runs past a
+    /// ring, the ring no longer holds what earlier positions attended to, so a rewind
+    /// further back than one position must compute the sequence again from its start.
+    /// The default claims the smallest ring, which is always safe.
+    fn shortest_ring(&self) -> Option<usize> {
+        Some(0)
     }
 }
 
@@ -203,9 +204,9 @@ impl LayerRows {
         LayerRows { offsets, caps }
     }
 
-    /// The longest ring (a layer holding fewer rows than the context), 0 without rings.
-    pub(crate) fn longest_ring(&self, context: usize) -> usize {
-        self.caps.iter().copied().filter(|&c| c < context).max().unwrap_or(0)
+    /// The shortest ring (a layer holding fewer rows than the context).
+    pub(crate) fn shortest_ring(&self, context: usize) -> Option<usize> {
+        self.caps.iter().copied().filter(|&c| c < context).min()
     }
 
     /// Rows of all layers together.
@@ -383,8 +384,8 @@ impl KvCache for ExactKvCache {
         self.values.bytes()
     }
 
-    fn rewind_span(&self) -> usize {
-        self.values.rows().longest_ring(self.shape.context)
+    fn shortest_ring(&self) -> Option<usize> {
+        self.values.rows().shortest_ring(self.shape.context)
     }
 
     fn describe(&self) -> alloc::string::String {

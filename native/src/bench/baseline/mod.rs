@@ -20,7 +20,6 @@ pub fn block_bytes(bits: u8) -> usize {
 /// Row-major blocked codes with per-(row, group) f16 scale and offset.
 #[derive(Clone)]
 pub struct BaselineMatrix {
-    pub rows: usize,
     pub cols: usize,
     pub bits: u8,
     pub group: usize,
@@ -81,12 +80,9 @@ impl BaselineMatrix {
                 affine.push([lutra_core::f16::f32_to_f16_bits(s), lutra_core::f16::f32_to_f16_bits(off)]);
             }
         }
-        Ok(BaselineMatrix { rows: l.rows(), cols: l.cols(), bits: l.bits(), group: l.group(), codes, affine })
+        Ok(BaselineMatrix { cols: l.cols(), bits: l.bits(), group: l.group(), codes, affine })
     }
 
-    pub fn bytes(&self) -> usize {
-        self.codes.len() + 4 * self.affine.len()
-    }
     fn row_codes(&self, r: usize) -> &[u8] {
         let n = (self.cols / 32) * block_bytes(self.bits);
         &self.codes[r * n..(r + 1) * n]

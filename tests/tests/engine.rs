@@ -1,0 +1,215 @@
+//! The engine on real models (fetched by `cargo xtask models`): the single-threaded
+//! `Gemv` that the browser and the Pi use gives the thread pool's logits bit for bit;
+//! sessions rewound, continued or fed turn by turn give what feeding everything at once
+//! gives; generation stops where it must.
+
+use std::path::PathBuf;
+
+use lutra::threads::{Pool, PoolGemv};
+use lutra_core::engine::{Attention, CancelFlag, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
+use lutra_core::sampler::SamplerConfig;
+
+fn path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models").join(name)
+}
+
+fn read(name: &str) -> Vec<u8> {
+    let p = path(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}\n  run `cargo xtask models all` first", p.display()))
+}
+
+fn stories(bits: u8) -> Model {
+    Model::from_llama2c(&read("stories15M/model.bin"), &read("stories15M/tokenizer.bin"), bits).unwrap()
+}
+
+fn gemma() -> Model {
+    Model::from_gguf(&read("gemma-3-270m-q4_k_m.gguf")).unwrap()
+}
+
+/// Logits after the prompt and after each of `steps` greedy tokens.
+fn greedy_logits<G: Gemv>(model: &Model, gemv: &G, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
+    let mut session = Session::new(model, 256, &Attention::Exact).unwrap();
+    session.append(prompt).unwrap();
+    let mut all = Vec::new();
+    for _ in 0..=steps {
+        let logits = session.logits(gemv).unwrap().to_vec();
+        let next = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
+        all.push(logits);
+        session.append(&[next]).unwrap();
+    }
+    all
+}
+
+fn assert_bits_equal(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
+    assert_eq!(a.len(), b.len());
+    for (step, (x, y)) in a.iter().zip(b).enumerate() {
+        let differ = x.iter().zip(y).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+        assert_eq!(differ, 0, "{what}: step {step}: {differ} logits differ");
+    }
+}
+
+fn single_thread_equals_pool(model: &Model, prompt: &str, steps: usize) {
+    let prompt = model.encode(prompt, true).unwrap();
+    assert!(prompt.len() > 2);
+    let single = greedy_logits(model, &SingleThread, &prompt, steps);
+    for threads in [1, 2, 3] {
+        let pool = Pool::new(threads);
+        let pooled = greedy_logits(model, &PoolGemv(&pool), &prompt, steps);
+        assert_bits_equal(&single, &pooled, &format!("{} on {threads} threads", model.info().architecture));
+    }
+}
+
+/// The wasm/Pi path (`SingleThread`) against the pool, stories15M at 4 and 8 bits.
+#[test]
+fn stories15m_single_thread_logits_equal_the_pool() {
+    for bits in [4, 8] {
+        single_thread_equals_pool(&stories(bits), "Once upon a time, a little otter", 6);
+    }
+}
+
+/// The same for Gemma 3 270M (K-quants, Q8_0 LM head).
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn gemma3_single_thread_logits_equal_the_pool() {
+    single_thread_equals_pool(&gemma(), "Otters are semiaquatic mammals that", 4);
+}
+
+/// A session fed in pieces — a prompt, generated tokens, more text — holds what one
+/// fresh session fed everything at once holds: the next logits agree bit for bit.
+fn pieces_equal_one_feed(model: &Model, context: usize, pieces: &[Vec<u32>]) {
+    let gemv = SingleThread;
+    let mut session = Session::new(model, context, &Attention::Exact).unwrap();
+    for piece in pieces {
+        session.append(piece).unwrap();
+        session.logits(&gemv).unwrap();
+    }
+    let incremental = session.logits(&gemv).unwrap().to_vec();
+    let mut fresh = Session::new(model, context, &Attention::Exact).unwrap();
+    fresh.feed(&gemv, &session.tokens()[..session.position() - 1]).unwrap();
+    let at_once = fresh.forward(&gemv, *session.tokens().last().unwrap()).unwrap().to_vec();
+    assert_bits_equal(&[incremental], &[at_once], "pieces vs one feed");
+}
+
+#[test]
+fn stories15m_session_in_pieces_equals_one_feed() {
+    let model = stories(4);
+    let pieces: Vec<Vec<u32>> = ["Once upon a time", " there was", " a boat. It", " sailed."]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| model.encode(t, i == 0).unwrap())
+        .collect();
+    pieces_equal_one_feed(&model, 256, &pieces);
+}
+
+/// A rewound session continued differently equals a fresh one fed the new sequence.
+fn rewind_equals_fresh(model: &Model, context: usize, first: &[u32], keep: usize, then: &[u32]) {
+    let gemv = SingleThread;
+    let mut session = Session::new(model, context, &Attention::Exact).unwrap();
+    session.feed(&gemv, first).unwrap();
+    session.truncate(keep).unwrap();
+    assert_eq!(session.position(), keep);
+    let rewound = session.forward(&gemv, then[0]).unwrap().to_vec();
+    let mut fresh = Session::new(model, context, &Attention::Exact).unwrap();
+    fresh.feed(&gemv, &first[..keep]).unwrap();
+    let want = fresh.forward(&gemv, then[0]).unwrap().to_vec();
+    assert_bits_equal(&[rewound], &[want], "rewound vs fresh");
+}
+
+#[test]
+fn stories15m_rewind_equals_a_fresh_session() {
+    let model = stories(4);
+    let tokens: Vec<u32> = (0..200).map(|i| (i * 7919 % 31_000 + 100) as u32).collect();
+    rewind_equals_fresh(&model, 256, &tokens, 150, &[42]);
+    rewind_equals_fresh(&model, 256, &tokens, 1, &[42]);
+}
+
+/// Gemma's local layers keep rings of 512 positions: after 700 positions the ring no
+/// longer holds what position 640 attended to, so the rewind computes from the start;
+/// within a ring that never wrapped, and by one token, it computes nothing again.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn gemma3_rewind_past_a_wrapped_ring_equals_a_fresh_session() {
+    let model = gemma();
+    let tokens: Vec<u32> = (0..700).map(|i| (i * 7919 % 250_000 + 1000) as u32).collect();
+    rewind_equals_fresh(&model, 1024, &tokens, 640, &[4242]);
+    rewind_equals_fresh(&model, 1024, &tokens, 699, &[4242]);
+    rewind_equals_fresh(&model, 1024, &tokens[..400], 100, &[4242]);
+}
+
+/// Two chat turns in one session, the first answered by greedy generation: the logits
+/// after the second turn equal a fresh session fed the whole conversation at once, so
+/// the second answer sees the first and nothing was computed twice.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn gemma3_chat_turns_equal_one_feed() {
+    let model = gemma();
+    let gemv = SingleThread;
+    let mut session = Session::new(&model, 512, &Attention::Exact).unwrap();
+    let turn = model.encode_chat(&[(Role::System, "Answer briefly."), (Role::User, "Name a river otter.")], true).unwrap();
+    let mut g = Generation::start(&mut session, &turn, SamplerConfig::greedy(), 12).unwrap();
+    while g.step(&mut session, &gemv).unwrap().is_some() {}
+    let after_first = session.position();
+    let second = model.encode_chat(&[(Role::User, "And a sea otter?")], false).unwrap();
+    // the second turn first closes the first answer with the end-of-turn token
+    assert!(model.is_end(second[0]));
+    pieces_equal_one_feed(&model, 512, &[session.tokens().to_vec(), second.clone()]);
+    assert!(after_first > turn.len());
+}
+
+#[test]
+fn generation_stops_at_max_tokens_cancel_and_the_end_of_the_context() {
+    let model = stories(4);
+    let gemv = SingleThread;
+    let prompt = model.encode("Once upon a time", true).unwrap();
+
+    let mut session = Session::new(&model, 256, &Attention::Exact).unwrap();
+    let mut g = Generation::start(&mut session, &prompt, SamplerConfig::greedy(), 5).unwrap();
+    let mut n = 0;
+    while g.step(&mut session, &gemv).unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!((n, g.stop_reason()), (5, Some(StopReason::MaxTokens)));
+    assert_eq!(session.position(), prompt.len() + 5);
+
+    let flag = CancelFlag::new();
+    let mut g = Generation::start(&mut session, &[], SamplerConfig::greedy(), 100).unwrap().with_cancel_flag(flag.clone());
+    assert!(g.step(&mut session, &gemv).unwrap().is_some());
+    flag.cancel();
+    assert!(g.step(&mut session, &gemv).unwrap().is_none());
+    assert_eq!(g.stop_reason(), Some(StopReason::Cancelled));
+
+    // a context of 8 positions: the prompt's 5, then 3 appended tokens and a 4th returned
+    let mut small = Session::new(&model, 8, &Attention::Exact).unwrap();
+    let mut g = Generation::start(&mut small, &prompt, SamplerConfig::greedy(), 100).unwrap();
+    let mut n = 0;
+    while g.step(&mut small, &gemv).unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(prompt.len(), 5);
+    assert_eq!((n, g.stop_reason(), small.position()), (4, Some(StopReason::ContextFull), 8));
+}
+
+#[test]
+fn bad_requests_get_typed_errors() {
+    let model = stories(4);
+    let gemv = SingleThread;
+    let mut session = Session::new(&model, 16, &Attention::Exact).unwrap();
+    let long = vec![1u32; 16];
+    assert!(matches!(
+        Generation::start(&mut session, &long, SamplerConfig::greedy(), 1),
+        Err(Error::PromptTooLong { tokens: 16, room: 16, context: 16 })
+    ));
+    assert!(matches!(session.append(&[32_000]), Err(Error::TokenOutOfRange { token: 32_000, .. })));
+    assert!(matches!(session.feed(&gemv, &[1; 17]), Err(Error::ContextFull { needed: 17, context: 16 })));
+    assert!(matches!(session.logits(&gemv), Err(Error::NothingToPredict)));
+    assert!(matches!(session.truncate(1), Err(Error::TruncateBeyondEnd { position: 1, len: 0 })));
+    assert!(matches!(Session::new(&model, 257, &Attention::Exact), Err(Error::BadContext { asked: 257, max: 256 })));
+    assert!(matches!(Session::new(&model, 0, &Attention::Exact), Err(Error::BadContext { .. })));
+    assert!(matches!(model.encode_chat(&[(Role::User, "hi")], true), Err(Error::NoChatTemplate { architecture: "llama" })));
+    // nothing the user had is lost: the session still works
+    session.feed(&gemv, &[1, 400, 500]).unwrap();
+    assert_eq!(session.position(), 3);
+    assert!(Model::from_gguf(b"GGUF\x03\x00\x00\x00").is_err());
+    let truncated = &read("stories15M/model.bin")[..1000];
+    assert!(matches!(Model::from_llama2c(truncated, &read("stories15M/tokenizer.bin"), 4), Err(Error::Checkpoint(_))));
+}
