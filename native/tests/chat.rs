@@ -2,7 +2,7 @@
 //! session (the second turn computes only its own tokens), EOF ends cleanly.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn model(name: &str) -> PathBuf {
@@ -11,7 +11,7 @@ fn model(name: &str) -> PathBuf {
     p
 }
 
-fn chat(model: &PathBuf, stdin: &str) -> Output {
+fn chat(model: &Path, stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lutra"))
         .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-n", "8", "-t", "1", "--ctx", "512"])
         .stdin(Stdio::piped())
