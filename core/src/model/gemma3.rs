@@ -1,24 +1,59 @@
 //! Gemma 3 (llama.cpp's `gemma3` GGUF architecture): grouped-query attention with
 //! QK-norm, sandwich norms around attention and FFN, GeGLU (tanh GELU), sliding-window
 //! layers with their own RoPE base (NEOX rotation), embeddings scaled by √dim, and the
-//! LM head tied to the (Q8_0) token embedding. What the file does not say is as in
-//! llama.cpp's `src/models/gemma3.cpp`: layer `l` is global iff `l % 6 == 5`, local
-//! layers rotate with base 10 000, queries are scaled by 1/√head_dim.
+//! LM head tied to the (Q8_0) token embedding.
 //!
 //! Every product, the LM head included, is a LUT GEMV over the imported weights.
+//!
+//! # Configuration
+//!
+//! Every size of Gemma 3 shares this graph; what differs is read from the file as
+//! llama.cpp reads it (`load_hparams`' generic keys and its `LLM_ARCH_GEMMA3` case,
+//! `src/models/gemma3.cpp`), so a 1B, 4B, 12B or 27B file runs as llama.cpp runs it.
+//! A value lutra does not implement is refused with `ModelError::Unsupported` naming the
+//! key, never ignored. `Gemma3Config::from_gguf` holds the rules:
+//!
+//! - Sizes: `embedding_length`, `block_count`, `feed_forward_length`, `context_length`,
+//!   `attention.head_count`, `attention.layer_norm_rms_epsilon` are required;
+//!   `attention.head_count_kv` defaults to the head count, `attention.key_length` and
+//!   `attention.value_length` to dim / heads. llama.cpp also takes per-layer arrays for
+//!   the counts; lutra refuses them (every layer has one shape here), a `value_length`
+//!   other than the key length (its cache keeps one head width) and a
+//!   `rope.dimension_count` other than the key length (partial rotation).
+//! - Sliding window: `attention.sliding_window` absent or 0 makes every layer global
+//!   (newer llama.cpp, for Rnj-1). Otherwise layer `l` is global iff `l % p == p − 1`
+//!   for the period `p` of `attention.sliding_window_pattern`, default 6 (0: no global
+//!   layer); the per-layer array form is refused (llama.cpp ignores it for Gemma 3).
+//! - RoPE: global layers rotate with base `rope.freq_base` (default 10 000, as llama.cpp;
+//!   the converter always writes it, 1 000 000 for every Gemma 3) and the file's
+//!   scaling; sliding-window layers with `rope.freq_base_swa` (default 10 000) and never
+//!   scaled. `rope.scaling.type` defaults to `linear`; its `rope.scaling.factor` (or the
+//!   older `rope.scale_linear`) `f` multiplies positions by 1/f (4B, 12B and 27B: f = 8,
+//!   folded into the global frequencies); `none` never scales; `yarn`, `longrope` and
+//!   anything else are refused, as is a `rope.scaling.attn_factor` other than 1 (ggml
+//!   would multiply the rotation by it).
+//! - Query scale: llama.cpp has no key for it and tells the 27B apart by its 62 layers:
+//!   then queries are scaled by 1/√(dim / heads) (gemma_pytorch's `query_pre_attn_scalar`
+//!   = 168, not head_dim 128), else by 1/√head_dim. lutra does the same.
+//! - Logits: a nonzero `final_logit_softcapping` `c` makes them `c·tanh(logits / c)`
+//!   (llama.cpp applies it when set; Google's Gemma 3 files have none). An
+//!   `attn_logit_softcapping` is refused: llama.cpp does not read it for Gemma 3 and its
+//!   converter asserts Gemma 3 has none, so a file with one was not made for this graph.
+//! - An `output.weight` tensor (an LM head not tied to the embedding, which llama.cpp
+//!   would use) is refused.
 
 use alloc::boxed::Box;
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::{matrix_releasing, meta_f32, meta_u32, vector, Matrix};
+use super::import::{matrix_releasing, vector, Matrix};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
 use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, Value};
 use crate::{OwnedTables, Tables};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,26 +67,176 @@ pub struct Gemma3Config {
     pub vocab_size: usize,
     pub context: usize,
     pub norm_eps: f32,
+    /// RoPE base of the global layers.
     pub rope_global: f32,
+    /// What the global layers' RoPE multiplies positions by: 1/factor of linear scaling, 1 without.
+    pub rope_global_scale: f32,
+    /// RoPE base of the sliding-window layers, which are never scaled.
     pub rope_local: f32,
+    /// Positions a sliding-window layer attends to (its own included); 0: no sliding
+    /// window, every layer global.
     pub sliding_window: usize,
-    /// Every `swa_period`-th layer (the last of each period) attends globally.
+    /// Every `swa_period`-th layer (the last of each period) attends globally; 0: none does.
     pub swa_period: usize,
+    /// What queries are multiplied by before attention.
+    pub query_scale: f32,
+    /// `Some(c)`: logits become `c·tanh(logits / c)`.
+    pub final_logit_softcap: Option<f32>,
 }
 
 impl Gemma3Config {
+    /// The hyperparameters of a `gemma3` GGUF file, read as llama.cpp reads them (see the
+    /// module doc); a value this graph does not implement is `ModelError::Unsupported`.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Gemma3Config, ModelError> {
+        let arch = g.get_str("general.architecture").ok_or(ModelError::MissingMetadata("general.architecture"))?;
+        if arch != "gemma3" {
+            return Err(ModelError::WrongArchitecture { expected: "gemma3", found: arch.into() });
+        }
+        let vocab_size =
+            g.get_array("tokenizer.ggml.tokens").map(|a| a.len() as usize).ok_or(ModelError::MissingMetadata("tokenizer.ggml.tokens"))?;
+
+        // sizes
+        let dim = required(g, "gemma3.embedding_length", Value::as_u32)? as usize;
+        let n_layers = required(g, "gemma3.block_count", Value::as_u32)? as usize;
+        let n_heads = required(g, "gemma3.attention.head_count", Value::as_u32)? as usize;
+        let n_kv_heads = optional(g, "gemma3.attention.head_count_kv", Value::as_u32)?.map_or(n_heads, |n| n as usize);
+        if n_layers == 0 {
+            return Err(unsupported("gemma3.block_count", 0));
+        }
+        if n_heads == 0 {
+            return Err(unsupported("gemma3.attention.head_count", 0));
+        }
+        if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
+            return Err(unsupported("gemma3.attention.head_count_kv", format!("{n_kv_heads} (with {n_heads} query heads)")));
+        }
+        let head_dim = optional(g, "gemma3.attention.key_length", Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+            return Err(unsupported("gemma3.attention.key_length", head_dim));
+        }
+        let value_dim = optional(g, "gemma3.attention.value_length", Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        if value_dim != head_dim {
+            return Err(unsupported("gemma3.attention.value_length", format!("{value_dim} (key_length {head_dim})")));
+        }
+        if let Some(rotated) = optional(g, "gemma3.rope.dimension_count", Value::as_u32)? {
+            if rotated as usize != head_dim {
+                return Err(unsupported("gemma3.rope.dimension_count", format!("{rotated} (key_length {head_dim})")));
+            }
+        }
+
+        // sliding window: which layers, and the RoPE base of theirs
+        let sliding_window = optional(g, "gemma3.attention.sliding_window", Value::as_u32)?.unwrap_or(0) as usize;
+        let (swa_period, rope_local) = if sliding_window > 0 {
+            let period = optional(g, "gemma3.attention.sliding_window_pattern", Value::as_u32)?.unwrap_or(6);
+            (period as usize, rope_base(g, "gemma3.rope.freq_base_swa")?)
+        } else {
+            (1, 10_000.0)
+        };
+
+        // RoPE of the global layers
+        let rope_global = rope_base(g, "gemma3.rope.freq_base")?;
+        let rope_global_scale = match optional(g, "gemma3.rope.scaling.type", Value::as_str)?.unwrap_or("linear") {
+            "none" => 1.0,
+            "linear" => linear_rope_scale(g)?,
+            other => return Err(unsupported("gemma3.rope.scaling.type", other)),
+        };
+        if let Some(a) = optional(g, "gemma3.rope.scaling.attn_factor", Value::as_f32)? {
+            if a != 1.0 {
+                return Err(unsupported("gemma3.rope.scaling.attn_factor", a));
+            }
+        }
+
+        // attention and logits
+        let query_scale = if n_layers == 62 { 1.0 / libm::sqrtf((dim / n_heads) as f32) } else { 1.0 / libm::sqrtf(head_dim as f32) };
+        if let Some(cap) = optional(g, "gemma3.attn_logit_softcapping", Value::as_f32)? {
+            if cap != 0.0 {
+                return Err(unsupported("gemma3.attn_logit_softcapping", cap));
+            }
+        }
+        let final_logit_softcap = match optional(g, "gemma3.final_logit_softcapping", Value::as_f32)? {
+            None | Some(0.0) => None,
+            Some(cap) if cap.is_finite() => Some(cap),
+            Some(cap) => return Err(unsupported("gemma3.final_logit_softcapping", cap)),
+        };
+
+        Ok(Gemma3Config {
+            dim,
+            hidden_dim: required(g, "gemma3.feed_forward_length", Value::as_u32)? as usize,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            vocab_size,
+            context: required(g, "gemma3.context_length", Value::as_u32)? as usize,
+            norm_eps: required(g, "gemma3.attention.layer_norm_rms_epsilon", Value::as_f32)?,
+            rope_global,
+            rope_global_scale,
+            rope_local,
+            sliding_window,
+            swa_period,
+            query_scale,
+            final_logit_softcap,
+        })
+    }
+
     pub fn is_global(&self, layer: usize) -> bool {
-        layer % self.swa_period == self.swa_period - 1
+        let p = self.swa_period;
+        self.sliding_window == 0 || (p != 0 && layer % p == p - 1)
     }
     /// Each layer's sliding window, 0 for the global layers (a cache keeps rings of these).
     pub fn layer_windows(&self) -> Vec<usize> {
         (0..self.n_layers).map(|l| if self.is_global(l) { 0 } else { self.sliding_window }).collect()
+    }
+    /// The NEOX RoPE frequencies of the global (or sliding-window) layers: at position
+    /// `pos`, pair `i` of a head turns by `pos · f[i]`, `f[i] = scale · base^(−2i/head_dim)`.
+    pub fn rope_frequencies(&self, global: bool) -> Vec<f32> {
+        let (base, scale) = if global { (self.rope_global, self.rope_global_scale) } else { (self.rope_local, 1.0) };
+        let d = self.head_dim as f32;
+        (0..self.head_dim / 2).map(|i| libm::powf(base, -2.0 * i as f32 / d) * scale).collect()
     }
     fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }
     fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+}
+
+/// `Ok(None)` if `key` is absent, its value if `read` takes it; a per-layer array (which
+/// llama.cpp takes for some keys) is refused, any other type is the wrong one.
+fn optional<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<Option<T>, ModelError> {
+    match g.get(key) {
+        None => Ok(None),
+        Some(v @ Value::Array(_)) => Err(unsupported(key, v)),
+        Some(v) => read(&v).map(Some).ok_or(ModelError::MissingMetadata(key)),
+    }
+}
+
+fn required<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<T, ModelError> {
+    optional(g, key, read)?.ok_or(ModelError::MissingMetadata(key))
+}
+
+fn unsupported(key: &'static str, value: impl core::fmt::Display) -> ModelError {
+    ModelError::Unsupported { key, value: value.to_string() }
+}
+
+/// A RoPE base, 10 000 if absent (llama.cpp's default for both keys).
+fn rope_base(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
+    match optional(g, key, Value::as_f32)?.unwrap_or(10_000.0) {
+        base if base.is_finite() && base > 0.0 => Ok(base),
+        base => Err(unsupported(key, base)),
+    }
+}
+
+/// 1/factor of linear RoPE scaling; 1 when the factor is absent or 0 (llama.cpp's "unset").
+fn linear_rope_scale(g: &Gguf<'_>) -> Result<f32, ModelError> {
+    let (key, factor) = match optional(g, "gemma3.rope.scaling.factor", Value::as_f32)? {
+        Some(f) => ("gemma3.rope.scaling.factor", f),
+        None => ("gemma3.rope.scale_linear", optional(g, "gemma3.rope.scale_linear", Value::as_f32)?.unwrap_or(0.0)),
+    };
+    match factor {
+        0.0 => Ok(1.0),
+        f if f.is_finite() && f > 0.0 => Ok(1.0 / f),
+        f => Err(unsupported(key, f)),
     }
 }
 
@@ -127,34 +312,9 @@ impl Gemma3 {
     /// maps the file can release that tensor's pages, so the file and the imported
     /// weights are never both resident in full.
     pub fn from_gguf_with_progress(g: &Gguf<'_>, progress: impl FnMut(Imported<'_>)) -> Result<Gemma3, ModelError> {
-        let arch = g.get_str("general.architecture").ok_or(ModelError::MissingMetadata("general.architecture"))?;
-        if arch != "gemma3" {
-            return Err(ModelError::WrongArchitecture { expected: "gemma3", found: arch.into() });
-        }
-        let vocab_size =
-            g.get_array("tokenizer.ggml.tokens").map(|a| a.len() as usize).ok_or(ModelError::MissingMetadata("tokenizer.ggml.tokens"))?;
-        let c = Gemma3Config {
-            dim: meta_u32(g, "gemma3.embedding_length")?,
-            hidden_dim: meta_u32(g, "gemma3.feed_forward_length")?,
-            n_layers: meta_u32(g, "gemma3.block_count")?,
-            n_heads: meta_u32(g, "gemma3.attention.head_count")?,
-            n_kv_heads: meta_u32(g, "gemma3.attention.head_count_kv")?,
-            head_dim: meta_u32(g, "gemma3.attention.key_length")?,
-            vocab_size,
-            context: meta_u32(g, "gemma3.context_length")?,
-            norm_eps: meta_f32(g, "gemma3.attention.layer_norm_rms_epsilon")?,
-            rope_global: g.get_f32("gemma3.rope.freq_base").unwrap_or(1_000_000.0),
-            rope_local: 10_000.0,
-            sliding_window: meta_u32(g, "gemma3.attention.sliding_window")?,
-            swa_period: 6,
-        };
-        if c.n_heads == 0
-            || c.n_kv_heads == 0
-            || !c.n_heads.is_multiple_of(c.n_kv_heads)
-            || !c.head_dim.is_multiple_of(2)
-            || c.n_layers == 0
-        {
-            return Err(ModelError::MissingMetadata("gemma3.attention.head_count / head_count_kv / key_length"));
+        let c = Gemma3Config::from_gguf(g)?;
+        if g.tensor("output.weight").is_some() {
+            return Err(unsupported("output.weight", "present (an LM head not tied to token_embd.weight)"));
         }
         let mut imp = Importer { g, progress, done: 0, total: 2 + 13 * c.n_layers };
         let token_embd = imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?;
@@ -207,6 +367,9 @@ impl Gemma3 {
         // final norm, tied LM head
         rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
         batch_product(gemv, &self.token_embd, &mut b.tables, &b.xb, 1, &mut s.logits)?;
+        if let Some(cap) = c.final_logit_softcap {
+            s.logits.iter_mut().for_each(|l| *l = cap * libm::tanhf(*l / cap));
+        }
         Ok(&s.logits)
     }
 
@@ -264,7 +427,7 @@ impl Gemma3 {
                 s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
                 let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
                 let (q, out) = (&b.q[i * qd..(i + 1) * qd], &mut b.attn[i * qd..(i + 1) * qd]);
-                s.cache.attend_with(gemv.parallel(), l, first, pos, q, 1.0 / libm::sqrtf(hd as f32), out);
+                s.cache.attend_with(gemv.parallel(), l, first, pos, q, c.query_scale, out);
             }
 
             // output, post-attention norm, residual
@@ -348,8 +511,8 @@ impl Batch {
             hb: vec![0.0; n * c.hidden_dim],
             hb2: vec![0.0; n * c.hidden_dim],
             tables,
-            rope_global: (0..n).map(|_| rope_neox_angles(c.rope_global, c.head_dim)).collect(),
-            rope_local: (0..n).map(|_| rope_neox_angles(c.rope_local, c.head_dim)).collect(),
+            rope_global: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(true))).collect(),
+            rope_local: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(false))).collect(),
         })
     }
 }
@@ -433,11 +596,6 @@ fn rope_neox(head: &mut [f32], angles: &RopeAngles) {
     }
 }
 
-/// NEOX RoPE frequencies: pair i turns at base^(−2i/head_dim).
-fn rope_neox_angles(base: f32, head_dim: usize) -> RopeAngles {
-    RopeAngles::new((0..head_dim / 2).map(|i| libm::powf(base, -2.0 * i as f32 / head_dim as f32)).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,11 +616,33 @@ mod tests {
         assert!(gelu_tanh(-100.0).abs() < 1e-30);
     }
 
+    /// A 4B-style configuration: head_dim 8, global layers with base 10⁶ and linear scaling by 8.
+    fn scaled_config() -> Gemma3Config {
+        Gemma3Config {
+            dim: 32,
+            hidden_dim: 64,
+            n_layers: 6,
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 8,
+            vocab_size: 10,
+            context: 1 << 17,
+            norm_eps: 1e-6,
+            rope_global: 1_000_000.0,
+            rope_global_scale: 0.125,
+            rope_local: 10_000.0,
+            sliding_window: 4,
+            swa_period: 6,
+            query_scale: 1.0 / libm::sqrtf(8.0),
+            final_logit_softcap: None,
+        }
+    }
+
     /// Angles set once per position rotate as `base^(−2i/d)` at that position would.
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn rope_rotates_each_pair_by_its_position_angle() {
-        let mut angles = rope_neox_angles(10_000.0, 8);
+        let mut angles = RopeAngles::new(scaled_config().rope_frequencies(false));
         angles.set_position(3);
         let mut head = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
         rope_neox(&mut head, &angles);
@@ -472,5 +652,37 @@ mod tests {
             assert!((f64::from(head[i]) - (a * theta.cos() - b * theta.sin())).abs() < 1e-5, "pair {i}");
             assert!((f64::from(head[i + 4]) - (a * theta.sin() + b * theta.cos())).abs() < 1e-5, "pair {i}");
         }
+    }
+
+    /// Linear scaling by 8: the global layers' angles at position p are those of p/8 (f64
+    /// reference, to the f32 rounding of the angle); the sliding-window layers' are unscaled.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn linear_scaling_divides_global_positions() {
+        let c = scaled_config();
+        let (mut global, mut local) = (RopeAngles::new(c.rope_frequencies(true)), RopeAngles::new(c.rope_frequencies(false)));
+        for pos in [0usize, 1, 3, 7, 8, 9, 100, 1000, 4095, 32_767, 131_071] {
+            global.set_position(pos);
+            local.set_position(pos);
+            for i in 0..4 {
+                for (angles, base, p) in [(&global, 1e6f64, pos as f64 / 8.0), (&local, 1e4, pos as f64)] {
+                    let theta = p * base.powf(-2.0 * i as f64 / 8.0);
+                    let tol = 3e-7 * theta + 1e-6;
+                    assert!((f64::from(angles.cos[i]) - theta.cos()).abs() <= tol, "pos {pos} pair {i} base {base}: cos");
+                    assert!((f64::from(angles.sin[i]) - theta.sin()).abs() <= tol, "pos {pos} pair {i} base {base}: sin");
+                }
+            }
+        }
+    }
+
+    /// Without scaling the frequencies are `base^(−2i/d)` bit for bit, what the 270M ran
+    /// with before scaling was read.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn unscaled_frequencies_are_unchanged() {
+        let c = Gemma3Config { rope_global_scale: 1.0, ..scaled_config() };
+        let want: Vec<f32> = (0..4).map(|i| libm::powf(1_000_000.0, -2.0 * i as f32 / 8.0)).collect();
+        let got = c.rope_frequencies(true);
+        assert_eq!(got.iter().map(|f| f.to_bits()).collect::<Vec<_>>(), want.iter().map(|f| f.to_bits()).collect::<Vec<_>>());
     }
 }

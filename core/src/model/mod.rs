@@ -21,6 +21,9 @@ pub enum ModelError {
     MissingTensor(alloc::string::String),
     /// A metadata key the architecture needs is missing or has the wrong type.
     MissingMetadata(&'static str),
+    /// A metadata value (or tensor) lutra does not implement, or that no model can have:
+    /// running the file anyway would give wrong results, so it is refused.
+    Unsupported { key: &'static str, value: alloc::string::String },
     /// A tensor of a type lutra cannot import (yet).
     UnsupportedTensorType { name: alloc::string::String, ggml_type: &'static str },
     /// A tensor whose shape does not fit the architecture.
@@ -51,6 +54,7 @@ impl fmt::Display for ModelError {
             ModelError::Gguf(e) => write!(f, "{e}"),
             ModelError::MissingTensor(name) => write!(f, "tensor {name} is missing from the model file"),
             ModelError::MissingMetadata(key) => write!(f, "metadata key {key} is missing or has the wrong type"),
+            ModelError::Unsupported { key, value } => write!(f, "{key} = {value} is not supported"),
             ModelError::UnsupportedTensorType { name, ggml_type } => {
                 write!(f, "tensor {name} has type {ggml_type}, which lutra cannot import yet")
             }

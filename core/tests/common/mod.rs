@@ -1,5 +1,6 @@
 //! What several test files of lutra-core share: deterministic, dependency-free
-//! randomness (splitmix64). Each file uses a subset of the helpers.
+//! randomness (splitmix64) and a GGUF writer for model files. Each file uses a subset of
+//! the helpers.
 #![allow(dead_code)]
 
 pub struct Rng(pub u64);
@@ -32,3 +33,5 @@ impl Rng {
         (self.next() % n as u64) as usize
     }
 }
+
+pub mod gguf_writer;

@@ -1,0 +1,412 @@
+//! Gemma 3 hyperparameters read, not assumed. Tiny random-weight `gemma3` GGUFs with the
+//! metadata each Gemma 3 size's file carries import with that size's configuration and
+//! run it: linear RoPE scaling on the global layers only, the sliding-window pattern and
+//! base, the 27B's query scale, final-logit softcapping. Values lutra does not implement
+//! are refused with `ModelError::Unsupported` naming the key.
+
+mod common;
+use common::gguf_writer::{write_gguf, Meta, Tensor};
+use common::Rng;
+
+use lutra_core::gguf::Gguf;
+use lutra_core::model::gemma3::{Gemma3, Gemma3Config, Gemma3State};
+use lutra_core::model::{ModelError, SingleThread};
+
+const DIM: usize = 64;
+const HIDDEN: usize = 128;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = 16;
+const VOCAB: usize = 300;
+const CONTEXT: usize = 64;
+const WINDOW: usize = 4;
+
+type Kvs = Vec<(String, Meta)>;
+
+fn kvs(entries: &[(&str, Meta)]) -> Kvs {
+    entries.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+/// `kvs` with `key` set to `value` (appended if new), or removed for `None`.
+fn with(mut kvs: Kvs, key: &str, value: Option<Meta>) -> Kvs {
+    let at = kvs.iter().position(|(k, _)| k == key);
+    match (at, value) {
+        (Some(i), Some(v)) => kvs[i].1 = v,
+        (Some(i), None) => {
+            kvs.remove(i);
+        }
+        (None, Some(v)) => kvs.push((key.into(), v)),
+        (None, None) => {}
+    }
+    kvs
+}
+
+/// Metadata as llama.cpp's converter writes it for the 270M (no RoPE scaling, no
+/// softcapping, no pattern or local-base keys), for a tiny model of `n_layers` layers.
+fn meta_270m(n_layers: usize) -> Kvs {
+    sized(n_layers, DIM, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, WINDOW, CONTEXT, VOCAB)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sized(
+    n_layers: usize,
+    dim: usize,
+    hidden: usize,
+    heads: usize,
+    kv: usize,
+    head_dim: usize,
+    window: usize,
+    ctx: usize,
+    vocab: usize,
+) -> Kvs {
+    let u = |n: usize| Meta::U32(n as u32);
+    kvs(&[
+        ("general.architecture", Meta::Str("gemma3".into())),
+        ("gemma3.context_length", u(ctx)),
+        ("gemma3.embedding_length", u(dim)),
+        ("gemma3.block_count", u(n_layers)),
+        ("gemma3.feed_forward_length", u(hidden)),
+        ("gemma3.attention.head_count", u(heads)),
+        ("gemma3.attention.layer_norm_rms_epsilon", Meta::F32(1e-6)),
+        ("gemma3.attention.key_length", u(head_dim)),
+        ("gemma3.attention.value_length", u(head_dim)),
+        ("gemma3.rope.freq_base", Meta::F32(1_000_000.0)),
+        ("gemma3.attention.sliding_window", u(window)),
+        ("gemma3.attention.head_count_kv", u(kv)),
+        ("tokenizer.ggml.tokens", Meta::Strs((0..vocab).map(|i| format!("t{i}")).collect())),
+    ])
+}
+
+/// The 4B's, 12B's and 27B's additions: their `rope_scaling: {rope_type: linear, factor: 8}`
+/// and (newer converters) the sliding layers' base.
+fn scaled(kvs: Kvs) -> Kvs {
+    let kvs = with(kvs, "gemma3.rope.scaling.type", Some(Meta::Str("linear".into())));
+    let kvs = with(kvs, "gemma3.rope.scaling.factor", Some(Meta::F32(8.0)));
+    with(kvs, "gemma3.rope.freq_base_swa", Some(Meta::F32(10_000.0)))
+}
+
+/// Random weights (the same for the same seed) for `n_layers` layers; norms near 1.
+fn tensors(n_layers: usize, seed: u64) -> Vec<Tensor> {
+    let mut rng = Rng(seed);
+    let mut matrix = |name: &str, rows: usize, cols: usize, scale: f32| Tensor::q8_0(name, rows, cols, &rng.vec(rows * cols, scale));
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let mut t = vec![matrix("token_embd.weight", VOCAB, DIM, 1.0)];
+    for l in 0..n_layers {
+        let name = |s: &str| format!("blk.{l}.{s}.weight");
+        t.push(matrix(&name("attn_q"), q, DIM, 0.2));
+        t.push(matrix(&name("attn_k"), kv, DIM, 0.2));
+        t.push(matrix(&name("attn_v"), kv, DIM, 0.2));
+        t.push(matrix(&name("attn_output"), DIM, q, 0.2));
+        t.push(matrix(&name("ffn_gate"), HIDDEN, DIM, 0.2));
+        t.push(matrix(&name("ffn_up"), HIDDEN, DIM, 0.2));
+        t.push(matrix(&name("ffn_down"), DIM, HIDDEN, 0.2));
+    }
+    let mut rng = Rng(seed ^ 0x5eed);
+    let mut norm = |name: String, n: usize| Tensor::f32(&name, &(0..n).map(|_| 1.0 + 0.1 * rng.normal()).collect::<Vec<_>>());
+    for l in 0..n_layers {
+        for (s, n) in [("attn_norm", DIM), ("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM), ("post_attention_norm", DIM)] {
+            t.push(norm(format!("blk.{l}.{s}.weight"), n));
+        }
+        for s in ["ffn_norm", "post_ffw_norm"] {
+            t.push(norm(format!("blk.{l}.{s}.weight"), DIM));
+        }
+    }
+    t.push(norm("output_norm.weight".into(), DIM));
+    t
+}
+
+fn import(kvs: &Kvs, tensors: &[Tensor]) -> Result<Gemma3, ModelError> {
+    Gemma3::from_gguf(&Gguf::parse(&write_gguf(kvs, tensors)).expect("the writer's GGUF parses"))
+}
+
+/// The configuration of a file of metadata only.
+fn config(kvs: &Kvs) -> Result<Gemma3Config, ModelError> {
+    Gemma3Config::from_gguf(&Gguf::parse(&write_gguf(kvs, &[])).expect("the writer's GGUF parses"))
+}
+
+const TOKENS: [u32; 12] = [2, 17, 299, 5, 150, 42, 42, 7, 256, 1, 88, 123];
+
+/// Logits of `TOKENS` fed in order from position 0.
+fn logits(model: &Gemma3) -> Vec<Vec<f32>> {
+    let mut state = Gemma3State::new(model, CONTEXT).unwrap();
+    TOKENS.iter().enumerate().map(|(pos, &t)| model.forward(&SingleThread, &mut state, t, pos).unwrap().to_vec()).collect()
+}
+
+fn bits(logits: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    logits.iter().map(|l| l.iter().map(|x| x.to_bits()).collect()).collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// (a) The 270M's metadata: Gemma 3's defaults, and a model that runs.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn the_270m_metadata_imports_with_the_defaults() {
+    let model = import(&meta_270m(7), &tensors(7, 1)).expect("a 270M-style file imports");
+    let c = model.config;
+    assert_eq!(c, config(&meta_270m(7)).unwrap(), "the model's configuration is the file's");
+    assert_eq!((c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim), (DIM, HIDDEN, 7, HEADS, KV_HEADS, HEAD_DIM));
+    assert_eq!((c.vocab_size, c.context, c.norm_eps), (VOCAB, CONTEXT, 1e-6));
+    assert_eq!((c.rope_global, c.rope_global_scale, c.rope_local), (1_000_000.0, 1.0, 10_000.0));
+    assert_eq!((c.sliding_window, c.swa_period), (WINDOW, 6));
+    assert_eq!(c.query_scale.to_bits(), (1.0 / (HEAD_DIM as f32).sqrt()).to_bits());
+    assert_eq!(c.final_logit_softcap, None);
+    assert_eq!(c.layer_windows(), [4, 4, 4, 4, 4, 0, 4], "layer 5 of each 6 is global");
+    let out = logits(&model);
+    assert!(out.iter().flatten().all(|x| x.is_finite()));
+    assert!(out.windows(2).all(|w| w[0] != w[1]), "logits depend on the token and position");
+}
+
+/// The configuration of each Gemma 3 size from its file's metadata (sizes of the Hugging
+/// Face configs; the tiny vocabulary is immaterial).
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn every_gemma3_size_reads_its_configuration() {
+    // (name, layers, dim, hidden, heads, kv heads, head_dim, window, linear RoPE factor, query_pre_attn_scalar)
+    let sizes = [
+        ("270M", 18, 640, 2048, 4, 1, 256, 512, None, 256),
+        ("1B", 26, 1152, 6912, 4, 1, 256, 512, None, 256),
+        ("4B", 34, 2560, 10240, 8, 4, 256, 1024, Some(8.0), 256),
+        ("12B", 48, 3840, 15360, 16, 8, 256, 1024, Some(8.0), 256),
+        ("27B", 62, 5376, 21504, 32, 16, 128, 1024, Some(8.0), 168),
+    ];
+    for (name, layers, dim, hidden, heads, kv, head_dim, window, factor, query_pre_attn_scalar) in sizes {
+        let mut kvs = sized(layers, dim, hidden, heads, kv, head_dim, window, 131_072, VOCAB);
+        if factor.is_some() {
+            kvs = scaled(kvs);
+        }
+        let c = config(&kvs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(c.rope_global_scale, factor.map_or(1.0, |f: f32| 1.0 / f), "{name}");
+        assert_eq!((c.rope_global, c.rope_local), (1_000_000.0, 10_000.0), "{name}");
+        let want = 1.0 / (query_pre_attn_scalar as f32).sqrt();
+        assert_eq!(c.query_scale.to_bits(), want.to_bits(), "{name}: query scale {} ≠ 1/√{query_pre_attn_scalar}", c.query_scale);
+        let windows = c.layer_windows();
+        assert_eq!(windows.len(), layers);
+        for (l, &w) in windows.iter().enumerate() {
+            assert_eq!(w, if l % 6 == 5 { 0 } else { window }, "{name} layer {l}");
+        }
+    }
+}
+
+/// (b) The 4B's linear scaling by 8: the global layers' angles at position p are those
+/// of p/8 (against f64), the sliding layers' are unscaled; in the forward pass scaling
+/// changes global layers only.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn linear_rope_scaling_scales_the_global_layers() {
+    let weights = tensors(7, 2);
+    let model = import(&scaled(meta_270m(7)), &weights).expect("a 4B-style file imports");
+    let c = model.config;
+    assert_eq!((c.rope_global_scale, c.rope_local), (0.125, 10_000.0));
+    assert_eq!(c.layer_windows(), [4, 4, 4, 4, 4, 0, 4]);
+
+    // pair i of a head turns by pos · f[i]
+    let (global, local) = (c.rope_frequencies(true), c.rope_frequencies(false));
+    assert_eq!((global.len(), local.len()), (HEAD_DIM / 2, HEAD_DIM / 2));
+    for pos in [1usize, 2, 7, 8, 9, 63, 100, 1000, 32_767, 131_071] {
+        for i in 0..HEAD_DIM / 2 {
+            let e = -2.0 * i as f64 / HEAD_DIM as f64;
+            for (f, want) in [(global[i], pos as f64 / 8.0 * 1e6f64.powf(e)), (local[i], pos as f64 * 1e4f64.powf(e))] {
+                let got = f64::from(pos as f32 * f);
+                assert!((got - want).abs() <= 3e-7 * want, "pos {pos} pair {i}: angle {got} ≠ {want}");
+            }
+        }
+    }
+
+    // the same weights unscaled: position 0 (no rotation) agrees bit for bit, later ones do not
+    let plain = logits(&import(&meta_270m(7), &weights).unwrap());
+    let scaled_out = logits(&model);
+    assert_eq!(bits(&scaled_out[..1]), bits(&plain[..1]));
+    for pos in 1..TOKENS.len() {
+        assert!(max_diff(&scaled_out[pos], &plain[pos]) > 1e-4, "position {pos}: scaling changed nothing");
+    }
+    // with every layer sliding (pattern 0) scaling has nothing to change
+    let all_local = |kvs: Kvs| with(kvs, "gemma3.attention.sliding_window_pattern", Some(Meta::U32(0)));
+    let local_model = import(&all_local(scaled(meta_270m(7))), &weights).unwrap();
+    assert_eq!(local_model.config.layer_windows(), [WINDOW; 7]);
+    assert_eq!(bits(&logits(&local_model)), bits(&logits(&import(&all_local(meta_270m(7)), &weights).unwrap())));
+    // scaling type `none` never scales (llama.cpp), whatever the factor
+    let none = with(scaled(meta_270m(7)), "gemma3.rope.scaling.type", Some(Meta::Str("none".into())));
+    let none_model = import(&none, &weights).unwrap();
+    assert_eq!(none_model.config.rope_global_scale, 1.0);
+    assert_eq!(bits(&logits(&none_model)), bits(&plain));
+    // the older key, the type defaulting to linear
+    let old = with(meta_270m(7), "gemma3.rope.scale_linear", Some(Meta::F32(8.0)));
+    let old_model = import(&old, &weights).unwrap();
+    assert_eq!(old_model.config.rope_global_scale, 0.125);
+    assert_eq!(bits(&logits(&old_model)), bits(&scaled_out));
+    // a factor of 0 is llama.cpp's "unset"
+    assert_eq!(config(&with(scaled(meta_270m(7)), "gemma3.rope.scaling.factor", Some(Meta::F32(0.0)))).unwrap().rope_global_scale, 1.0);
+}
+
+/// The sliding-window keys: the pattern's period, no window (every layer global, as
+/// llama.cpp runs such files), and the sliding layers' own RoPE base.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn sliding_window_keys_choose_the_layers_and_their_base() {
+    let weights = tensors(7, 3);
+    let pattern = |p: u32| config(&with(meta_270m(7), "gemma3.attention.sliding_window_pattern", Some(Meta::U32(p)))).unwrap();
+    assert_eq!(pattern(2).layer_windows(), [4, 0, 4, 0, 4, 0, 4]);
+    assert_eq!(pattern(1).layer_windows(), [0; 7]);
+    assert_eq!(pattern(0).layer_windows(), [4; 7]);
+
+    // no window: every layer global, as every layer of a period of 1
+    let no_window = import(&with(meta_270m(7), "gemma3.attention.sliding_window", None), &weights).unwrap();
+    assert_eq!((no_window.config.sliding_window, no_window.config.layer_windows()), (0, vec![0; 7]));
+    let zero_window = config(&with(meta_270m(7), "gemma3.attention.sliding_window", Some(Meta::U32(0)))).unwrap();
+    assert_eq!(zero_window.layer_windows(), [0; 7]);
+    let period_1 = import(&with(meta_270m(7), "gemma3.attention.sliding_window_pattern", Some(Meta::U32(1))), &weights).unwrap();
+    assert_eq!(bits(&logits(&no_window)), bits(&logits(&period_1)));
+    assert_ne!(bits(&logits(&no_window)), bits(&logits(&import(&meta_270m(7), &weights).unwrap())), "the window mattered");
+
+    // the sliding layers' base: 10 000 unless the file says otherwise
+    let plain = logits(&import(&meta_270m(7), &weights).unwrap());
+    let base = |b: f32| import(&with(meta_270m(7), "gemma3.rope.freq_base_swa", Some(Meta::F32(b))), &weights).unwrap();
+    assert_eq!(bits(&logits(&base(10_000.0))), bits(&plain));
+    let other = base(500.0);
+    assert_eq!(other.config.rope_local, 500.0);
+    assert!(max_diff(&logits(&other)[3], &plain[3]) > 1e-4, "the sliding layers' base changed nothing");
+}
+
+/// The query scale is what attention multiplies queries by: doubling the QK-norm weights
+/// of the queries (exact) and halving `query_scale` gives the same logits bit for bit,
+/// doubling alone does not.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn attention_uses_the_query_scale() {
+    let weights = tensors(7, 4);
+    let doubled: Vec<Tensor> = weights
+        .iter()
+        .map(|t| {
+            if !t.name.ends_with("attn_q_norm.weight") {
+                return t.clone();
+            }
+            let v: Vec<f32> = t.data.chunks_exact(4).map(|b| 2.0 * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            Tensor::f32(&t.name, &v)
+        })
+        .collect();
+    let want = logits(&import(&meta_270m(7), &weights).unwrap());
+    let mut model = import(&meta_270m(7), &doubled).unwrap();
+    assert_ne!(bits(&logits(&model)), bits(&want), "doubled queries changed nothing");
+    model.config.query_scale /= 2.0;
+    assert_eq!(bits(&logits(&model)), bits(&want));
+}
+
+/// (d) `final_logit_softcapping`: logits are `cap·tanh(raw/cap)` of the uncapped model's,
+/// bounded by the cap; 0 means none.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn final_logit_softcapping_caps_the_logits() {
+    let weights = tensors(7, 5);
+    let raw = logits(&import(&meta_270m(7), &weights).unwrap());
+    let largest = raw.iter().flatten().fold(0.0f32, |m, x| m.max(x.abs()));
+    let cap = largest / 3.0;
+    let capped_model = import(&with(meta_270m(7), "gemma3.final_logit_softcapping", Some(Meta::F32(cap))), &weights).unwrap();
+    assert_eq!(capped_model.config.final_logit_softcap, Some(cap));
+    let capped = logits(&capped_model);
+    let (mut over, mut moved) = (0usize, 0.0f32);
+    for (r, c) in raw.iter().flatten().zip(capped.iter().flatten()) {
+        assert!(c.abs() <= cap, "{c} beyond the cap {cap}");
+        let want = f64::from(cap) * (f64::from(*r) / f64::from(cap)).tanh();
+        assert!((f64::from(*c) - want).abs() <= 4.0 * f64::from(f32::EPSILON) * f64::from(cap), "{c} ≠ cap·tanh({r}/cap) = {want}");
+        over += usize::from(r.abs() > cap);
+        moved = moved.max((r - c).abs());
+    }
+    assert!(over > 0 && moved > cap / 2.0, "the cap never bit: largest logit {largest}, cap {cap}");
+
+    let zero = import(&with(meta_270m(7), "gemma3.final_logit_softcapping", Some(Meta::F32(0.0))), &weights).unwrap();
+    assert_eq!(zero.config.final_logit_softcap, None);
+    assert_eq!(bits(&logits(&zero)), bits(&raw));
+}
+
+fn refused<T>(result: Result<T, ModelError>) -> (&'static str, String) {
+    match result {
+        Err(ModelError::Unsupported { key, value }) => (key, value),
+        Err(other) => panic!("expected ModelError::Unsupported, got {other:?}"),
+        Ok(_) => panic!("expected ModelError::Unsupported, the file was accepted"),
+    }
+}
+
+/// (c) Values lutra does not implement: a typed error naming the key and the value,
+/// before any tensor is imported.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn unimplemented_values_are_refused_by_key() {
+    let base = || scaled(meta_270m(7));
+    let s = |v: &str| Some(Meta::Str(v.into()));
+    let cases: Vec<(&str, Option<Meta>, &str, &str)> = vec![
+        ("gemma3.rope.scaling.type", s("yarn"), "gemma3.rope.scaling.type", "yarn"),
+        ("gemma3.rope.scaling.type", s("longrope"), "gemma3.rope.scaling.type", "longrope"),
+        ("gemma3.rope.scaling.type", s("dynamic"), "gemma3.rope.scaling.type", "dynamic"),
+        ("gemma3.rope.scaling.factor", Some(Meta::F32(-8.0)), "gemma3.rope.scaling.factor", "-8"),
+        ("gemma3.rope.scaling.factor", Some(Meta::F32(f32::NAN)), "gemma3.rope.scaling.factor", "NaN"),
+        ("gemma3.rope.scaling.attn_factor", Some(Meta::F32(0.5)), "gemma3.rope.scaling.attn_factor", "0.5"),
+        ("gemma3.attention.value_length", Some(Meta::U32(32)), "gemma3.attention.value_length", "32 (key_length 16)"),
+        ("gemma3.rope.dimension_count", Some(Meta::U32(8)), "gemma3.rope.dimension_count", "8 (key_length 16)"),
+        ("gemma3.attn_logit_softcapping", Some(Meta::F32(50.0)), "gemma3.attn_logit_softcapping", "50"),
+        ("gemma3.final_logit_softcapping", Some(Meta::F32(f32::INFINITY)), "gemma3.final_logit_softcapping", "inf"),
+        (
+            "gemma3.attention.sliding_window_pattern",
+            Some(Meta::Bools(vec![true; 7])),
+            "gemma3.attention.sliding_window_pattern",
+            "[bool; 7]",
+        ),
+        ("gemma3.attention.head_count_kv", Some(Meta::U32s(vec![2; 7])), "gemma3.attention.head_count_kv", "[u32; 7]"),
+        ("gemma3.feed_forward_length", Some(Meta::U32s(vec![128; 7])), "gemma3.feed_forward_length", "[u32; 7]"),
+        ("gemma3.attention.head_count_kv", Some(Meta::U32(3)), "gemma3.attention.head_count_kv", "3 (with 4 query heads)"),
+        ("gemma3.attention.key_length", Some(Meta::U32(15)), "gemma3.attention.key_length", "15"),
+        ("gemma3.rope.freq_base", Some(Meta::F32(0.0)), "gemma3.rope.freq_base", "0"),
+        ("gemma3.rope.freq_base_swa", Some(Meta::F32(-1.0)), "gemma3.rope.freq_base_swa", "-1"),
+    ];
+    for (set, value, key, shown) in cases {
+        let kvs = with(base(), set, value);
+        assert_eq!(refused(config(&kvs)), (key, shown.to_string()), "{set}");
+        let message = config(&kvs).unwrap_err().to_string();
+        assert!(message.contains(key) && message.contains(shown), "{message}");
+    }
+
+    // the model refuses too, and an untied LM head, which lutra would not use
+    let weights = tensors(7, 6);
+    let (key, value) = refused(import(&with(base(), "gemma3.rope.scaling.type", s("yarn")), &weights));
+    assert_eq!((key, value.as_str()), ("gemma3.rope.scaling.type", "yarn"));
+    let mut untied = weights.clone();
+    untied.push(Tensor::q8_0("output.weight", VOCAB, DIM, &vec![0.5; VOCAB * DIM]));
+    assert_eq!(refused(import(&base(), &untied)).0, "output.weight");
+    assert!(import(&base(), &weights).is_ok(), "the file without the refused value imports");
+}
+
+/// Missing required keys, and keys of the wrong type, are `MissingMetadata`; keys llama.cpp
+/// defaults are defaulted as it does.
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn required_keys_and_types() {
+    for key in [
+        "gemma3.context_length",
+        "gemma3.embedding_length",
+        "gemma3.block_count",
+        "gemma3.feed_forward_length",
+        "gemma3.attention.head_count",
+        "gemma3.attention.layer_norm_rms_epsilon",
+        "tokenizer.ggml.tokens",
+    ] {
+        assert_eq!(config(&with(meta_270m(7), key, None)), Err(ModelError::MissingMetadata(key)), "{key}");
+    }
+    let wrong_type = with(meta_270m(7), "gemma3.rope.scaling.type", Some(Meta::U32(1)));
+    assert_eq!(config(&wrong_type), Err(ModelError::MissingMetadata("gemma3.rope.scaling.type")));
+    let wrong_type = with(meta_270m(7), "gemma3.final_logit_softcapping", Some(Meta::Str("30".into())));
+    assert_eq!(config(&wrong_type), Err(ModelError::MissingMetadata("gemma3.final_logit_softcapping")));
+
+    // llama.cpp's defaults: KV heads = heads, key and value length = dim / heads, RoPE base 10 000
+    let mut kvs = meta_270m(7);
+    for key in ["gemma3.attention.head_count_kv", "gemma3.attention.key_length", "gemma3.attention.value_length", "gemma3.rope.freq_base"] {
+        kvs = with(kvs, key, None);
+    }
+    let c = config(&kvs).unwrap();
+    assert_eq!((c.n_kv_heads, c.head_dim, c.rope_global), (HEADS, DIM / HEADS, 10_000.0));
+    assert_eq!(
+        config(&with(meta_270m(7), "general.architecture", Some(Meta::Str("llama".into())))).unwrap_err().to_string(),
+        "the file holds a llama model, not gemma3"
+    );
+}
