@@ -173,7 +173,7 @@ struct Llama {
 impl Llama {
     fn load(path: &Path) -> Result<Llama, String> {
         let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| "NUL in model path".to_string())?;
-        lutra::llamacpp_model::init_backend();
+        lutra::llamacpp::model::init_backend();
         // SAFETY: the parameter structs come from llama.cpp's own default constructors
         // and `cpath` is NUL-terminated. Results are null-checked.
         unsafe {

@@ -186,7 +186,7 @@ fn print_context() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     #[cfg(feature = "llamacpp")]
-    println!("# llama.cpp ggml: {}", lutra::ggml::ggml_cpu_features());
+    println!("# llama.cpp ggml: {}", lutra::llamacpp::ggml::ggml_cpu_features());
 }
 
 /// Parses the command line and runs it.
