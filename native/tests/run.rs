@@ -34,6 +34,12 @@ fn run_writes_a_story_and_reports_speed() {
     // greedy is deterministic
     let again = lutra(&["run", "-m", m.to_str().unwrap(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "-t", "2"]);
     assert_eq!(again.stdout, out.stdout);
+    // -f reads the same prompt from a file
+    let file = std::env::temp_dir().join(format!("lutra-prompt-{}.txt", std::process::id()));
+    std::fs::write(&file, "Once upon a time").unwrap();
+    let from_file = lutra(&["run", "-m", m.to_str().unwrap(), "-f", file.to_str().unwrap(), "-n", "48", "--temp", "0", "-t", "1"]);
+    std::fs::remove_file(&file).ok();
+    assert_eq!(from_file.stdout, out.stdout, "{}", String::from_utf8_lossy(&from_file.stderr));
 }
 
 #[test]
@@ -77,7 +83,9 @@ fn bad_input_is_a_clear_error() {
     // a prompt longer than the 256-token context
     let m = models().join("model.bin");
     let long = "the cat sat on the mat and ".repeat(60);
-    failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "-p", &long, "-n", "4"]), "context");
+    let out = lutra(&["run", "-m", m.to_str().unwrap(), "-p", &long, "-n", "4"]);
+    failed_with(&out, "the prompt is");
+    assert!(out.stdout.is_empty(), "nothing printed before the refusal");
     // unsupported bits, invalid sampling
     failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--bits", "9", "-n", "4"]), "bits");
     failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--top-p", "1.5", "-n", "4"]), "top");

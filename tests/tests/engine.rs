@@ -161,6 +161,7 @@ fn generation_stops_at_max_tokens_cancel_and_the_end_of_the_context() {
     let model = stories(4);
     let gemv = SingleThread;
     let prompt = model.encode("Once upon a time", true).unwrap();
+    assert_eq!(model.decode(&prompt).unwrap(), "Once upon a time");
 
     let mut session = Session::new(&model, 256, &Attention::Exact).unwrap();
     let mut g = Generation::start(&mut session, &prompt, SamplerConfig::greedy(), 5).unwrap();

@@ -299,6 +299,16 @@ impl Model {
         }?)
     }
 
+    /// The text of `tokens` (BOS and EOS left out; bytes that are not UTF-8 as U+FFFD).
+    pub fn decode(&self, tokens: &[u32]) -> Result<String, Error> {
+        let mut bytes = Vec::new();
+        match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => t.decode(tokens, &mut bytes),
+            Vocabulary::Spm(t) => t.decode(tokens, &mut bytes),
+        }?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// Whether generating `token` ends the text (end of sequence or of turn; llama2.c
     /// models also stop at BOS, as `run.c` does).
     pub fn is_end(&self, token: u32) -> bool {

@@ -90,8 +90,8 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         cancel.reset();
         let mut generation = match Generation::start(&mut session, &tokens, sampler, a.n_predict) {
             Ok(g) => g.with_cancel_flag(cancel.clone()),
-            Err(Error::PromptTooLong { .. }) => {
-                eprintln!("the context is full ({} of {context} positions used): the conversation ends here", session.position());
+            Err(e @ Error::PromptTooLong { .. }) => {
+                eprintln!("{e}: the conversation ends here (--ctx sets the context)");
                 break;
             }
             Err(e) => return Err(e.to_string()),

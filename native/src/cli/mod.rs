@@ -23,7 +23,7 @@ use perplexity::PerplexityArgs;
 use run::RunArgs;
 
 #[derive(Parser)]
-#[command(name = "lutra", version, about = "Low-bit LLM kernels by table lookup instead of multiply-add")]
+#[command(name = "lutra", version, about = "Low-bit LLM inference on CPUs by table lookup instead of multiply-add")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -63,17 +63,17 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         session.cache_info()
     );
 
+    if prompt.len() >= context {
+        return Err(lutra::engine::Error::PromptTooLong { tokens: prompt.len(), room: context, context }.to_string());
+    }
     let io = |e: std::io::Error| e.to_string();
     let mut out = std::io::stdout().lock();
     if !a.chat {
         out.write_all(prompt_text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
     }
     // the prompt but its last token in batches; the last one's logits start generation
-    let (head, last) = prompt.split_at(prompt.len().saturating_sub(1));
+    let (head, last) = prompt.split_at(prompt.len() - 1);
     let t = Instant::now();
-    if prompt.len() >= context {
-        return Err(lutra::engine::Error::PromptTooLong { tokens: prompt.len(), room: context, context }.to_string());
-    }
     session.feed(&gemv, head).map_err(|e| e.to_string())?;
     let prompt_s = t.elapsed().as_secs_f64();
     let mut generation = Generation::start(&mut session, last, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
