@@ -4,6 +4,8 @@
 //! cargo xtask test [STEP...]   everything CI runs (.ci/run), in order, failing fast
 //! cargo xtask demo [ARGS...]   fetch stories15M, release build, `lutra run` a story (ARGS replace the defaults)
 //! cargo xtask models [stories15M|gemma|all]   fetch models into the git-ignored models/
+//! cargo xtask web [--gemma] [--port PORT]     build the page (www/) and serve it on 127.0.0.1
+//! cargo xtask test-web [--gemma]              build the page and run its tests in headless Chromium
 //! ```
 //!
 //! Steps of `test`: install, lint, models, host, x86, aarch64, wasm, build (all by default).
@@ -21,7 +23,7 @@ use std::{env, fs, thread};
 /// Must equal the `wasm-bindgen` version in Cargo.lock (pinned with `=` in Cargo.toml):
 /// the CLI refuses modules built with any other version.
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
-const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "file"];
+const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "file", "chromium"];
 const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
 const AARCH64: &str = "aarch64-unknown-linux-gnu";
 const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
@@ -66,6 +68,9 @@ const STEPS: &[Step] = &[
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
+    ("web", "the page (www/) in headless Chromium: stories15M greedy text = native, errors, Stop", |ci| {
+        test_web(&ci.root, &ci.target_dir, false)
+    }),
 ];
 
 fn main() -> ExitCode {
@@ -74,9 +79,15 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("demo") => demo(&args[1..]),
         Some("models") => models(&args[1..]),
+        Some("web") => web(&args[1..]),
+        Some("test-web") => {
+            let root = workspace_root();
+            let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+            test_web(&root, &target_dir, args[1..].iter().any(|a| a == "--gemma"))
+        }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma]\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");
@@ -153,6 +164,80 @@ fn demo(args: &[String]) -> Result {
         c.args(args);
     }
     run(&mut c)
+}
+
+// ---------------------------------------------------------------------------------
+// the browser page
+
+/// `cargo xtask web [--gemma] [--port PORT]`: builds the page and serves `www/` on
+/// 127.0.0.1 with COOP/COEP headers (crossOriginIsolated, threads-ready).
+fn web(args: &[String]) -> Result {
+    let root = workspace_root();
+    let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let gemma = args.iter().any(|a| a == "--gemma");
+    let port = match args.iter().position(|a| a == "--port") {
+        Some(i) => args.get(i + 1).ok_or("--port needs a number")?.clone(),
+        None => "8080".into(),
+    };
+    build_web(&root, &target_dir, gemma)?;
+    println!("open http://127.0.0.1:{port}/ (Ctrl-C stops the server)");
+    run(Command::new("node").args(["serve.mjs", ".", &port, "--isolated"]).current_dir(root.join("www")))
+}
+
+/// The page's files: www/pkg (the wasm, release, `wasm-bindgen --target web`, npm
+/// binaryen's `wasm-opt -O3`) and www/models (stories15M; Gemma with `gemma`), linked
+/// from models/ (fetched when missing).
+fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
+    let www = root.join("www");
+    if !www.join("node_modules/.bin/wasm-opt").exists() || !www.join("node_modules/playwright-core").exists() {
+        run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&www))?;
+    }
+    run(cargo(root).args(["build", "-p", "lutra-wasm", "--release", "--target", WASM32]))?;
+    let pkg = www.join("pkg");
+    let wasm = target_dir.join(WASM32).join("release/lutra_wasm.wasm");
+    run(Command::new("wasm-bindgen").args(["--target", "web", "--no-typescript", "--out-dir"]).arg(&pkg).arg(&wasm))?;
+    let bg = pkg.join("lutra_wasm_bg.wasm");
+    run(Command::new(www.join("node_modules/.bin/wasm-opt")).arg("-O3").arg(&bg).arg("-o").arg(&bg))?;
+    let size = fs::metadata(&bg).map_err(|e| format!("{}: {e}", bg.display()))?.len();
+    println!("www/pkg/lutra_wasm_bg.wasm: {size} bytes");
+
+    fetch_stories(root)?;
+    let mut files = vec!["stories15M/model.bin", "stories15M/tokenizer.bin"];
+    if gemma {
+        fetch_gemma(root)?;
+        files.push(GEMMA_FILE);
+    }
+    for file in files {
+        let (from, to) = (root.join("models").join(file), www.join("models").join(file));
+        if to.exists() {
+            continue;
+        }
+        fs::create_dir_all(to.parent().expect("a folder")).map_err(|e| format!("{}: {e}", to.display()))?;
+        // a hard link costs no space; a copy where links cannot be made
+        fs::hard_link(&from, &to)
+            .or_else(|_| fs::copy(&from, &to).map(drop))
+            .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+    }
+    Ok(())
+}
+
+/// `cargo xtask test-web [--gemma]`: the page's tests in headless Chromium, against the
+/// native CLI's greedy text (the release `lutra` built here).
+fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
+    if !Path::new("/usr/bin/chromium").exists() {
+        return Err("no /usr/bin/chromium: `cargo xtask test install` (or apt-get install chromium) first".into());
+    }
+    build_web(root, target_dir, gemma)?;
+    run(cargo(root).args(["build", "--release", "-p", "lutra"]))?;
+    let mut c = Command::new("node");
+    c.args(["--test", "test/"]).current_dir(root.join("www")).env("LUTRA_BIN", target_dir.join("release/lutra"));
+    if gemma {
+        c.env("LUTRA_WEB_GEMMA", "1");
+    }
+    let out = run_capture(&mut c)?;
+    expect_contains(&out, "# fail 0", "browser tests")?;
+    println!("--- browser (headless Chromium): screenshots in target/web/");
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------

@@ -130,6 +130,12 @@ impl Session {
         self.compute(gemv, self.tokens.len())
     }
 
+    /// Computes every appended token but the last into the cache (the last is computed
+    /// with the logits, when they are asked for): a prompt's prefill, timed apart.
+    pub fn prefill<G: Gemv>(&mut self, gemv: &G) -> Result<(), Error> {
+        self.compute(gemv, self.tokens.len().saturating_sub(1))
+    }
+
     /// Appends `token` and returns the logits of the position after it.
     pub fn forward<G: Gemv>(&mut self, gemv: &G, token: u32) -> Result<&[f32], Error> {
         self.append(&[token])?;

@@ -280,7 +280,7 @@ fn gemv_one(
         black_box(&yr);
     };
     #[cfg(feature = "llamacpp")]
-    let mut ggml = if opts.llamacpp { best_llamacpp(bits, l.rows, l.cols, regime, threads)? } else { None };
+    let mut ggml = if opts.llamacpp { best_llamacpp(bits, l.rows(), l.cols(), regime, threads)? } else { None };
     #[cfg(not(feature = "llamacpp"))]
     if opts.llamacpp {
         return Err("this build has no llama.cpp: rebuild with `--features llamacpp`".into());

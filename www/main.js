@@ -1,0 +1,150 @@
+// The page: controls, progress, streaming output. The engine runs in worker.js.
+// Scriptable: index.html?model=stories15M|gemma&prompt=...&n=32&temp=0&autorun=1;
+// document.body.dataset.state goes loading → ready → generating → done (or error).
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+
+let loaded = false;
+let generating = false;
+let chatTurns = 0;
+const setState = (s) => { document.body.dataset.state = s; };
+
+for (const [key, id] of [['prompt', 'prompt'], ['n', 'n'], ['temp', 'temp'], ['top_k', 'top_k'], ['top_p', 'top_p'], ['min_p', 'min_p'], ['seed', 'seed']]) {
+  if (params.has(key)) $(id).value = params.get(key);
+}
+if (params.has('model')) $('model').value = params.get('model');
+
+function controls() {
+  $('generate').disabled = !loaded || generating;
+  $('stop').disabled = !generating;
+  $('reset').disabled = !loaded || generating || chatTurns === 0;
+  $('load').disabled = generating;
+  $('file').disabled = generating;
+  $('model').disabled = generating;
+}
+
+function showError(message) {
+  $('error').textContent = message;
+  $('error').hidden = false;
+}
+
+function status(text, done = 0, total = 0) {
+  $('status').textContent = text;
+  $('progress').value = total ? done / total : 0;
+}
+
+function load(message) {
+  setState('loading');
+  $('error').hidden = true;
+  status('Loading…');
+  $('load').disabled = true;
+  worker.postMessage(message);
+}
+
+function generate() {
+  const chat = $('chat').checked;
+  const prompt = $('prompt').value;
+  if (chat) {
+    const turn = document.createElement('div');
+    turn.className = 'turn';
+    turn.textContent = `You: ${prompt}`;
+    $('output').append(turn, document.createTextNode(''));
+    chatTurns += 1;
+  } else {
+    $('output').textContent = '';
+    chatTurns = 0;
+  }
+  generating = true;
+  controls();
+  setState('generating');
+  $('error').hidden = true;
+  $('tps').textContent = '…';
+  $('stats').textContent = '';
+  const num = (id) => Number($(id).value);
+  worker.postMessage({
+    type: 'generate',
+    prompt,
+    chat,
+    n: num('n'),
+    sampler: { temperature: num('temp'), top_k: num('top_k'), top_p: num('top_p'), min_p: num('min_p'), repeat_penalty: num('repeat_penalty'), repeat_last_n: 64, seed: num('seed') },
+  });
+}
+
+worker.onmessage = ({ data }) => {
+  switch (data.type) {
+    case 'progress': {
+      const mib = (b) => (b / 1048576).toFixed(1);
+      const amount = data.total > 1e5 ? `${mib(data.done)} of ${mib(data.total)} MiB` : `${data.done} of ${data.total}`;
+      status(`${data.phase}: ${amount}`, data.done, data.total);
+      break;
+    }
+    case 'note':
+      $('stats').textContent = data.message;
+      break;
+    case 'ready':
+      loaded = true;
+      chatTurns = 0;
+      $('chat').disabled = !data.chat;
+      $('chat').checked = data.chat && params.get('chat') === '1';
+      status(`Ready: ${data.summary}; kernel ${data.isa}; loaded in ${(data.loadMs / 1000).toFixed(1)} s`, 1, 1);
+      setState('ready');
+      controls();
+      if (params.get('autorun') === '1') {
+        params.delete('autorun');
+        generate();
+      }
+      break;
+    case 'token': {
+      const out = $('output');
+      const last = out.lastChild;
+      if (last && last.nodeType === Node.TEXT_NODE) last.appendData(data.text);
+      else out.append(document.createTextNode(data.text));
+      $('tps').textContent = (data.generated / (data.ms / 1000)).toFixed(1);
+      break;
+    }
+    case 'done': {
+      generating = false;
+      const tps = data.genMs > 0 ? data.generated / (data.genMs / 1000) : 0;
+      $('tps').textContent = tps.toFixed(1);
+      const reasons = { end: 'end of text', max_tokens: 'token limit', context_full: 'context full', stopped: 'stopped' };
+      $('stats').textContent = `prompt ${data.promptTokens} tokens in ${data.prefillMs.toFixed(0)} ms; ${data.generated} generated; ${reasons[data.reason] || data.reason}; ${data.position} of ${data.context} positions`;
+      if (data.reason === 'context_full') showError('The context is full: start a new conversation.');
+      controls();
+      setState('done');
+      break;
+    }
+    case 'error':
+      generating = false;
+      showError(data.during === 'load' ? `Could not load the model: ${data.message}` : data.message);
+      if (data.during === 'load') status(loaded ? 'The previous model is still loaded.' : 'No model loaded.');
+      setState('error');
+      controls();
+      break;
+    default:
+      break;
+  }
+};
+worker.onerror = (e) => {
+  showError(`The engine stopped: ${e.message}`);
+  setState('error');
+};
+
+$('load').addEventListener('click', () => load({ type: 'load', model: $('model').value }));
+$('file').addEventListener('change', () => {
+  const files = [...$('file').files];
+  if (files.length) load({ type: 'load', files });
+});
+$('generate').addEventListener('click', generate);
+$('prompt').addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !$('generate').disabled) generate();
+});
+$('stop').addEventListener('click', () => worker.postMessage({ type: 'stop' }));
+$('reset').addEventListener('click', () => {
+  worker.postMessage({ type: 'reset' });
+  $('output').textContent = '';
+  chatTurns = 0;
+  controls();
+});
+
+load({ type: 'load', model: $('model').value });

@@ -1,0 +1,143 @@
+// The page in headless Chromium (playwright-core, Debian's /usr/bin/chromium): greedy text
+// equals the native CLI's, tokens/s shown, a bad file is a readable error after which the
+// page still generates, Stop ends a long generation within 1 s and the next one works.
+// Run by `cargo xtask test-web` (which builds www/pkg and places the models first).
+// LUTRA_WEB_GEMMA=1 adds Gemma 3 270M; LUTRA_BIN names the native lutra to compare with.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const www = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const root = path.dirname(www);
+const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
+const shots = path.join(root, 'target/web');
+let server;
+let base;
+let context;
+let profile;
+
+before(async () => {
+  server = spawn(process.execPath, ['serve.mjs', '.', '0', '--isolated'], { cwd: www, stdio: ['ignore', 'pipe', 'inherit'] });
+  base = await new Promise((resolve, reject) => {
+    server.stdout.once('data', (d) => resolve(String(d).match(/http:\S+/)[0]));
+    server.once('exit', (c) => reject(new Error(`server exited ${c}`)));
+  });
+  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'lutra-chromium-'));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  fs.mkdirSync(shots, { recursive: true });
+});
+
+after(async () => {
+  await context?.close();
+  server?.kill();
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+});
+
+async function open(query) {
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  await page.goto(`${base}index.html?${query}`);
+  return { page, errors };
+}
+
+const state = (page, s, timeout) => page.waitForSelector(`body[data-state="${s}"]`, { timeout });
+
+/**
+ * What the native `lutra run` writes after the prompt, greedy, for `n` tokens. Integer
+ * lookups are bit-exact on every ISA, but float partial sums follow the vector width:
+ * wasm simd128 adds in SSE's 128-bit order, AVX2 and AVX-512 in wider ones, and greedy
+ * text can part at a near-tie. So the reference is the native CLI on the SSSE3 tier
+ * (qemu-x86_64 -cpu Nehalem on an x86 host); `hostTier` runs it on this CPU's best tier.
+ */
+function native(args, prompt, n, hostTier = false) {
+  const cli = ['run', ...args, '-p', prompt, '-n', String(n), '--temp', '0', '-t', '1'];
+  const [cmd, argv] = os.arch() === 'x64' && !hostTier ? ['qemu-x86_64', ['-cpu', 'Nehalem', lutra, ...cli]] : [lutra, cli];
+  const out = execFileSync(cmd, argv, { stdio: ['ignore', 'pipe', 'ignore'] }).toString();
+  assert.ok(out.startsWith(prompt));
+  return out.slice(prompt.length).replace(/\n$/, '');
+}
+
+async function greedyMatchesNative(model, args, prompt, n, timeout) {
+  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1`);
+  await state(page, 'done', timeout);
+  const text = await page.textContent('#output');
+  const tps = Number(await page.textContent('#tps'));
+  const stats = await page.textContent('#stats');
+  console.log(`${model}: ${tps} tokens/s in Chromium (${stats}); status: ${await page.textContent('#status')}`);
+  assert.equal(text, native(args, prompt, n));
+  const host = native(args, prompt, n, true);
+  let same = 0;
+  while (same < host.length && host[same] === text[same]) same += 1;
+  console.log(`${model}: the page equals the native SSSE3 tier; this CPU's best tier writes ${same === host.length && same === text.length ? 'the same text' : `the same first ${same} characters`}`);
+  assert.ok(tps > 0, `tokens/s shown: ${tps}`);
+  assert.deepEqual(errors, []);
+  return page;
+}
+
+test('the wasm kernels equal the scalar reference inside Chromium', async () => {
+  const { page, errors } = await open('model=stories15M');
+  const result = await page.evaluate(async () => {
+    const m = await import('./pkg/lutra_wasm.js');
+    await m.default();
+    return m.kernel_check();
+  });
+  console.log(`kernel check in Chromium: ${result}`);
+  assert.match(result, /^simd128: .* equal scalar$/);
+  await state(page, 'ready', 60000);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('stories15M: greedy text equals the native CLI, a bad file is an error, Stop stops', async () => {
+  const page = await greedyMatchesNative('stories15M', ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'], 'Once upon a time', 32, 60000);
+
+  // a file that is no model: a readable error, and the loaded model still generates
+  const bad = path.join(os.tmpdir(), `not-a-model-${process.pid}.gguf`);
+  fs.writeFileSync(bad, 'GGUF this is not a real model file at all');
+  await page.setInputFiles('#file', bad);
+  await state(page, 'error', 20000);
+  const message = await page.textContent('#error');
+  assert.match(message, /Could not load the model/);
+  assert.ok(await page.isVisible('#error'));
+  fs.rmSync(bad);
+
+  // a long generation (to the end of the context), stopped as soon as it writes: done
+  // within 1 s of the click, with fewer tokens than it would have written
+  await page.fill('#n', '4000');
+  await page.fill('#temp', '0.8');
+  await page.click('#generate');
+  await state(page, 'generating', 5000);
+  await page.waitForFunction(() => document.getElementById('output').textContent.length > 0, null, { timeout: 20000 });
+  const t = Date.now();
+  await page.click('#stop');
+  await state(page, 'done', 1000);
+  console.log(`Stop took ${Date.now() - t} ms`);
+  const stopped = await page.textContent('#stats');
+  assert.match(stopped, /stopped/);
+  assert.ok(Number(stopped.match(/(\d+) generated/)[1]) < 250, stopped);
+
+  // the next generation works
+  await page.fill('#n', '16');
+  await page.click('#generate');
+  await state(page, 'done', 20000);
+  assert.ok((await page.textContent('#output')).length > 0);
+  await page.screenshot({ path: path.join(shots, 'stories15M.png'), fullPage: true });
+  await page.close();
+});
+
+test('Gemma 3 270M: greedy text equals the native CLI', { skip: process.env.LUTRA_WEB_GEMMA !== '1' && 'LUTRA_WEB_GEMMA=1 (cargo xtask test-web --gemma)' }, async () => {
+  const page = await greedyMatchesNative('gemma', ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')], 'Otters are', 32, 300000);
+  await page.screenshot({ path: path.join(shots, 'gemma.png'), fullPage: true });
+  await page.close();
+});

@@ -1,0 +1,171 @@
+// The engine in a Web Worker: loads models (streamed chunk by chunk into wasm memory,
+// cached with the Cache API), generates token by token, and yields between tokens so a
+// Stop message takes effect before the next one.
+import init, { Engine, ModelFile, best_isa } from './pkg/lutra_wasm.js';
+
+const MODELS = {
+  stories15M: { kind: 'llama2c', url: 'models/stories15M/model.bin', tokenizer: 'models/stories15M/tokenizer.bin', bits: 4 },
+  gemma: { kind: 'gguf', url: 'models/gemma-3-270m-q4_k_m.gguf' },
+};
+const CACHE = 'lutra-models-v1';
+
+let engine = null;
+let stopRequested = false;
+const post = (m) => self.postMessage(m);
+
+// A macrotask without setTimeout's clamping: lets queued messages (Stop) run.
+const channel = new MessageChannel();
+const yieldToEvents = () => new Promise((resolve) => {
+  channel.port1.onmessage = () => resolve();
+  channel.port2.postMessage(0);
+});
+
+/** Reads `stream` (of `size` bytes) into a ModelFile in wasm memory, reporting progress. */
+async function intoWasm(stream, size, label) {
+  if (!Number.isFinite(size) || size <= 0) throw new Error(`${label}: unknown size`);
+  const file = new ModelFile(size);
+  const reader = stream.getReader();
+  let received = 0;
+  let reported = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    file.push(value);
+    received += value.length;
+    if (received - reported >= size / 100 || received === size) {
+      reported = received;
+      post({ type: 'progress', phase: label, done: received, total: size });
+    }
+  }
+  return file;
+}
+
+/** A same-origin model file: from the cache when it is there, else downloaded (and cached). */
+async function fetchModelFile(url, label) {
+  let cache = null;
+  try {
+    cache = await caches.open(CACHE);
+  } catch {
+    post({ type: 'note', message: 'This browser offers no Cache Storage here: the model will be downloaded again next time.' });
+  }
+  let response = cache ? await cache.match(url) : undefined;
+  const cached = Boolean(response);
+  let storing = Promise.resolve();
+  if (!response) {
+    response = await fetch(url);
+    if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
+    if (cache) {
+      storing = cache.put(url, response.clone()).catch((e) => {
+        post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
+      });
+    }
+  }
+  const size = Number(response.headers.get('Content-Length'));
+  const file = await intoWasm(response.body, size, `${cached ? 'reading the cached' : 'downloading'} ${label}`);
+  await storing;
+  return file;
+}
+
+async function fetchSmall(url) {
+  const cache = await caches.open(CACHE).catch(() => null);
+  let response = cache ? await cache.match(url) : undefined;
+  if (!response) {
+    response = await fetch(url);
+    if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
+    if (cache) await cache.put(url, response.clone()).catch(() => {});
+  }
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+const importProgress = (label) => (done, total) => post({ type: 'progress', phase: label, done, total });
+
+async function load({ model, files }) {
+  await init();
+  const t0 = performance.now();
+  let next;
+  if (files && files.length) {
+    const gguf = files.find((f) => f.name.toLowerCase().endsWith('.gguf'));
+    const tokenizer = files.find((f) => f.name === 'tokenizer.bin');
+    const checkpoint = files.find((f) => f !== tokenizer && f !== gguf);
+    if (gguf) {
+      const file = await intoWasm(gguf.stream(), gguf.size, `reading ${gguf.name}`);
+      next = Engine.from_gguf(file, 0, importProgress('importing tensors'));
+    } else if (checkpoint && tokenizer) {
+      const file = await intoWasm(checkpoint.stream(), checkpoint.size, `reading ${checkpoint.name}`);
+      const tok = new Uint8Array(await tokenizer.arrayBuffer());
+      next = Engine.from_llama2c(file, tok, 4, 0, importProgress('quantizing to 4 bits'));
+    } else if (checkpoint) {
+      const bytes = new Uint8Array(await checkpoint.slice(0, 4).arrayBuffer());
+      if (String.fromCharCode(...bytes) === 'GGUF') {
+        const file = await intoWasm(checkpoint.stream(), checkpoint.size, `reading ${checkpoint.name}`);
+        next = Engine.from_gguf(file, 0, importProgress('importing tensors'));
+      } else {
+        throw new Error(`${checkpoint.name}: not a GGUF file; a llama2.c checkpoint needs its tokenizer.bin selected with it`);
+      }
+    } else {
+      throw new Error('pick a .gguf file, or a llama2.c model.bin together with its tokenizer.bin');
+    }
+  } else {
+    const m = MODELS[model];
+    if (!m) throw new Error(`unknown model ${model}`);
+    if (m.kind === 'gguf') {
+      const file = await fetchModelFile(m.url, model);
+      next = Engine.from_gguf(file, 0, importProgress('importing tensors'));
+    } else {
+      const tok = await fetchSmall(m.tokenizer);
+      const file = await fetchModelFile(m.url, model);
+      next = Engine.from_llama2c(file, tok, m.bits, 0, importProgress(`quantizing to ${m.bits} bits`));
+    }
+  }
+  // only a model that loaded replaces the one in use
+  engine?.free();
+  engine = next;
+  post({ type: 'ready', summary: engine.summary(), chat: engine.has_chat(), context: engine.context(), isa: best_isa(), loadMs: performance.now() - t0 });
+}
+
+async function generate({ prompt, chat, n, sampler }) {
+  if (!engine) throw new Error('no model loaded');
+  stopRequested = false;
+  const s = sampler;
+  const t0 = performance.now();
+  const promptTokens = engine.start(prompt, chat, n, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n, s.seed);
+  engine.prefill();
+  const t1 = performance.now();
+  let lastYield = t1;
+  for (;;) {
+    if (stopRequested) break;
+    const piece = engine.next_token();
+    if (piece === undefined) break;
+    const now = performance.now();
+    post({ type: 'token', text: piece, generated: engine.generated(), ms: now - t1 });
+    if (now - lastYield > 16) {
+      await yieldToEvents();
+      lastYield = performance.now();
+    }
+  }
+  const t2 = performance.now();
+  post({
+    type: 'done',
+    reason: stopRequested ? 'stopped' : engine.stop_reason(),
+    promptTokens,
+    prefillMs: t1 - t0,
+    generated: engine.generated(),
+    genMs: t2 - t1,
+    position: engine.position(),
+    context: engine.context(),
+  });
+}
+
+self.onmessage = async ({ data }) => {
+  if (data.type === 'stop') {
+    stopRequested = true;
+    return;
+  }
+  try {
+    if (data.type === 'load') await load(data);
+    else if (data.type === 'generate') await generate(data);
+    else if (data.type === 'reset') engine?.reset();
+  } catch (e) {
+    post({ type: 'error', message: e?.message || String(e), during: data.type, loaded: Boolean(engine) });
+  }
+};
