@@ -1,0 +1,82 @@
+// Tokens/s of the page in headless Chromium against the native CLI on the same host,
+// interleaved round by round: `node bench.mjs [--gemma] [--rounds 5] [--n 128]`, after
+// `cargo xtask web` has built www/pkg and placed the models (`--gemma` for Gemma).
+// Prints one JSON line per model, then a table; medians over the rounds.
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const args = process.argv.slice(2);
+const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
+const rounds = Number(opt('--rounds', 5));
+const n = Number(opt('--n', 128));
+const www = path.dirname(new URL(import.meta.url).pathname);
+const root = path.dirname(www);
+const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
+const models = [
+  { name: 'stories15M', args: ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'], prompt: 'Once upon a time' },
+  ...(args.includes('--gemma') ? [{ name: 'gemma', args: ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')], prompt: 'Otters are' }] : []),
+];
+const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+
+process.on('exit', () => server?.kill());
+const server = spawn(process.execPath, ['serve.mjs', '.', '0', '--isolated'], { cwd: www, stdio: ['ignore', 'pipe', 'inherit'] });
+const base = await new Promise((resolve) => server.stdout.once('data', (d) => resolve(String(d).match(/http:\S+/)[0])));
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'lutra-bench-'));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+
+async function page(model) {
+  const p = await context.newPage();
+  const t0 = Date.now();
+  await p.goto(`${base}index.html?model=${model.name}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0&autorun=1`);
+  await p.waitForFunction(() => document.getElementById('output').textContent.length > 0, null, { timeout: 600000 });
+  const firstToken = Date.now() - t0;
+  await p.waitForSelector('body[data-state="done"]', { timeout: 600000 });
+  const tps = Number(await p.textContent('#tps'));
+  const stats = await p.textContent('#stats');
+  const [, tokens, ms] = stats.match(/prompt (\d+) tokens in (\d+) ms/);
+  const rss = Number(execFileSync('sh', ['-c', "ps -C chromium -o rss= | awk '{s+=$1} END {print s}'"]).toString()) * 1024;
+  await p.close();
+  return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss };
+}
+
+function native(model) {
+  const out = spawnSync(lutra, ['run', ...model.args, '-p', model.prompt, '-n', String(n), '--temp', '0', '-t', '1'], { stdio: ['ignore', 'ignore', 'pipe'] }).stderr.toString();
+  return Number(out.match(/generation: \d+ tokens at ([\d.]+) tokens\/s/)[1]);
+}
+
+const rows = [];
+for (const model of models) {
+  await page(model); // warm-up: downloads into the Cache API, compiles the module
+  const web = [];
+  const cli = [];
+  for (let r = 0; r < rounds; r++) {
+    web.push(await page(model));
+    cli.push(native(model));
+  }
+  const row = {
+    model: model.name, n, rounds,
+    chromium_tps: median(web.map((w) => w.tps)),
+    native_tps: median(cli),
+    first_token_ms_cached: median(web.map((w) => w.firstToken)),
+    chromium_rss_mib_max: Math.max(...web.map((w) => w.rss)) / 1048576,
+    model_file_mib: fs.statSync(model.args[1]).size / 1048576,
+    wasm_bytes: fs.statSync(path.join(www, 'pkg/lutra_wasm_bg.wasm')).size,
+  };
+  row.ratio = row.chromium_tps / row.native_tps;
+  console.log(JSON.stringify(row));
+  rows.push(row);
+}
+console.log('\n| model | Chromium tg tok/s | native tg tok/s | ratio | first token, cached model | Chromium RSS (all processes) | model file | wasm |');
+console.log('|---|---|---|---|---|---|---|---|');
+for (const r of rows) {
+  console.log(`| ${r.model} | ${r.chromium_tps.toFixed(1)} | ${r.native_tps.toFixed(1)} | ${r.ratio.toFixed(2)}× | ${(r.first_token_ms_cached / 1000).toFixed(2)} s | ${r.chromium_rss_mib_max.toFixed(0)} MiB | ${r.model_file_mib.toFixed(0)} MiB | ${(r.wasm_bytes / 1024).toFixed(0)} KiB |`);
+}
+await context.close();
+server.kill();
+fs.rmSync(profile, { recursive: true, force: true });
