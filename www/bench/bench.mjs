@@ -1,7 +1,10 @@
-// Tokens/s of the page in headless Chromium against the native CLI on the same host,
-// interleaved round by round: `node bench.mjs [--gemma] [--rounds 5] [--n 128]`, after
-// `cargo xtask web` has built www/pkg and placed the models (`--gemma` for Gemma).
-// Prints one JSON line per model, then a table; medians over the rounds.
+// Tokens/s of the page in headless Chromium against the native CLI on the same host and,
+// for GGUF files, against wllama (npm @wllama/wllama: llama.cpp in wasm, 1 thread, the
+// same file from the same origin, bench/wllama.html), interleaved round by round:
+// `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128]`, after `cargo xtask test-web
+// [--gemma]` has built www/pkg and placed the models. Prints one JSON line per model,
+// then a table; medians over the rounds. wllama's figure is llama.cpp's own
+// predicted_per_second (its decode alone); lutra's counts from the last prompt token on.
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -12,12 +15,12 @@ const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
 const rounds = Number(opt('--rounds', 5));
 const n = Number(opt('--n', 128));
-const www = path.dirname(new URL(import.meta.url).pathname);
+const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
 const root = path.dirname(www);
 const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
 const models = [
   { name: 'stories15M', args: ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'], prompt: 'Once upon a time' },
-  ...(args.includes('--gemma') ? [{ name: 'gemma', args: ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')], prompt: 'Otters are' }] : []),
+  ...(args.includes('--gemma') ? [{ name: 'gemma', args: ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')], prompt: 'Otters are', gguf: 'models/gemma-3-270m-q4_k_m.gguf' }] : []),
 ];
 const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 
@@ -45,6 +48,16 @@ async function page(model) {
   return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss };
 }
 
+async function wllama(model) {
+  const p = await context.newPage();
+  await p.goto(`${base}bench/wllama.html?model=../${model.gguf}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&threads=1`);
+  await p.waitForSelector('body[data-state="done"], body[data-state="error"]', { timeout: 600000 });
+  const r = JSON.parse(await p.textContent('#result'));
+  await p.close();
+  if (r.error) throw new Error(`wllama: ${r.error}`);
+  return r.timings.predicted_per_second;
+}
+
 function native(model) {
   const out = spawnSync(lutra, ['run', ...model.args, '-p', model.prompt, '-n', String(n), '--temp', '0', '-t', '1'], { stdio: ['ignore', 'ignore', 'pipe'] }).stderr.toString();
   return Number(out.match(/generation: \d+ tokens at ([\d.]+) tokens\/s/)[1]);
@@ -53,11 +66,14 @@ function native(model) {
 const rows = [];
 for (const model of models) {
   await page(model); // warm-up: downloads into the Cache API, compiles the module
+  if (model.gguf) await wllama(model);
   const web = [];
   const cli = [];
+  const wl = [];
   for (let r = 0; r < rounds; r++) {
     web.push(await page(model));
     cli.push(native(model));
+    if (model.gguf) wl.push(await wllama(model));
   }
   const row = {
     model: model.name, n, rounds,
@@ -69,13 +85,18 @@ for (const model of models) {
     wasm_bytes: fs.statSync(path.join(www, 'pkg/lutra_wasm_bg.wasm')).size,
   };
   row.ratio = row.chromium_tps / row.native_tps;
+  if (wl.length) {
+    row.wllama_tps = median(wl);
+    row.vs_wllama = row.chromium_tps / row.wllama_tps;
+  }
   console.log(JSON.stringify(row));
   rows.push(row);
 }
-console.log('\n| model | Chromium tg tok/s | native tg tok/s | ratio | first token, cached model | Chromium RSS (all processes) | model file | wasm |');
-console.log('|---|---|---|---|---|---|---|---|');
+console.log('\n| model | lutra in Chromium tg tok/s | native lutra tg tok/s | ratio | wllama tg tok/s | lutra / wllama | first token, cached model | Chromium RSS (all processes) | model file | wasm |');
+console.log('|---|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) {
-  console.log(`| ${r.model} | ${r.chromium_tps.toFixed(1)} | ${r.native_tps.toFixed(1)} | ${r.ratio.toFixed(2)}× | ${(r.first_token_ms_cached / 1000).toFixed(2)} s | ${r.chromium_rss_mib_max.toFixed(0)} MiB | ${r.model_file_mib.toFixed(0)} MiB | ${(r.wasm_bytes / 1024).toFixed(0)} KiB |`);
+  const wl = r.wllama_tps ? [r.wllama_tps.toFixed(1), `${r.vs_wllama.toFixed(2)}×`] : ['–', '–'];
+  console.log(`| ${r.model} | ${r.chromium_tps.toFixed(1)} | ${r.native_tps.toFixed(1)} | ${r.ratio.toFixed(2)}× | ${wl[0]} | ${wl[1]} | ${(r.first_token_ms_cached / 1000).toFixed(2)} s | ${r.chromium_rss_mib_max.toFixed(0)} MiB | ${r.model_file_mib.toFixed(0)} MiB | ${(r.wasm_bytes / 1024).toFixed(0)} KiB |`);
 }
 await context.close();
 server.kill();
