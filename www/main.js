@@ -48,11 +48,13 @@ function generate() {
   if (chat) {
     const turn = document.createElement('div');
     turn.className = 'turn';
-    turn.textContent = `You: ${prompt}`;
+    turn.textContent = `You: ${prompt}\n`;
+    $('echo').textContent = '';
     $('output').append(turn, document.createTextNode(''));
     chatTurns += 1;
   } else {
     $('output').textContent = '';
+    $('echo').textContent = prompt;
     chatTurns = 0;
   }
   generating = true;
@@ -143,6 +145,7 @@ $('stop').addEventListener('click', () => worker.postMessage({ type: 'stop' }));
 $('reset').addEventListener('click', () => {
   worker.postMessage({ type: 'reset' });
   $('output').textContent = '';
+  $('echo').textContent = '';
   chatTurns = 0;
   controls();
 });
