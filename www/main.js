@@ -3,7 +3,10 @@
 // document.body.dataset.state goes loading → ready → generating → done (or error).
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+// ?simd=baseline|relaxed picks the wasm build (default: relaxed SIMD where the browser has it)
+const workerUrl = new URL('./worker.js', import.meta.url);
+if (params.has('simd')) workerUrl.searchParams.set('simd', params.get('simd'));
+const worker = new Worker(workerUrl, { type: 'module' });
 
 let loaded = false;
 let generating = false;

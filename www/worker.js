@@ -1,7 +1,25 @@
 // The engine in a Web Worker: loads models (streamed chunk by chunk into wasm memory,
 // cached with the Cache API), generates token by token, and yields between tokens so a
 // Stop message takes effect before the next one.
-import init, { Engine, ModelFile, best_isa } from './pkg/lutra_wasm.js';
+
+// A module whose one function runs i8x16.relaxed_swizzle: it validates where the engine
+// has relaxed SIMD, and then the build that uses it (a bare pshufb/tbl per lookup) loads.
+const RELAXED_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 43, 1, 41, 0,
+  253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  253, 128, 2, 11,
+]);
+const asked = new URLSearchParams(self.location.search).get('simd');
+const relaxed = asked ? asked === 'relaxed' : WebAssembly.validate(RELAXED_PROBE);
+// imported while the first messages may already arrive: handlers await it (no top-level
+// await, which would leave messages sent before it settles without a handler)
+const wasm = import(relaxed ? './pkg-relaxed/lutra_wasm.js' : './pkg/lutra_wasm.js').then(async (m) => {
+  await m.default();
+  return m;
+});
+let Engine;
+let ModelFile;
 
 const MODELS = {
   stories15M: { kind: 'llama2c', url: 'models/stories15M/model.bin', tokenizer: 'models/stories15M/tokenizer.bin', bits: 4 },
@@ -80,7 +98,8 @@ async function fetchSmall(url) {
 const importProgress = (label) => (done, total) => post({ type: 'progress', phase: label, done, total });
 
 async function load({ model, files }) {
-  await init();
+  const m = await wasm;
+  ({ Engine, ModelFile } = m);
   const t0 = performance.now();
   let next;
   if (files && files.length) {
@@ -120,7 +139,7 @@ async function load({ model, files }) {
   // only a model that loaded replaces the one in use
   engine?.free();
   engine = next;
-  post({ type: 'ready', summary: engine.summary(), chat: engine.has_chat(), context: engine.context(), isa: best_isa(), loadMs: performance.now() - t0 });
+  post({ type: 'ready', summary: engine.summary(), chat: engine.has_chat(), context: engine.context(), isa: `${m.best_isa()} (${m.simd_variant()})`, loadMs: performance.now() - t0 });
 }
 
 async function generate({ prompt, chat, n, sampler }) {

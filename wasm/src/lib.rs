@@ -21,6 +21,13 @@ pub fn best_isa() -> String {
     lutra_core::Isa::best().name().into()
 }
 
+/// Which wasm SIMD this build's lookups use: "relaxed" (`i8x16.relaxed_swizzle`, a bare
+/// `pshufb`/`tbl`) or "baseline" (`i8x16.swizzle`, everywhere simd128 is).
+#[wasm_bindgen]
+pub fn simd_variant() -> String {
+    if cfg!(target_feature = "relaxed-simd") { "relaxed" } else { "baseline" }.into()
+}
+
 /// Runs this build's kernels against the scalar reference on pseudo-random data, in
 /// whatever runtime loaded the module (the browser page's test calls it in Chromium):
 /// lookup GEMV integer sums at 1, 2, 3, 4 and 8 bits, and PQ score scans with 16 and

@@ -1,7 +1,7 @@
 // Tokens/s of the page in headless Chromium against the native CLI on the same host and,
 // for GGUF files, against wllama (npm @wllama/wllama: llama.cpp in wasm, 1 thread, the
 // same file from the same origin, bench/wllama.html), interleaved round by round:
-// `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128]`, after `cargo xtask test-web
+// `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128] [--simd relaxed,baseline]`, after `cargo xtask test-web
 // [--gemma]` has built www/pkg and placed the models. Prints one JSON line per model,
 // then a table; medians over the rounds. wllama's figure is llama.cpp's own
 // predicted_per_second (its decode alone); lutra's counts from the last prompt token on.
@@ -15,6 +15,8 @@ const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
 const rounds = Number(opt('--rounds', 5));
 const n = Number(opt('--n', 128));
+// wasm builds to time, each in its own page per round: the first fills the table's column
+const variants = opt('--simd', 'relaxed,baseline').split(',');
 const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
 const root = path.dirname(www);
 const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
@@ -33,11 +35,12 @@ const context = await chromium.launchPersistentContext(profile, {
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 
-async function page(model) {
+async function page(model, simd) {
   const p = await context.newPage();
   const t0 = Date.now();
-  await p.goto(`${base}index.html?model=${model.name}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0&autorun=1`);
-  await p.waitForFunction(() => document.getElementById('output').textContent.length > 0, null, { timeout: 600000 });
+  await p.goto(`${base}index.html?model=${model.name}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0&autorun=1&simd=${simd}`);
+  await p.waitForFunction(() => document.getElementById('output').textContent.length > 0 || document.body.dataset.state === 'error', null, { timeout: 600000 });
+  if ((await p.evaluate(() => document.body.dataset.state)) === 'error') throw new Error(`${model.name}: ${await p.textContent('#error')}`);
   const firstToken = Date.now() - t0;
   await p.waitForSelector('body[data-state="done"]', { timeout: 600000 });
   const tps = Number(await p.textContent('#tps'));
@@ -65,16 +68,17 @@ function native(model) {
 
 const rows = [];
 for (const model of models) {
-  await page(model); // warm-up: downloads into the Cache API, compiles the module
+  for (const v of variants) await page(model, v); // warm-up: fills the Cache API, compiles the modules
   if (model.gguf) await wllama(model);
-  const web = [];
+  const byVariant = Object.fromEntries(variants.map((v) => [v, []]));
   const cli = [];
   const wl = [];
   for (let r = 0; r < rounds; r++) {
-    web.push(await page(model));
+    for (const v of variants) byVariant[v].push(await page(model, v));
     cli.push(native(model));
     if (model.gguf) wl.push(await wllama(model));
   }
+  const web = byVariant[variants[0]];
   const row = {
     model: model.name, n, rounds,
     chromium_tps: median(web.map((w) => w.tps)),
@@ -85,6 +89,8 @@ for (const model of models) {
     wasm_bytes: fs.statSync(path.join(www, 'pkg/lutra_wasm_bg.wasm')).size,
   };
   row.ratio = row.chromium_tps / row.native_tps;
+  row.simd = variants[0];
+  for (const v of variants) row[`chromium_tps_${v}`] = median(byVariant[v].map((w) => w.tps));
   if (wl.length) {
     row.wllama_tps = median(wl);
     row.vs_wllama = row.chromium_tps / row.wllama_tps;

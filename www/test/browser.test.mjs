@@ -68,8 +68,8 @@ function native(args, prompt, n, hostTier = false) {
   return out.slice(prompt.length).replace(/\n$/, '');
 }
 
-async function greedyMatchesNative(model, args, prompt, n, timeout) {
-  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1`);
+async function greedyMatchesNative(model, args, prompt, n, timeout, simd = '') {
+  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${simd && `&simd=${simd}`}`);
   await state(page, 'done', timeout);
   const text = await page.textContent('#output');
   const tps = Number(await page.textContent('#tps'));
@@ -87,20 +87,27 @@ async function greedyMatchesNative(model, args, prompt, n, timeout) {
 
 test('the wasm kernels equal the scalar reference inside Chromium', async () => {
   const { page, errors } = await open('model=stories15M');
-  const result = await page.evaluate(async () => {
-    const m = await import('./pkg/lutra_wasm.js');
-    await m.default();
-    return m.kernel_check();
-  });
-  console.log(`kernel check in Chromium: ${result}`);
-  assert.match(result, /^simd128: .* equal scalar$/);
+  for (const [pkg, variant] of [['pkg', 'baseline'], ['pkg-relaxed', 'relaxed']]) {
+    const [result, built] = await page.evaluate(async (pkg) => {
+      const m = await import(`./${pkg}/lutra_wasm.js`);
+      await m.default();
+      return [m.kernel_check(), m.simd_variant()];
+    }, pkg);
+    console.log(`kernel check in Chromium, ${built} build: ${result}`);
+    assert.equal(built, variant);
+    assert.match(result, /^simd128: .* equal scalar$/);
+  }
   await state(page, 'ready', 60000);
   assert.deepEqual(errors, []);
   await page.close();
 });
 
 test('stories15M: greedy text equals the native CLI, a bad file is an error, Stop stops', async () => {
-  const page = await greedyMatchesNative('stories15M', ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'], 'Once upon a time', 32, 60000);
+  const stories = ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'];
+  // the simd128 build everywhere; the relaxed-SIMD build (Chromium's default) below
+  (await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000, 'baseline')).close();
+  const page = await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000);
+  assert.match(await page.textContent('#status'), /simd128 \(relaxed\)/);
 
   // a file that is no model: a readable error, and the loaded model still generates
   const bad = path.join(os.tmpdir(), `not-a-model-${process.pid}.gguf`);

@@ -192,14 +192,22 @@ fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
     if !www.join("node_modules/.bin/wasm-opt").exists() || !www.join("node_modules/playwright-core").exists() {
         run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&www))?;
     }
+    // two builds: simd128 for every browser, and relaxed SIMD where the worker finds it
+    // (its own target dir: the flags differ, and .cargo/config.toml's stay for the first)
+    let relaxed_dir = target_dir.join("wasm-relaxed");
     run(cargo(root).args(["build", "-p", "lutra-wasm", "--release", "--target", WASM32]))?;
-    let pkg = www.join("pkg");
-    let wasm = target_dir.join(WASM32).join("release/lutra_wasm.wasm");
-    run(Command::new("wasm-bindgen").args(["--target", "web", "--no-typescript", "--out-dir"]).arg(&pkg).arg(&wasm))?;
-    let bg = pkg.join("lutra_wasm_bg.wasm");
-    run(Command::new(www.join("node_modules/.bin/wasm-opt")).arg("-O3").arg(&bg).arg("-o").arg(&bg))?;
-    let size = fs::metadata(&bg).map_err(|e| format!("{}: {e}", bg.display()))?.len();
-    println!("www/pkg/lutra_wasm_bg.wasm: {size} bytes");
+    run(cargo(root)
+        .args(["build", "-p", "lutra-wasm", "--release", "--target", WASM32, "--target-dir"])
+        .arg(&relaxed_dir)
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", "-C target-feature=+simd128,+relaxed-simd"))?;
+    for (build, pkg) in [(target_dir, "pkg"), (relaxed_dir.as_path(), "pkg-relaxed")] {
+        let (wasm, pkg) = (build.join(WASM32).join("release/lutra_wasm.wasm"), www.join(pkg));
+        run(Command::new("wasm-bindgen").args(["--target", "web", "--no-typescript", "--out-dir"]).arg(&pkg).arg(&wasm))?;
+        let bg = pkg.join("lutra_wasm_bg.wasm");
+        run(Command::new(www.join("node_modules/.bin/wasm-opt")).arg("-O3").arg(&bg).arg("-o").arg(&bg))?;
+        let size = fs::metadata(&bg).map_err(|e| format!("{}: {e}", bg.display()))?.len();
+        println!("{}: {size} bytes", bg.display());
+    }
 
     fetch_stories(root)?;
     let mut files = vec!["stories15M/model.bin", "stories15M/tokenizer.bin"];

@@ -1,10 +1,21 @@
 //! wasm simd128: `i8x16.swizzle` per 16-byte chunk (indices are masked to 0..15, so
 //! it agrees with `pshufb`/`tbl`); pairwise extend-add plus the odd bytes again folds
-//! a plane pair (even + 2·odd).
+//! a plane pair (even + 2·odd). Built with `relaxed-simd`, the lookup is
+//! `i8x16.relaxed_swizzle`, which engines lower to a bare `pshufb`/`tbl` (plain swizzle
+//! adds an instruction to zero indices ≥ 16): the same result, as indices are < 16.
 
 use core::arch::wasm32::*;
 
 use crate::{Block64, Interleave, TILE_ROWS};
+
+/// `table[index]` per byte, for indices 0..15.
+#[inline(always)]
+fn lookup(table: v128, index: v128) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    return i8x16_relaxed_swizzle(table, index);
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    return i8x16_swizzle(table, index);
+}
 
 #[inline(always)]
 fn widen_into(acc: &mut [i32; TILE_ROWS], row: usize, v: v128, shift: usize) {
@@ -45,8 +56,8 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interl
                         p = p.add(16);
                         (t, v)
                     };
-                    let lo = i8x16_swizzle(table, v128_and(v, nibble));
-                    let hi = i8x16_swizzle(table, u8x16_shr(v, 4));
+                    let lo = lookup(table, v128_and(v, nibble));
+                    let hi = lookup(table, u8x16_shr(v, 4));
                     let fold = |x: v128| i16x8_add(i16x8_extadd_pairwise_i8x16(x), i16x8_shr(x, 8));
                     a[2 * half] = i16x8_add(a[2 * half], fold(lo));
                     a[2 * half + 1] = i16x8_add(a[2 * half + 1], fold(hi));
@@ -68,8 +79,8 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interl
                     p = p.add(16);
                     (t, v)
                 };
-                let lo = i8x16_swizzle(table, v128_and(v, nibble));
-                let hi = i8x16_swizzle(table, u8x16_shr(v, 4));
+                let lo = lookup(table, v128_and(v, nibble));
+                let hi = lookup(table, u8x16_shr(v, 4));
                 a[0] = i16x8_add(a[0], i16x8_extend_low_i8x16(lo));
                 a[1] = i16x8_add(a[1], i16x8_extend_high_i8x16(lo));
                 a[2] = i16x8_add(a[2], i16x8_extend_low_i8x16(hi));
