@@ -124,20 +124,19 @@ impl Generation {
         let (logits, tokens) = session.logits_and_tokens(gemv)?;
         let next = self.sampler.sample(logits, tokens, &mut self.scratch)?;
         self.generated += 1;
-        let model = session.model().clone();
-        if model.is_end(next) {
+        if session.model().is_end(next) {
             self.stopped = Some(StopReason::EndToken(next));
             return Ok(None);
         }
         let prev = session.tokens().last().copied();
-        let piece = model.decode_piece(prev, next)?;
+        let text = self.text.push(session.model().decode_piece(prev, next)?);
         if session.room() == 0 {
             // the token is returned, but there is no position to append it to
             self.stopped = Some(StopReason::ContextFull);
         } else {
             session.append(&[next])?;
         }
-        Ok(Some(Token { id: next, text: self.text.push(piece) }))
+        Ok(Some(Token { id: next, text }))
     }
 
     /// Why the generation stopped, once it has.

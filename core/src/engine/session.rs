@@ -1,5 +1,4 @@
 use alloc::boxed::Box;
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -223,10 +222,5 @@ impl Session {
         self.tokens.clear();
         self.computed = 0;
         self.logits_ready = false;
-    }
-
-    /// One line: tokens held, computed and the context.
-    pub fn describe(&self) -> String {
-        format!("{} of {} positions ({} computed)", self.tokens.len(), self.context(), self.computed)
     }
 }

@@ -73,15 +73,10 @@ fn fill_depth(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, depth: 
     Ok(())
 }
 
-/// Rewinds `session` to `from` for the next timed round.
-fn rewind(session: &mut Session, from: usize) -> Result<(), String> {
-    session.rewind_for_timing(from).map_err(|e| e.to_string())
-}
-
 /// lutra's prompt processing: `pp` tokens from position `from`, in batches, logits for
 /// the last one only, as llama.cpp computes them. Returns seconds.
 fn lutra_pp(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
-    rewind(session, from)?;
+    session.rewind_for_timing(from).map_err(|e| e.to_string())?;
     let batch: Vec<u32> = (from..from + pp).map(|pos| token(model, pos)).collect();
     let t = Instant::now();
     if let Some((&last, rest)) = batch.split_last() {
@@ -92,7 +87,7 @@ fn lutra_pp(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usi
 
 /// lutra's generation: `tg` greedy tokens from BOS at position `from`. Returns seconds.
 fn lutra_tg(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, tg: usize) -> Result<f64, String> {
-    rewind(session, from)?;
+    session.rewind_for_timing(from).map_err(|e| e.to_string())?;
     let t = Instant::now();
     let mut token = model.bos();
     for _ in 0..tg {

@@ -63,20 +63,17 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         session.cache_info()
     );
 
-    if prompt.len() >= context {
-        return Err(lutra::engine::Error::PromptTooLong { tokens: prompt.len(), room: context, context }.to_string());
-    }
+    // refuses a prompt that leaves no room before anything is printed
+    let mut generation = Generation::start(&mut session, &prompt, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| e.to_string();
     let mut out = std::io::stdout().lock();
     if !a.chat {
         out.write_all(prompt_text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
     }
-    // the prompt but its last token in batches; the last one's logits start generation
-    let (head, last) = prompt.split_at(prompt.len() - 1);
+    // the prompt but its last token in batches, timed apart; the last one's logits start generation
     let t = Instant::now();
-    session.feed(&gemv, head).map_err(|e| e.to_string())?;
+    session.prefill(&gemv).map_err(|e| e.to_string())?;
     let prompt_s = t.elapsed().as_secs_f64();
-    let mut generation = Generation::start(&mut session, last, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
     let t = Instant::now();
     while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
         out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
@@ -85,8 +82,8 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     writeln!(out, "{}", generation.finish_text()).map_err(io)?;
     eprintln!(
         "prompt: {} tokens at {:.1} tokens/s; generation: {} tokens at {:.1} tokens/s",
-        head.len(),
-        head.len() as f64 / prompt_s.max(1e-9),
+        prompt.len() - 1,
+        (prompt.len() - 1) as f64 / prompt_s.max(1e-9),
         generation.generated(),
         generation.generated() as f64 / gen_s.max(1e-9)
     );
