@@ -99,6 +99,21 @@ impl Isa {
         Isa::ALL.into_iter().rev().find(|i| i.is_available() && i.accepts(interleave)).unwrap_or(Isa::Scalar)
     }
 
+    /// Caps every later kernel choice at `max` (x86-64: the detected tier or `max`,
+    /// whichever is lower), so one machine can run and time the tiers most users have.
+    /// Call it before importing a model: matrices are packed for the tier then in force.
+    /// Returns the tier now in force; elsewhere the choice is made at compile time and
+    /// this only reports it.
+    pub fn limit_to(max: Isa) -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let capped = detect_x86().min(max);
+            X86_BEST.store(capped as u8, Ordering::Relaxed);
+        }
+        let _ = max;
+        Isa::best()
+    }
+
     /// Every kernel this build can run here, the reference first.
     pub fn available() -> impl Iterator<Item = Isa> {
         Isa::ALL.into_iter().filter(|i| i.is_available())

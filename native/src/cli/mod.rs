@@ -191,7 +191,9 @@ fn print_context() {
 
 /// Parses the command line and runs it.
 pub fn main() -> Result<(), String> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    limit_isa_from_env()?;
+    match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::chat(a),
         Command::Perplexity(a) => perplexity::perplexity(a),
@@ -199,4 +201,16 @@ pub fn main() -> Result<(), String> {
         Command::Inspect(a) => inspect::inspect(a),
         Command::Bench(c) => bench::bench(c),
     }
+}
+
+/// `LUTRA_MAX_ISA=ssse3|avx2|…` caps the kernel tier, so an AVX-512 machine can run and
+/// time what most CPUs (and the browser's 128-bit wasm) have.
+fn limit_isa_from_env() -> Result<(), String> {
+    let Ok(name) = std::env::var("LUTRA_MAX_ISA") else { return Ok(()) };
+    let max = Isa::from_name(&name).ok_or_else(|| {
+        let known: Vec<_> = Isa::ALL.iter().map(|i| i.name()).collect();
+        format!("LUTRA_MAX_ISA={name}: not a kernel tier (one of {})", known.join(", "))
+    })?;
+    Isa::limit_to(max);
+    Ok(())
 }
