@@ -21,6 +21,8 @@ pub mod engine;
 mod error;
 pub mod f16;
 pub mod gguf;
+#[cfg(feature = "alloc")]
+pub mod int8;
 pub mod isa;
 pub mod llama2c;
 pub mod lut;

@@ -30,7 +30,7 @@ pub fn simd_variant() -> String {
 
 /// Runs this build's kernels against the scalar reference on pseudo-random data, in
 /// whatever runtime loaded the module (the browser page's test calls it in Chromium):
-/// lookup GEMV integer sums at 1, 2, 3, 4 and 8 bits, and PQ score scans with 16 and
+/// lookup GEMV integer sums at 1, 2, 3, 4 and 8 bits, int8 dot products (outputs), and PQ score scans with 16 and
 /// 256 centroids, bit for bit. Returns what was checked, or the first mismatch.
 #[wasm_bindgen]
 pub fn kernel_check() -> Result<String, JsError> {
@@ -59,6 +59,28 @@ pub fn kernel_check() -> Result<String, JsError> {
             return Err(JsError::new(&format!("{}: {bits}-bit GEMV sum {i} is {}, scalar {}", isa.name(), fast[i], reference[i])));
         }
     }
+    // int8 dot products (Q8_0 weights), with and without a −128 code (the relaxed build
+    // takes its relaxed dot product only without): outputs bit for bit
+    for with_minus_128 in [false, true] {
+        let (rows, cols) = (12, 640);
+        let mut blocks = Vec::new();
+        for _ in 0..rows * cols / 32 {
+            blocks.extend_from_slice(&0x2400u16.to_le_bytes());
+            blocks.extend((0..32).map(|_| next() as u8 | 1));
+        }
+        if with_minus_128 {
+            blocks[2] = 0x80;
+        }
+        let m = lutra_core::int8::Int8Matrix::from_q8_0(&blocks, rows, cols).map_err(js)?;
+        let mut x = lutra_core::int8::Int8Activations::new(cols).map_err(js)?;
+        x.quantize(&(0..cols).map(|_| next() as f32 / u32::MAX as f32 * 4.0 - 2.0).collect::<Vec<_>>()).map_err(js)?;
+        let (mut fast, mut reference) = (vec![0f32; rows], vec![0f32; rows]);
+        lutra_core::int8::gemv_rows(isa, &m, &x, 0..rows, &mut fast).map_err(js)?;
+        lutra_core::int8::gemv_rows(Isa::Scalar, &m, &x, 0..rows, &mut reference).map_err(js)?;
+        if fast.iter().zip(&reference).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            return Err(JsError::new(&format!("{}: int8 dot product (−128 codes: {with_minus_128}) differs from scalar", isa.name())));
+        }
+    }
     let (subspaces, blocks) = (16, 5);
     for centroids in [16usize, 256] {
         let block = if centroids == 16 { block_bytes16(subspaces) } else { block_bytes256(subspaces) };
@@ -72,7 +94,7 @@ pub fn kernel_check() -> Result<String, JsError> {
             return Err(JsError::new(&format!("{}: PQ scan with {centroids} centroids differs from scalar", isa.name())));
         }
     }
-    Ok(format!("{}: GEMV at 1, 2, 3, 4, 8 bits and PQ scans (16, 256 centroids) equal scalar", isa.name()))
+    Ok(format!("{}: GEMV at 1, 2, 3, 4, 8 bits, int8 dot products and PQ scans (16, 256 centroids) equal scalar", isa.name()))
 }
 
 /// A model file's bytes, received in chunks.

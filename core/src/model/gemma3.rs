@@ -48,12 +48,13 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::{matrix_releasing, vector, Matrix};
+use super::import::{vector, weights_releasing, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
 use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
+use crate::int8::Int8Activations;
 use crate::{OwnedTables, Tables};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -242,17 +243,17 @@ fn linear_rope_scale(g: &Gguf<'_>) -> Result<f32, ModelError> {
 
 pub struct Gemma3Layer {
     pub attn_norm: Vec<f32>,
-    pub wq: Matrix,
-    pub wk: Matrix,
-    pub wv: Matrix,
+    pub wq: Weights,
+    pub wk: Weights,
+    pub wv: Weights,
     pub q_norm: Vec<f32>,
     pub k_norm: Vec<f32>,
-    pub wo: Matrix,
+    pub wo: Weights,
     pub post_attn_norm: Vec<f32>,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Matrix,
-    pub w_up: Matrix,
-    pub w_down: Matrix,
+    pub w_gate: Weights,
+    pub w_up: Weights,
+    pub w_down: Weights,
     pub post_ffn_norm: Vec<f32>,
 }
 
@@ -279,9 +280,9 @@ impl<F: FnMut(Imported<'_>)> Importer<'_, '_, F> {
         self.done += 1;
         (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
     }
-    fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Matrix, ModelError> {
+    fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
         let (done, total, progress) = (self.done, self.total, &mut self.progress);
-        let m = matrix_releasing(self.g, &name, Some(shape), |range| {
+        let m = weights_releasing(self.g, &name, Some(shape), |range| {
             progress(Imported { done, total, tensor: &name, consumed: Some(range) });
         })?;
         self.report(&name);
@@ -297,7 +298,7 @@ impl<F: FnMut(Imported<'_>)> Importer<'_, '_, F> {
 pub struct Gemma3 {
     pub config: Gemma3Config,
     /// The token embedding, also the LM head.
-    pub token_embd: Matrix,
+    pub token_embd: Weights,
     pub layers: Vec<Gemma3Layer>,
     pub output_norm: Vec<f32>,
 }
@@ -353,11 +354,16 @@ impl Gemma3 {
         }
     }
 
+    /// Every matrix the model multiplies by, the LM head first.
+    pub fn matrices(&self) -> impl Iterator<Item = &Weights> {
+        let layers = self.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        core::iter::once(&self.token_embd).chain(layers)
+    }
+
     /// Bytes of the imported matrices.
     pub fn matrix_bytes(&self) -> usize {
-        let layer =
-            |l: &Gemma3Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|m| m.as_bytes().len()).sum::<usize>();
-        self.token_embd.as_bytes().len() + self.layers.iter().map(layer).sum::<usize>()
+        let layer = |l: &Gemma3Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|m| m.bytes()).sum::<usize>();
+        self.token_embd.bytes() + self.layers.iter().map(layer).sum::<usize>()
     }
 
     /// Logits for `token` at `pos`; positions fed in order from 0.
@@ -366,7 +372,7 @@ impl Gemma3 {
         let (c, b) = (&self.config, &mut *s.batch);
         // final norm, tied LM head
         rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
-        batch_product(gemv, &self.token_embd, &mut b.tables, &b.xb, 1, &mut s.logits)?;
+        batch_product(gemv, &self.token_embd, &mut b.scratch, &b.xb, 1, &mut s.logits)?;
         if let Some(cap) = c.final_logit_softcap {
             s.logits.iter_mut().for_each(|l| *l = cap * libm::tanhf(*l / cap));
         }
@@ -407,9 +413,9 @@ impl Gemma3 {
             for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
             }
-            batch_product(gemv, &layer.wq, &mut b.tables, &b.xb, n, &mut b.q)?;
-            batch_product(gemv, &layer.wk, &mut b.tables, &b.xb, n, &mut b.k)?;
-            batch_product(gemv, &layer.wv, &mut b.tables, &b.xb, n, &mut b.v)?;
+            batch_product(gemv, &layer.wq, &mut b.scratch, &b.xb, n, &mut b.q)?;
+            batch_product(gemv, &layer.wk, &mut b.scratch, &b.xb, n, &mut b.k)?;
+            batch_product(gemv, &layer.wv, &mut b.scratch, &b.xb, n, &mut b.v)?;
             let angles = if c.is_global(l) { &b.rope_global } else { &b.rope_local };
             for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(angles) {
                 for head in q.chunks_exact_mut(hd) {
@@ -431,7 +437,7 @@ impl Gemma3 {
             }
 
             // output, post-attention norm, residual
-            batch_product(gemv, &layer.wo, &mut b.tables, &b.attn, n, &mut b.xb)?;
+            batch_product(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;
             for (x, xb) in first_rows(&mut b.x, n, dim).zip(b.xb.chunks_exact_mut(dim)) {
                 rmsnorm_in_place(xb, &layer.post_attn_norm, c.norm_eps);
                 add(x, xb);
@@ -441,12 +447,12 @@ impl Gemma3 {
             for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
             }
-            batch_product(gemv, &layer.w_gate, &mut b.tables, &b.xb, n, &mut b.hb)?;
-            batch_product(gemv, &layer.w_up, &mut b.tables, &b.xb, n, &mut b.hb2)?;
+            batch_product(gemv, &layer.w_gate, &mut b.scratch, &b.xb, n, &mut b.hb)?;
+            batch_product(gemv, &layer.w_up, &mut b.scratch, &b.xb, n, &mut b.hb2)?;
             for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
                 *g = gelu_tanh(*g) * u;
             }
-            batch_product(gemv, &layer.w_down, &mut b.tables, &b.hb, n, &mut b.xb)?;
+            batch_product(gemv, &layer.w_down, &mut b.scratch, &b.hb, n, &mut b.xb)?;
             for (x, xb) in first_rows(&mut b.x, n, dim).zip(b.xb.chunks_exact_mut(dim)) {
                 rmsnorm_in_place(xb, &layer.post_ffn_norm, c.norm_eps);
                 add(x, xb);
@@ -461,21 +467,40 @@ fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExact
     v[..n * width].chunks_exact_mut(width)
 }
 
-/// `ys[i] = m · xs[i]` for the first `n` rows of `xs`, over one table set per token.
-fn batch_product<G: Gemv>(gemv: &G, m: &Matrix, sets: &mut [TokenTables], xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
-    let l = m.layout();
-    let (_, set) =
-        sets.iter_mut().find(|(key, _)| *key == (l.cols(), l.group())).expect("tables for every (cols, group) are made in Batch::new");
-    for (t, x) in set.iter_mut().zip(xs.chunks_exact(l.cols())).take(n) {
-        t.build(x)?;
+/// `ys[i] = m · xs[i]` for the first `n` rows of `xs`: over one table set per token for
+/// the lookup kernels, over the token's int8 activations for the dot-product kernels.
+fn batch_product<G: Gemv>(gemv: &G, m: &Weights, scratch: &mut Scratch, xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
+    let (rows, cols) = (m.rows(), m.cols());
+    match m {
+        Weights::Lookup(m) => {
+            let group = m.layout().group();
+            let set = scratch.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
+            let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
+            for (t, x) in set.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
+                t.build(x)?;
+            }
+            let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
+            gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
+        }
+        Weights::Int8(m) => {
+            let act = scratch.int8.iter_mut().find(|a| a.cols() == cols);
+            let act = act.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
+            for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)).take(n) {
+                act.quantize(x)?;
+                gemv.int8_gemv(m, act, y)?;
+            }
+        }
     }
-    let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
-    gemv.gemm(m, &views[..n], &mut ys[..n * l.rows()])?;
     Ok(())
 }
 
-/// One table set per token of a batch, for matrices of (columns, group).
-type TokenTables = ((usize, usize), Vec<OwnedTables>);
+/// Per-token working memory of the products: one table set per token of a batch for
+/// each (columns, group) of lookup matrices, one int8 activation vector for each
+/// column count of int8 matrices.
+struct Scratch {
+    tables: Vec<((usize, usize), Vec<OwnedTables>)>,
+    int8: Vec<Int8Activations>,
+}
 
 /// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
 /// token-major.
@@ -488,7 +513,7 @@ struct Batch {
     attn: Vec<f32>,
     hb: Vec<f32>,
     hb2: Vec<f32>,
-    tables: Vec<TokenTables>,
+    scratch: Scratch,
     rope_global: Vec<RopeAngles>,
     rope_local: Vec<RopeAngles>,
 }
@@ -497,9 +522,19 @@ impl Batch {
     fn new(model: &Gemma3) -> Result<Batch, ModelError> {
         let (c, n) = (&model.config, PREFILL_BATCH);
         let mut tables = Vec::new();
-        for (cols, group) in table_keys(model) {
-            let set = (0..n).map(|_| OwnedTables::new(cols, group)).collect::<Result<Vec<_>, _>>()?;
-            tables.push(((cols, group), set));
+        let mut int8: Vec<Int8Activations> = Vec::new();
+        for m in model.matrices() {
+            match m {
+                Weights::Lookup(m) => {
+                    let key = (m.layout().cols(), m.layout().group());
+                    if !tables.iter().any(|(k, _)| *k == key) {
+                        let set = (0..n).map(|_| OwnedTables::new(key.0, key.1)).collect::<Result<Vec<_>, _>>()?;
+                        tables.push((key, set));
+                    }
+                }
+                Weights::Int8(m) if !int8.iter().any(|a| a.cols() == m.cols()) => int8.push(Int8Activations::new(m.cols())?),
+                Weights::Int8(_) => {}
+            }
         }
         Ok(Batch {
             x: vec![0.0; n * c.dim],
@@ -510,24 +545,11 @@ impl Batch {
             attn: vec![0.0; n * c.q_dim()],
             hb: vec![0.0; n * c.hidden_dim],
             hb2: vec![0.0; n * c.hidden_dim],
-            tables,
+            scratch: Scratch { tables, int8 },
             rope_global: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(true))).collect(),
             rope_local: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(false))).collect(),
         })
     }
-}
-
-/// The (columns, group) of every matrix the model multiplies by.
-fn table_keys(model: &Gemma3) -> Vec<(usize, usize)> {
-    let mut keys: Vec<(usize, usize)> = vec![(model.config.dim, model.token_embd.layout().group())];
-    for l in &model.layers {
-        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
-            keys.push((m.layout().cols(), m.layout().group()));
-        }
-    }
-    keys.sort_unstable();
-    keys.dedup();
-    keys
 }
 
 /// Working memory of one sequence, allocated once.

@@ -7,9 +7,58 @@ use alloc::vec::Vec;
 
 use super::ModelError;
 use crate::gguf::{GgmlType, Gguf, TensorInfo};
-use crate::{AlignedBytes, PackedMatrix};
+use crate::int8::Int8Matrix;
+use crate::{AlignedBytes, Error, PackedMatrix};
 
 pub type Matrix = PackedMatrix<AlignedBytes>;
+
+/// An imported weight matrix, in the form its kernel reads: bit planes for the lookup
+/// kernels, or (Q8_0) int8 codes for the int8 dot-product kernels (`crate::int8`).
+#[derive(Clone, Debug)]
+pub enum Weights {
+    Lookup(Matrix),
+    Int8(Int8Matrix),
+}
+
+impl Weights {
+    pub fn rows(&self) -> usize {
+        match self {
+            Weights::Lookup(m) => m.layout().rows(),
+            Weights::Int8(m) => m.rows(),
+        }
+    }
+
+    pub fn cols(&self) -> usize {
+        match self {
+            Weights::Lookup(m) => m.layout().cols(),
+            Weights::Int8(m) => m.cols(),
+        }
+    }
+
+    /// Bytes the kernels read.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Weights::Lookup(m) => m.as_bytes().len(),
+            Weights::Int8(m) => m.bytes(),
+        }
+    }
+
+    /// Row `row` as f32, equal to llama.cpp's dequantization of the file's row.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
+        match self {
+            Weights::Lookup(m) => m.dequantize_row(row, out),
+            Weights::Int8(m) => m.dequantize_row(row, out),
+        }
+    }
+
+    /// The kernel family that multiplies by it, for reports.
+    pub fn kernel(&self) -> &'static str {
+        match self {
+            Weights::Lookup(_) => "lookup",
+            Weights::Int8(_) => "int8 dot",
+        }
+    }
+}
 
 fn info<'a>(g: &Gguf<'a>, name: &str) -> Result<TensorInfo<'a>, ModelError> {
     g.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
@@ -67,6 +116,23 @@ pub fn matrix_releasing(
         other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
     };
     Ok(m?)
+}
+
+/// As `matrix_releasing`, in the form its kernel reads: Q8_0 keeps its int8 codes for
+/// the dot-product kernels, every other type becomes bit planes.
+pub fn weights_releasing(
+    g: &Gguf<'_>,
+    name: &str,
+    expected: Option<(usize, usize)>,
+    consumed: impl FnMut(core::ops::Range<usize>),
+) -> Result<Weights, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::Q8_0 {
+        return matrix_releasing(g, name, expected, consumed).map(Weights::Lookup);
+    }
+    let (rows, cols) = shape(&info, expected)?;
+    let data = g.tensor_data(&info)?;
+    Ok(Weights::Int8(Int8Matrix::from_q8_0_chunked(data, rows, cols, CHUNK_ROWS, consumed)?))
 }
 
 /// Import F32 vector `name` of `len` values.

@@ -123,6 +123,10 @@ pub trait Gemv {
     fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
         crate::gemm(m, tables, ys)
     }
+    /// `y = m · x` over int8 codes (`crate::int8`).
+    fn int8_gemv(&self, m: &crate::int8::Int8Matrix, x: &crate::int8::Int8Activations, y: &mut [f32]) -> Result<(), Error> {
+        crate::int8::gemv(m, x, y)
+    }
     /// Who runs attention's pieces; the calling thread unless overridden.
     fn parallel(&self) -> &dyn kv::Parallel {
         &SingleThread

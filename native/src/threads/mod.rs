@@ -3,9 +3,10 @@
 mod parallel;
 mod pool;
 
-pub use parallel::{gemm, gemv, gemv_rayon};
+pub use parallel::{gemm, gemv, gemv_rayon, int8_gemv};
 pub use pool::{ChunkCounter, DisjointSlice, Pool};
 
+use lutra_core::int8::{Int8Activations, Int8Matrix};
 use lutra_core::lut::Tables;
 use lutra_core::model::kv::Parallel;
 use lutra_core::model::Gemv;
@@ -21,6 +22,9 @@ impl Gemv for PoolGemv<'_> {
     }
     fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
         gemm(self.0, Isa::best_for(m.layout().interleave()), m, tables, ys)
+    }
+    fn int8_gemv(&self, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
+        int8_gemv(self.0, Isa::best(), m, x, y)
     }
     fn parallel(&self) -> &dyn Parallel {
         self.0

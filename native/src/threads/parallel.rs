@@ -1,5 +1,6 @@
 //! GEMV rows split across threads: tiles handed out in chunks (see `pool`).
 
+use lutra_core::int8::{self, Int8Activations, Int8Matrix};
 use lutra_core::model::kv::{AttentionPiece, Parallel};
 use lutra_core::{gemm_chunk_tiles, gemv_tiles, gemv_tiles_pair, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
 
@@ -30,6 +31,34 @@ pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
             // ranges of different calls never overlap.
             let y = unsafe { out.range_mut(rows) };
             if let Err(e) = gemv_tiles(isa, m, tables, tiles, y) {
+                first_error.lock().unwrap().get_or_insert(e);
+            }
+        }
+    });
+    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+}
+
+/// Rows per chunk of an int8 product: 64 rows of 640 int8 columns is 40 KiB.
+const INT8_CHUNK_ROWS: usize = 64;
+
+/// `y = W·x` over int8 codes on every thread of `pool` (rows in chunks, as `gemv`).
+pub fn int8_gemv(pool: &Pool, isa: Isa, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
+    if y.len() != m.rows() {
+        return Err(Error::BufferSize { what: "output rows", expected: m.rows(), got: y.len() });
+    }
+    if pool.threads() == 1 {
+        return int8::gemv_rows(isa, m, x, 0..m.rows(), y);
+    }
+    let counter = ChunkCounter::new(m.rows().div_ceil(INT8_CHUNK_ROWS), chunk_tiles(m.rows().div_ceil(INT8_CHUNK_ROWS), pool.threads()));
+    let out = DisjointSlice::new(y);
+    let first_error = std::sync::Mutex::new(None);
+    pool.run(|_| {
+        while let Some(chunks) = counter.next() {
+            let rows = chunks.start * INT8_CHUNK_ROWS..(chunks.end * INT8_CHUNK_ROWS).min(m.rows());
+            // SAFETY: each chunk range comes from the counter exactly once, so row ranges
+            // of different calls never overlap.
+            let y = unsafe { out.range_mut(rows.clone()) };
+            if let Err(e) = int8::gemv_rows(isa, m, x, rows, y) {
                 first_error.lock().unwrap().get_or_insert(e);
             }
         }

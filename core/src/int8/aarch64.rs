@@ -1,0 +1,36 @@
+//! Four rows at a time with `smull`: products of two int8 fit i16 (|w·x| ≤ 128·127),
+//! pairs widen into i32 (`sadalp`), an `addp` tree gives the four rows' block sums in one
+//! vector, and the float step is the scalar one's, lane by lane.
+
+use core::arch::aarch64::*;
+
+use super::{Group, BLOCK, GROUP_ROWS};
+
+/// As `scalar::group`.
+///
+/// # Safety
+/// NEON must be available (compile-time here); `g`'s lengths agree (see `Group`).
+#[target_feature(enable = "neon")]
+pub unsafe fn group(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
+    let cols = g.x.len();
+    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    let mut acc = vdupq_n_f32(0.0);
+    for (b, &dx) in g.x_scales.iter().enumerate() {
+        // SAFETY (loads): row i's block b is bytes i·cols + 32b.. + 32 of `w`, block b of
+        // `x` is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
+        let (x0, x1) = unsafe { (vld1q_s8(g.x.as_ptr().add(b * BLOCK)), vld1q_s8(g.x.as_ptr().add(b * BLOCK + 16))) };
+        let row = |i: usize| {
+            let w = unsafe { g.w.as_ptr().add(i * cols + b * BLOCK).cast::<i8>() };
+            let (w0, w1) = unsafe { (vld1q_s8(w), vld1q_s8(w.add(16))) };
+            let mut s = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+            s = vpadalq_s16(s, vmull_high_s8(w0, x0));
+            s = vpadalq_s16(s, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+            vpadalq_s16(s, vmull_high_s8(w1, x1))
+        };
+        let sums = vpaddq_s32(vpaddq_s32(row(0), row(1)), vpaddq_s32(row(2), row(3)));
+        let dw = unsafe { vld1q_f32(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        acc = vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sums), vmulq_f32(dw, vdupq_n_f32(dx))));
+    }
+    // SAFETY: `out` holds four f32.
+    unsafe { vst1q_f32(out.as_mut_ptr(), acc) };
+}

@@ -1,0 +1,257 @@
+//! 8-bit weights by int8 dot products instead of lookups: a GGUF Q8_0 matrix keeps its own
+//! int8 codes, activations are quantized to int8 per 32 values (llama.cpp's Q8_0 × Q8_0
+//! product), and each weight costs one multiply-add where the lookup path would take
+//! eight bit planes of lookups. Gemma 3's tied LM head (Q8_0, 172 MiB) is most of a
+//! decode step's weight bytes.
+//!
+//! Numeric contract: per row and 32-column block the integer sum `Σ q_w·q_x` is exact on
+//! every kernel (`|sum| ≤ 32·128·127 < 2^24`, so exact as f32 too); a row's output is
+//! `Σ_b sum_b · (d_w,b · d_x,b)` added in block order with the same float operations
+//! everywhere. Outputs are therefore **bit-identical across ISAs** (unlike the lookup
+//! path, whose SIMD kernels add floats in wider vectors).
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use crate::f16::{f16_bits_finite, f16_bits_to_f32, f32_to_f16_bits};
+use crate::{AlignedBytes, Error, Isa};
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod aarch64;
+mod scalar;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm32;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+/// Values per quantization block, of weights and of activations.
+pub const BLOCK: usize = 32;
+const Q8_0_BLOCK_BYTES: usize = 2 + BLOCK;
+
+/// Rows a kernel call multiplies at once (their scales are stored interleaved).
+pub const GROUP_ROWS: usize = 4;
+
+/// A matrix of int8 codes with one f32 scale per row and 32 columns: `w = d · q`.
+#[derive(Clone, Debug)]
+pub struct Int8Matrix {
+    rows: usize,
+    cols: usize,
+    /// `rows × cols` codes, row-major, as bytes (two's complement).
+    codes: AlignedBytes,
+    /// Scales of groups of 4 rows, block-major within a group: row r, block b is at
+    /// `(r/4)·(cols/32)·4 + b·4 + r%4`, so a kernel loads four rows' scales at once.
+    scales: Vec<f32>,
+    /// Whether some code is −128: the relaxed-SIMD wasm kernel needs `|q| ≤ 127` on the
+    /// side whose sign it flips (llama.cpp's quantizer writes −127..=127).
+    has_minus_128: bool,
+}
+
+impl Int8Matrix {
+    fn check_shape(rows: usize, cols: usize) -> Result<(), Error> {
+        if rows == 0 || cols == 0 || !cols.is_multiple_of(BLOCK) || rows.checked_mul(cols).is_none() {
+            return Err(Error::BadShape { rows, cols });
+        }
+        Ok(())
+    }
+
+    fn scale_index(&self, row: usize, block: usize) -> usize {
+        (row / GROUP_ROWS * (self.cols / BLOCK) + block) * GROUP_ROWS + row % GROUP_ROWS
+    }
+
+    /// From llama.cpp Q8_0 rows (`rows × cols/32` blocks of an f16 `d` and 32 int8 codes),
+    /// without loss: `dequantize_row` equals llama.cpp's dequantization bit for bit.
+    pub fn from_q8_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::from_q8_0_chunked(blocks, rows, cols, rows, |_| {})
+    }
+
+    /// As `from_q8_0`, `chunk_rows` rows at a time, calling `done` with the byte range of
+    /// `blocks` each chunk consumed (a caller importing from a mapped file releases those
+    /// pages before the next chunk is read). The result is identical.
+    pub fn from_q8_0_chunked(
+        blocks: &[u8],
+        rows: usize,
+        cols: usize,
+        chunk_rows: usize,
+        mut done: impl FnMut(Range<usize>),
+    ) -> Result<Self, Error> {
+        Self::check_shape(rows, cols)?;
+        let per_row = cols / BLOCK;
+        let row_bytes = per_row * Q8_0_BLOCK_BYTES;
+        if chunk_rows == 0 || rows.checked_mul(row_bytes) != Some(blocks.len()) {
+            return Err(Error::BufferSize { what: "Q8_0 blocks", expected: rows.saturating_mul(row_bytes), got: blocks.len() });
+        }
+        let mut m = Int8Matrix {
+            rows,
+            cols,
+            codes: AlignedBytes::zeroed(rows * cols),
+            scales: vec![0.0f32; rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * per_row],
+            has_minus_128: false,
+        };
+        for first in (0..rows).step_by(chunk_rows) {
+            let n = chunk_rows.min(rows - first);
+            let src = first * row_bytes..(first + n) * row_bytes;
+            for (i, b) in blocks[src.clone()].chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
+                let (row, block) = (first + i / per_row, i % per_row);
+                let d = u16::from_le_bytes([b[0], b[1]]);
+                if !f16_bits_finite(d) {
+                    return Err(Error::NonFiniteScale { row, group: block });
+                }
+                let at = m.scale_index(row, block);
+                m.scales[at] = f16_bits_to_f32(d);
+                m.codes.as_mut()[row * cols + block * BLOCK..][..BLOCK].copy_from_slice(&b[2..]);
+                m.has_minus_128 |= b[2..].contains(&0x80);
+            }
+            done(src);
+        }
+        Ok(m)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes held: codes and scales.
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + self.scales.len() * 4
+    }
+
+    /// Row `row` as f32: `d · q`, as llama.cpp dequantizes Q8_0.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
+        if row >= self.rows {
+            return Err(Error::BadShape { rows: row + 1, cols: self.cols });
+        }
+        if out.len() != self.cols {
+            return Err(Error::BufferSize { what: "dequantized row", expected: self.cols, got: out.len() });
+        }
+        let codes = &self.codes.as_ref()[row * self.cols..][..self.cols];
+        for (b, (o, q)) in out.chunks_exact_mut(BLOCK).zip(codes.chunks_exact(BLOCK)).enumerate() {
+            let d = self.scales[self.scale_index(row, b)];
+            for (o, &q) in o.iter_mut().zip(q) {
+                *o = q as i8 as f32 * d;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One activation vector quantized to int8 per 32 values, as llama.cpp quantizes the
+/// activations of a Q8_0 product (`d = max|x|/127` rounded to f16, `q = round(x/d)`).
+#[derive(Clone, Debug)]
+pub struct Int8Activations {
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl Int8Activations {
+    /// Room for vectors of `cols` values (a multiple of 32).
+    pub fn new(cols: usize) -> Result<Self, Error> {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+            return Err(Error::BadShape { rows: 1, cols });
+        }
+        Ok(Int8Activations { codes: vec![0; cols], scales: vec![0.0; cols / BLOCK] })
+    }
+
+    pub fn cols(&self) -> usize {
+        self.codes.len()
+    }
+
+    /// Quantizes `x`; NaN or infinity is refused (a scale would be meaningless).
+    pub fn quantize(&mut self, x: &[f32]) -> Result<(), Error> {
+        if x.len() != self.codes.len() {
+            return Err(Error::BufferSize { what: "activations", expected: self.codes.len(), got: x.len() });
+        }
+        for ((x, q), s) in x.chunks_exact(BLOCK).zip(self.codes.chunks_exact_mut(BLOCK)).zip(&mut self.scales) {
+            let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            if !amax.is_finite() || x.iter().any(|v| v.is_nan()) {
+                return Err(Error::NonFiniteInput);
+            }
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            for (q, &v) in q.iter_mut().zip(x) {
+                // |v·id| ≤ 127 (up to rounding), so the cast cannot saturate wrongly
+                *q = libm::roundf(v * id) as i8;
+            }
+            *s = f16_bits_to_f32(f32_to_f16_bits(d));
+        }
+        Ok(())
+    }
+}
+
+/// `y = W·x` with the fastest kernel here. `y.len() == rows`.
+pub fn gemv(m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
+    gemv_rows(Isa::best(), m, x, 0..m.rows, y)
+}
+
+/// Rows `rows` of `W·x` into `y` (`y.len() == rows.len()`), with kernel `isa`
+/// (for splitting across threads, and for testing every kernel against `Scalar`).
+pub fn gemv_rows(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usize>, y: &mut [f32]) -> Result<(), Error> {
+    if x.cols() != m.cols {
+        return Err(Error::BufferSize { what: "quantized activations", expected: m.cols, got: x.cols() });
+    }
+    if rows.start > rows.end || rows.end > m.rows {
+        return Err(Error::BadShape { rows: rows.end, cols: m.cols });
+    }
+    if y.len() != rows.len() {
+        return Err(Error::BufferSize { what: "output rows", expected: rows.len(), got: y.len() });
+    }
+    if !isa.is_available() {
+        return Err(Error::IsaUnavailable(isa));
+    }
+    let (cols, per_row) = (m.cols, m.cols / BLOCK);
+    let mut row = rows.start;
+    while row < rows.end {
+        let out = &mut y[row - rows.start..];
+        if row.is_multiple_of(GROUP_ROWS) && row + GROUP_ROWS <= rows.end {
+            if let Some(out) = out.first_chunk_mut::<GROUP_ROWS>() {
+                let group = Group {
+                    w: &m.codes.as_ref()[row * cols..(row + GROUP_ROWS) * cols],
+                    w_scales: &m.scales[m.scale_index(row, 0)..][..GROUP_ROWS * per_row],
+                    x: &x.codes,
+                    x_scales: &x.scales,
+                };
+                group_product(isa, m.has_minus_128, &group, out);
+                row += GROUP_ROWS;
+                continue;
+            }
+        }
+        out[0] = scalar::row_product(&m.codes.as_ref()[row * cols..][..cols], |b| m.scales[m.scale_index(row, b)], &x.codes, &x.scales);
+        row += 1;
+    }
+    Ok(())
+}
+
+/// Four adjacent rows and the activations, with lengths that agree: `w` is 4 rows of
+/// `cols` codes, `w_scales` their `4 · cols/32` interleaved scales, `x` `cols` codes and
+/// `x_scales` `cols/32` scales. Built only by `gemv_rows`, from checked shapes.
+pub(crate) struct Group<'a> {
+    pub w: &'a [u8],
+    pub w_scales: &'a [f32],
+    pub x: &'a [i8],
+    pub x_scales: &'a [f32],
+}
+
+/// `out[i] = Σ_b sum_{i,b} · (d_w · d_x)` in block order for the group's four rows; `isa`
+/// is available (checked by the caller).
+fn group_product(isa: Isa, has_minus_128: bool, g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
+    let _ = has_minus_128;
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked that SSSE3 is available; `Group`'s lengths agree.
+        Isa::Ssse3 => unsafe { x86_64::group_ssse3(g, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; lengths as above.
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi => unsafe { x86_64::group_avx2(g, out) },
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        // SAFETY: NEON is enabled for this build; `Group`'s lengths agree.
+        Isa::Neon => unsafe { aarch64::group(g, out) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        // SAFETY: simd128 is enabled for this build; `Group`'s lengths agree.
+        Isa::Simd128 => unsafe { wasm32::group(has_minus_128, g, out) },
+        _ => scalar::group(g, out),
+    }
+}

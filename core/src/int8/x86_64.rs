@@ -1,0 +1,72 @@
+//! Four rows at a time with `pmaddubsw`: |w| (unsigned, so −128 reads as 128) times x
+//! with w's sign (x is −127..=127, so the sign flip cannot wrap); pair sums ≤ 2·128·127
+//! fit i16 without saturating, `pmaddwd` by ones widens them to i32, a `phaddd` tree
+//! gives the four rows' block sums in one vector, and the float step is the scalar
+//! one's, lane by lane.
+
+use core::arch::x86_64::*;
+
+use super::{Group, BLOCK, GROUP_ROWS};
+
+/// As `scalar::group`, 16 bytes at a time.
+///
+/// # Safety
+/// SSSE3 must be available; `g`'s lengths agree (see `Group`).
+#[target_feature(enable = "ssse3")]
+pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
+    let cols = g.x.len();
+    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    let ones = _mm_set1_epi16(1);
+    let mut acc = _mm_setzero_ps();
+    for (b, &dx) in g.x_scales.iter().enumerate() {
+        // SAFETY (loads): row i's block b is bytes i·cols + 32b.. + 32 of `w`, block b of
+        // `x` is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
+        let dot16 = |i: usize, half: usize| unsafe {
+            let at = b * BLOCK + half;
+            let xv = _mm_loadu_si128(g.x.as_ptr().add(at).cast());
+            let wv = _mm_loadu_si128(g.w.as_ptr().add(i * cols + at).cast());
+            _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(wv, wv), _mm_sign_epi8(xv, wv)), ones)
+        };
+        // the next group's rows (the matrix's next bytes); a prefetch never faults
+        for i in 0..GROUP_ROWS {
+            _mm_prefetch::<_MM_HINT_T0>(g.w.as_ptr().wrapping_add((GROUP_ROWS + i) * cols + b * BLOCK).cast());
+        }
+        let row = |i: usize| _mm_add_epi32(dot16(i, 0), dot16(i, 16));
+        let sums = _mm_hadd_epi32(_mm_hadd_epi32(row(0), row(1)), _mm_hadd_epi32(row(2), row(3)));
+        let dw = unsafe { _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
+    }
+    // SAFETY: `out` holds four f32.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// As `scalar::group`, one 32-byte block per vector.
+///
+/// # Safety
+/// AVX2 must be available; `g`'s lengths agree (see `Group`).
+#[target_feature(enable = "avx2")]
+pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
+    let cols = g.x.len();
+    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm_setzero_ps();
+    for (b, &dx) in g.x_scales.iter().enumerate() {
+        // SAFETY (loads): as in `group_ssse3`.
+        let xv = unsafe { _mm256_loadu_si256(g.x.as_ptr().add(b * BLOCK).cast()) };
+        // the next group's rows (the matrix's next bytes); a prefetch never faults
+        for i in 0..GROUP_ROWS {
+            _mm_prefetch::<_MM_HINT_T0>(g.w.as_ptr().wrapping_add((GROUP_ROWS + i) * cols + b * BLOCK).cast());
+        }
+        let row = |i: usize| {
+            let wv = unsafe { _mm256_loadu_si256(g.w.as_ptr().add(i * cols + b * BLOCK).cast()) };
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones)
+        };
+        // per 128-bit half: [Σ row 0, Σ row 1, Σ row 2, Σ row 3] of that half's lanes
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
+        let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        let dw = unsafe { _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
+    }
+    // SAFETY: `out` holds four f32.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+}

@@ -1,0 +1,166 @@
+//! The int8 dot-product path for 8-bit (Q8_0) weights: every kernel equals the scalar one
+//! bit for bit (integer sums exact, the same float operations), activation quantization
+//! keeps llama.cpp's bound, and the product agrees with f64 arithmetic over the
+//! dequantized weights and quantized activations, decoded here from the raw Q8_0 bytes
+//! with the `half` crate (no code shared with the import).
+
+mod common;
+use common::Rng;
+
+use lutra_core::int8::{gemv_rows, Int8Activations, Int8Matrix, BLOCK};
+use lutra_core::{Error, Isa};
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+/// Random Q8_0 rows; `extreme` puts −128 and ±127 codes in some blocks.
+fn q8_0_blocks(rng: &mut Rng, rows: usize, cols: usize, extreme: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..rows * cols / BLOCK {
+        let d = half::f16::from_f32(rng.uniform() * 0.02 + 1e-4);
+        out.extend_from_slice(&d.to_bits().to_le_bytes());
+        for _ in 0..BLOCK {
+            let q = if extreme && rng.below(4) == 0 { [-128i8, 127, -127][rng.below(3)] } else { rng.below(255) as i8 };
+            out.push(q as u8);
+        }
+    }
+    out
+}
+
+fn decode_q8_0(blocks: &[u8]) -> Vec<f64> {
+    blocks
+        .chunks_exact(2 + BLOCK)
+        .flat_map(|b| {
+            let d = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64();
+            b[2..].iter().map(move |&q| d * q as i8 as f64)
+        })
+        .collect()
+}
+
+fn product(isa: Isa, m: &Int8Matrix, x: &Int8Activations) -> Vec<f32> {
+    let mut y = vec![0.0; m.rows()];
+    gemv_rows(isa, m, x, 0..m.rows(), &mut y).unwrap();
+    y
+}
+
+#[test]
+fn every_isa_equals_scalar_bit_for_bit() {
+    let mut rng = Rng(7);
+    // column counts: a few blocks (tails of 1..3 after groups of 4), and more than one
+    // 64-block piece of a row
+    for (rows, cols, extreme) in [(7, 32, false), (5, 96, true), (9, 224, false), (3, 640, true), (2, 64 * 32 + 96, true)] {
+        let m = Int8Matrix::from_q8_0(&q8_0_blocks(&mut rng, rows, cols, extreme), rows, cols).unwrap();
+        let mut x = Int8Activations::new(cols).unwrap();
+        x.quantize(&rng.vec(cols, 3.0)).unwrap();
+        let want = product(Isa::Scalar, &m, &x);
+        for isa in Isa::available() {
+            let got = product(isa, &m, &x);
+            let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(same, "{} differs from scalar at {rows}x{cols} (extreme codes: {extreme})", isa.name());
+        }
+    }
+}
+
+#[test]
+fn any_split_of_the_rows_gives_the_same_outputs() {
+    let mut rng = Rng(9);
+    let (rows, cols) = (23, 96);
+    let m = Int8Matrix::from_q8_0(&q8_0_blocks(&mut rng, rows, cols, false), rows, cols).unwrap();
+    let mut x = Int8Activations::new(cols).unwrap();
+    x.quantize(&rng.vec(cols, 1.0)).unwrap();
+    let whole = product(Isa::best(), &m, &x);
+    for cut in [1, 3, 5, 6, 13] {
+        let mut y = vec![0.0; rows];
+        let (a, b) = y.split_at_mut(cut);
+        gemv_rows(Isa::best(), &m, &x, 0..cut, a).unwrap();
+        gemv_rows(Isa::best(), &m, &x, cut..rows, b).unwrap();
+        assert_eq!(
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            whole.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "cut at {cut}"
+        );
+    }
+}
+
+#[test]
+fn activations_are_quantized_within_half_a_step() {
+    let mut rng = Rng(11);
+    let mut x = rng.vec(256, 5.0);
+    x[3] = 0.0;
+    x[40..72].fill(0.0); // an all-zero block: scale 0, codes 0
+    let mut q = Int8Activations::new(256).unwrap();
+    q.quantize(&x).unwrap();
+    // recover codes and scales through a product with unit rows: row r picks column r
+    let rows = 256;
+    let mut blocks = Vec::new();
+    for r in 0..rows {
+        for b in 0..256 / BLOCK {
+            blocks.extend_from_slice(&half::f16::ONE.to_bits().to_le_bytes());
+            blocks.extend((0..BLOCK).map(|j| u8::from(b * BLOCK + j == r)));
+        }
+    }
+    let picks = Int8Matrix::from_q8_0(&blocks, rows, 256).unwrap();
+    let got = product(Isa::Scalar, &picks, &q);
+    for (b, xs) in x.chunks_exact(BLOCK).enumerate() {
+        let amax = xs.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64));
+        let step = amax / 127.0;
+        for (j, &v) in xs.iter().enumerate() {
+            let err = (got[b * BLOCK + j] as f64 - v as f64).abs();
+            // half a step, plus the f16 rounding of the scale over up to 127 steps
+            assert!(err <= step * 0.5 + amax * 1e-3 + 1e-12, "x[{}] = {v}, dequantized {}", b * BLOCK + j, got[b * BLOCK + j]);
+        }
+    }
+    assert!(got[40..72].iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn product_matches_f64_over_the_decoded_blocks() {
+    let mut rng = Rng(3);
+    let (rows, cols) = (33, 640);
+    let blocks = q8_0_blocks(&mut rng, rows, cols, true);
+    let m = Int8Matrix::from_q8_0(&blocks, rows, cols).unwrap();
+    let w = decode_q8_0(&blocks);
+    let mut row = vec![0.0; cols];
+    for r in 0..rows {
+        m.dequantize_row(r, &mut row).unwrap();
+        assert!(row.iter().zip(&w[r * cols..]).all(|(&a, &b)| a as f64 == b), "row {r} dequantizes differently");
+    }
+    let x = rng.vec(cols, 2.0);
+    let mut q = Int8Activations::new(cols).unwrap();
+    q.quantize(&x).unwrap();
+    let y = product(Isa::best(), &m, &q);
+    // against the exact product with the unquantized activations: only activation
+    // quantization error (≤ half a step per value) separates them
+    for r in 0..rows {
+        let exact: f64 = (0..cols).map(|k| w[r * cols + k] * x[k] as f64).sum();
+        let bound: f64 = (0..cols)
+            .map(|k| {
+                let b = k / BLOCK;
+                let amax = x[b * BLOCK..][..BLOCK].iter().fold(0.0f64, |m, v| m.max(v.abs() as f64));
+                w[r * cols + k].abs() * (amax / 127.0 * 0.5 + amax * 1e-3)
+            })
+            .sum();
+        assert!((y[r] as f64 - exact).abs() <= bound + 1e-4, "row {r}: {} vs exact {exact} (bound {bound})", y[r]);
+    }
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let mut rng = Rng(5);
+    assert!(matches!(Int8Matrix::from_q8_0(&[0; 34], 1, 33), Err(Error::BadShape { .. })));
+    assert!(matches!(Int8Matrix::from_q8_0(&[0; 33], 1, 32), Err(Error::BufferSize { .. })));
+    let mut inf = q8_0_blocks(&mut rng, 2, 64, false);
+    inf[34 * 3..34 * 3 + 2].copy_from_slice(&half::f16::INFINITY.to_bits().to_le_bytes());
+    assert!(matches!(Int8Matrix::from_q8_0(&inf, 2, 64), Err(Error::NonFiniteScale { row: 1, group: 1 })));
+    let m = Int8Matrix::from_q8_0(&q8_0_blocks(&mut rng, 2, 64, false), 2, 64).unwrap();
+    let mut x = Int8Activations::new(64).unwrap();
+    let mut nan = vec![1.0; 64];
+    nan[9] = f32::NAN;
+    assert_eq!(x.quantize(&nan), Err(Error::NonFiniteInput));
+    assert!(matches!(Int8Activations::new(48), Err(Error::BadShape { .. })));
+    let mut y = [0.0; 2];
+    assert!(matches!(gemv_rows(Isa::Scalar, &m, &Int8Activations::new(32).unwrap(), 0..2, &mut y), Err(Error::BufferSize { .. })));
+    assert!(matches!(gemv_rows(Isa::Scalar, &m, &x, 1..3, &mut y), Err(Error::BadShape { .. })));
+    assert!(matches!(gemv_rows(Isa::Scalar, &m, &x, 0..2, &mut y[..1]), Err(Error::BufferSize { .. })));
+    assert!(matches!(m.dequantize_row(2, &mut [0.0; 64]), Err(Error::BadShape { .. })));
+}
