@@ -859,6 +859,8 @@ pub struct Gguf<'a> {
     tensor_info_start: usize,
     /// File offset of the data section (aligned; the file length for a file without tensors).
     data_start: usize,
+    /// The whole file's length (`bytes` may be a prefix of it).
+    file_len: u64,
     /// File offsets of the first `KV_INDEX` metadata entries.
     kv_index: [usize; KV_INDEX],
 }
@@ -880,6 +882,18 @@ impl<'a> Gguf<'a> {
     /// Check and index a whole GGUF file. Everything later read through the returned
     /// value lies inside `bytes` and was validated here.
     pub fn parse(bytes: &'a [u8]) -> Result<Gguf<'a>> {
+        Self::parse_prefix(bytes, bytes.len() as u64)
+    }
+
+    /// Check and index the header of a GGUF file of `file_len` bytes from its first bytes
+    /// `bytes` (at least the metadata and tensor infos): tensor ranges are checked against
+    /// `file_len`, and a caller reads tensor data itself (`tensor_range`), so the whole
+    /// file never has to be in memory at once. A prefix too short for the header is an
+    /// error (retry with more bytes); so is a prefix longer than `file_len`.
+    pub fn parse_prefix(bytes: &'a [u8], file_len: u64) -> Result<Gguf<'a>> {
+        if bytes.len() as u64 > file_len {
+            return Err(GgufError::DataPastEnd { data_start: bytes.len() as u64, file_len });
+        }
         let mut cur = Cursor { buf: bytes, pos: 0, base: 0 };
         let magic: [u8; 4] = cur.array("magic")?;
         if magic != MAGIC {
@@ -932,7 +946,6 @@ impl<'a> Gguf<'a> {
             }
         }
 
-        let file_len = bytes.len() as u64;
         let infos_end = cur.pos as u64;
         let data_start = infos_end.checked_next_multiple_of(alignment).unwrap_or(u64::MAX);
         let data_start = if data_start <= file_len {
@@ -946,14 +959,19 @@ impl<'a> Gguf<'a> {
             let start = data_start.saturating_add(last.0);
             return Err(GgufError::TensorPastEnd { start, end: data_start.saturating_add(last.1), file_len });
         }
-        // data_start <= file_len = bytes.len(), so it fits in usize.
-        let data_start = data_start as usize;
-        Ok(Gguf { bytes, version, tensor_count, kv_count, alignment, tensor_info_start, data_start, kv_index })
+        // data_start ≤ infos_end rounded up, and infos_end ≤ bytes.len(), so it fits in usize.
+        let data_start = usize::try_from(data_start).map_err(|_| GgufError::DataPastEnd { data_start, file_len })?;
+        Ok(Gguf { bytes, file_len, version, tensor_count, kv_count, alignment, tensor_info_start, data_start, kv_index })
     }
 
-    /// The whole file.
+    /// The bytes parsed: the whole file, or the prefix given to `parse_prefix`.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
+    }
+
+    /// The file's length (of which `bytes` may be a prefix).
+    pub fn file_len(&self) -> u64 {
+        self.file_len
     }
 
     pub fn version(&self) -> u32 {
@@ -1033,16 +1051,21 @@ impl<'a> Gguf<'a> {
     /// The bytes of a tensor. Refuses an unknown type (naming its id) and any range
     /// outside the file, whatever the `TensorInfo` holds.
     pub fn tensor_data(&self, info: &TensorInfo<'_>) -> Result<&'a [u8]> {
+        let range = self.tensor_range(info)?;
+        let not_loaded = GgufError::TensorPastEnd { start: range.start, end: range.end, file_len: self.bytes.len() as u64 };
+        let (start, end) = (usize::try_from(range.start).map_err(|_| not_loaded)?, usize::try_from(range.end).map_err(|_| not_loaded)?);
+        self.bytes.get(start..end).ok_or(not_loaded)
+    }
+
+    /// The file offsets `[start, end)` of a tensor's data, checked against the file length.
+    pub fn tensor_range(&self, info: &TensorInfo<'_>) -> Result<core::ops::Range<u64>> {
         let size = info.byte_size()?;
-        let file_len = self.bytes.len() as u64;
         let start = (self.data_start as u64).checked_add(info.offset);
         let end = start.and_then(|s| s.checked_add(size));
-        let past_end = GgufError::TensorPastEnd { start: start.unwrap_or(u64::MAX), end: end.unwrap_or(u64::MAX), file_len };
-        let (start, end) = match (start, end) {
-            (Some(s), Some(e)) if e <= file_len => (s as usize, e as usize),
-            _ => return Err(past_end),
-        };
-        self.bytes.get(start..end).ok_or(past_end)
+        match (start, end) {
+            (Some(s), Some(e)) if e <= self.file_len => Ok(s..e),
+            _ => Err(GgufError::TensorPastEnd { start: start.unwrap_or(u64::MAX), end: end.unwrap_or(u64::MAX), file_len: self.file_len }),
+        }
     }
 
     /// The end of metadata entry `i`, when the index knows it.

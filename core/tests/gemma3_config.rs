@@ -10,6 +10,7 @@ use common::Rng;
 
 use lutra_core::gguf::Gguf;
 use lutra_core::model::gemma3::{Gemma3, Gemma3Config, Gemma3State};
+use lutra_core::model::import::TensorSource;
 use lutra_core::model::{ModelError, SingleThread};
 
 const DIM: usize = 64;
@@ -409,4 +410,46 @@ fn required_keys_and_types() {
         config(&with(meta_270m(7), "general.architecture", Some(Meta::Str("llama".into())))).unwrap_err().to_string(),
         "the file holds a llama model, not gemma3"
     );
+}
+
+/// Copies each range asked for out of the file, as the browser copies pieces of a
+/// `Blob`, and remembers the largest piece.
+struct Pieces<'a> {
+    file: &'a [u8],
+    piece: Vec<u8>,
+    largest: usize,
+}
+
+impl TensorSource for Pieces<'_> {
+    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[u8], ModelError> {
+        self.piece.clear();
+        self.piece.extend_from_slice(&self.file[range.start as usize..range.end as usize]);
+        self.largest = self.largest.max(self.piece.len());
+        Ok(&self.piece)
+    }
+}
+
+#[test]
+fn a_header_and_pieces_read_on_demand_import_the_same_model() {
+    let file = write_gguf(&meta_270m(2), &tensors(2, 1));
+    let whole = Gemma3::from_gguf(&Gguf::parse(&file).unwrap()).unwrap();
+    // the header alone: a prefix grown until it parses
+    let mut len = 64;
+    let header = loop {
+        match Gguf::parse_prefix(&file[..len.min(file.len())], file.len() as u64) {
+            Ok(g) => break g,
+            Err(_) if len < file.len() => len *= 2,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(header.bytes().len() < file.len(), "the header parsed only from the whole file");
+    let mut source = Pieces { file: &file, piece: Vec::new(), largest: 0 };
+    let pieces = Gemma3::from_gguf_source(&header, &mut source, |_| {}).unwrap();
+    assert_eq!(bits(&logits(&whole)), bits(&logits(&pieces)));
+    // the largest piece is one tensor (the embedding), never the data section
+    let embedding = VOCAB * DIM / 32 * 34;
+    assert_eq!(source.largest, embedding);
+    assert!(source.largest < file.len() - header.data_start());
+    // a prefix longer than the file it claims to start is refused
+    assert!(Gguf::parse_prefix(&file, file.len() as u64 - 1).is_err());
 }

@@ -23,6 +23,7 @@ mod perplexity;
 mod session;
 mod text;
 
+pub use crate::model::import::{InMemory, TensorSource};
 pub use crate::model::{Gemv, SingleThread};
 pub use crate::sampler::SamplerConfig;
 pub use error::Error;

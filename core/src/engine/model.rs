@@ -9,6 +9,7 @@ use super::Error;
 use crate::gguf::Gguf;
 use crate::llama2c::Checkpoint;
 use crate::model::gemma3::Gemma3;
+use crate::model::import::{InMemory, TensorSource};
 use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use crate::model::llama::Llama;
 use crate::pq::{Codebooks, PqKvCache};
@@ -145,15 +146,25 @@ impl Model {
     }
 
     /// As [`Model::from_gguf`], reporting each tensor as it is imported.
-    pub fn from_gguf_with_progress(bytes: &[u8], mut progress: impl FnMut(LoadProgress<'_>)) -> Result<Model, Error> {
-        let gguf = Gguf::parse(bytes)?;
+    pub fn from_gguf_with_progress(bytes: &[u8], progress: impl FnMut(LoadProgress<'_>)) -> Result<Model, Error> {
+        Self::from_gguf_source(&Gguf::parse(bytes)?, &mut InMemory(bytes), progress)
+    }
+
+    /// A GGUF file whose header was parsed on its own ([`Gguf::parse_prefix`]) and whose
+    /// tensors are read from `source` a piece at a time, so the file and the imported
+    /// weights never have to be in memory together (the browser reads pieces of a `Blob`).
+    pub fn from_gguf_source(
+        gguf: &Gguf<'_>,
+        source: &mut dyn TensorSource,
+        mut progress: impl FnMut(LoadProgress<'_>),
+    ) -> Result<Model, Error> {
         let arch = gguf.get_str("general.architecture").unwrap_or("");
         if arch != "gemma3" {
             return Err(Error::UnsupportedArchitecture(arch.into()));
         }
-        let tokenizer = SpmTokenizer::from_gguf(&gguf)?;
+        let tokenizer = SpmTokenizer::from_gguf(gguf)?;
         let data_start = gguf.data_start();
-        let net = Gemma3::from_gguf_with_progress(&gguf, |p| {
+        let net = Gemma3::from_gguf_source(gguf, source, |p| {
             // a chunk has read `consumed` of its tensor; a finished tensor all of it
             let file = gguf.tensor(p.tensor).and_then(|info| {
                 let range = p.consumed.clone().or_else(|| info.byte_size().ok().map(|len| 0..len as usize))?;

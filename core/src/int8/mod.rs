@@ -75,36 +75,60 @@ impl Int8Matrix {
         chunk_rows: usize,
         mut done: impl FnMut(Range<usize>),
     ) -> Result<Self, Error> {
-        Self::check_shape(rows, cols)?;
-        let per_row = cols / BLOCK;
-        let row_bytes = per_row * Q8_0_BLOCK_BYTES;
+        let mut m = Self::for_q8_0(rows, cols)?;
+        let row_bytes = m.q8_0_row_bytes();
         if chunk_rows == 0 || rows.checked_mul(row_bytes) != Some(blocks.len()) {
             return Err(Error::BufferSize { what: "Q8_0 blocks", expected: rows.saturating_mul(row_bytes), got: blocks.len() });
         }
-        let mut m = Int8Matrix {
-            rows,
-            cols,
-            codes: AlignedBytes::zeroed(rows * cols),
-            scales: vec![0.0f32; rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * per_row],
-            has_minus_128: false,
-        };
         for first in (0..rows).step_by(chunk_rows) {
-            let n = chunk_rows.min(rows - first);
-            let src = first * row_bytes..(first + n) * row_bytes;
-            for (i, b) in blocks[src.clone()].chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
-                let (row, block) = (first + i / per_row, i % per_row);
-                let d = u16::from_le_bytes([b[0], b[1]]);
-                if !f16_bits_finite(d) {
-                    return Err(Error::NonFiniteScale { row, group: block });
-                }
-                let at = m.scale_index(row, block);
-                m.scales[at] = f16_bits_to_f32(d);
-                m.codes.as_mut()[row * cols + block * BLOCK..][..BLOCK].copy_from_slice(&b[2..]);
-                m.has_minus_128 |= b[2..].contains(&0x80);
-            }
+            let src = first * row_bytes..(first + chunk_rows.min(rows - first)) * row_bytes;
+            m.set_q8_0_rows(first, &blocks[src.clone()])?;
             done(src);
         }
         Ok(m)
+    }
+
+    /// A `rows × cols` matrix of zeros, to be filled from Q8_0 rows by `set_q8_0_rows`
+    /// (an import that reads the file a piece at a time).
+    pub fn for_q8_0(rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::check_shape(rows, cols)?;
+        Ok(Int8Matrix {
+            rows,
+            cols,
+            codes: AlignedBytes::zeroed(rows * cols),
+            scales: vec![0.0f32; rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * (cols / BLOCK)],
+            has_minus_128: false,
+        })
+    }
+
+    /// Bytes of one row in Q8_0.
+    pub fn q8_0_row_bytes(&self) -> usize {
+        self.cols / BLOCK * Q8_0_BLOCK_BYTES
+    }
+
+    /// Rows `first..` from whole Q8_0 rows `blocks`, without loss.
+    pub fn set_q8_0_rows(&mut self, first: usize, blocks: &[u8]) -> Result<(), Error> {
+        let (per_row, row_bytes) = (self.cols / BLOCK, self.q8_0_row_bytes());
+        let n = blocks.len() / row_bytes;
+        if !blocks.len().is_multiple_of(row_bytes) || first.checked_add(n).is_none_or(|end| end > self.rows) {
+            return Err(Error::BufferSize {
+                what: "Q8_0 rows",
+                expected: (self.rows.saturating_sub(first)) * row_bytes,
+                got: blocks.len(),
+            });
+        }
+        for (i, b) in blocks.chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
+            let (row, block) = (first + i / per_row, i % per_row);
+            let d = u16::from_le_bytes([b[0], b[1]]);
+            if !f16_bits_finite(d) {
+                return Err(Error::NonFiniteScale { row, group: block });
+            }
+            let at = self.scale_index(row, block);
+            self.scales[at] = f16_bits_to_f32(d);
+            self.codes.as_mut()[row * self.cols + block * BLOCK..][..BLOCK].copy_from_slice(&b[2..]);
+            self.has_minus_128 |= b[2..].contains(&0x80);
+        }
+        Ok(())
     }
 
     pub fn rows(&self) -> usize {

@@ -48,7 +48,7 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::{vector, weights_releasing, Weights};
+use super::import::{vector, weights, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
@@ -268,28 +268,29 @@ pub struct Imported<'a> {
     pub consumed: Option<core::ops::Range<usize>>,
 }
 
-struct Importer<'g, 'a, F> {
+struct Importer<'g, 'a, 's, F> {
     g: &'g Gguf<'a>,
+    source: &'s mut dyn TensorSource,
     progress: F,
     done: usize,
     total: usize,
 }
 
-impl<F: FnMut(Imported<'_>)> Importer<'_, '_, F> {
+impl<F: FnMut(Imported<'_>)> Importer<'_, '_, '_, F> {
     fn report(&mut self, tensor: &str) {
         self.done += 1;
         (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
     }
     fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
         let (done, total, progress) = (self.done, self.total, &mut self.progress);
-        let m = weights_releasing(self.g, &name, Some(shape), |range| {
+        let m = weights(self.g, self.source, &name, Some(shape), |range| {
             progress(Imported { done, total, tensor: &name, consumed: Some(range) });
         })?;
         self.report(&name);
         Ok(m)
     }
     fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
-        let v = vector(self.g, &name, len)?;
+        let v = vector(self.g, self.source, &name, len)?;
         self.report(&name);
         Ok(v)
     }
@@ -313,11 +314,17 @@ impl Gemma3 {
     /// maps the file can release that tensor's pages, so the file and the imported
     /// weights are never both resident in full.
     pub fn from_gguf_with_progress(g: &Gguf<'_>, progress: impl FnMut(Imported<'_>)) -> Result<Gemma3, ModelError> {
+        Self::from_gguf_source(g, &mut InMemory(g.bytes()), progress)
+    }
+
+    /// As `from_gguf_with_progress`, the tensors' bytes read from `source` (`g` may have
+    /// been parsed from the header alone: `Gguf::parse_prefix`).
+    pub fn from_gguf_source(g: &Gguf<'_>, source: &mut dyn TensorSource, progress: impl FnMut(Imported<'_>)) -> Result<Gemma3, ModelError> {
         let c = Gemma3Config::from_gguf(g)?;
         if g.tensor("output.weight").is_some() {
             return Err(unsupported("output.weight", "present (an LM head not tied to token_embd.weight)"));
         }
-        let mut imp = Importer { g, progress, done: 0, total: 2 + 13 * c.n_layers };
+        let mut imp = Importer { g, source, progress, done: 0, total: 2 + 13 * c.n_layers };
         let token_embd = imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?;
         let mut layers = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {

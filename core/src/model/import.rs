@@ -2,11 +2,12 @@
 //! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
 
 use alloc::string::ToString;
-use alloc::vec;
 use alloc::vec::Vec;
 
 use super::ModelError;
-use crate::gguf::{GgmlType, Gguf, TensorInfo};
+use core::ops::Range;
+
+use crate::gguf::{GgmlType, Gguf, GgufError, TensorInfo};
 use crate::int8::Int8Matrix;
 use crate::{AlignedBytes, Error, PackedMatrix};
 
@@ -82,31 +83,58 @@ fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usi
     Ok((rows, cols))
 }
 
-/// Import matrix `name` (`rows × cols` = ggml `ne1 × ne0`).
-pub fn matrix(g: &Gguf<'_>, name: &str, expected: Option<(usize, usize)>) -> Result<Matrix, ModelError> {
-    matrix_releasing(g, name, expected, |_| {})
+/// Where an import reads tensor bytes: the parsed file itself ([`InMemory`]), or a
+/// reader that fetches ranges on demand (the browser reads them from a `Blob`, so the
+/// whole file is never in wasm memory next to the imported weights).
+pub trait TensorSource {
+    /// File bytes `range` (absolute offsets, inside the file as `Gguf::tensor_range`
+    /// checked), valid until the next call.
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError>;
 }
 
-/// Rows per chunk of a chunked import.
+/// A whole file in memory (or mapped).
+pub struct InMemory<'a>(pub &'a [u8]);
+
+impl TensorSource for InMemory<'_> {
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
+        let past_end = GgufError::TensorPastEnd { start: range.start, end: range.end, file_len: self.0.len() as u64 };
+        let start = usize::try_from(range.start).map_err(|_| past_end)?;
+        let end = usize::try_from(range.end).map_err(|_| past_end)?;
+        Ok(self.0.get(start..end).ok_or(past_end)?)
+    }
+}
+
+/// Rows per piece of a Q8_0 import.
 const CHUNK_ROWS: usize = 4096;
 
-/// As `matrix`; Q8_0 tensors (the large embeddings) are imported in chunks of rows and
-/// `consumed` gets each chunk's byte range within the tensor's data once it is read, so a
-/// caller can release those file pages early.
-pub fn matrix_releasing(
+/// Import matrix `name` (`rows × cols` = ggml `ne1 × ne0`) in the form its kernel reads:
+/// Q8_0 keeps its int8 codes for the dot-product kernels (read 4096 rows at a time),
+/// every other type becomes bit planes. `consumed` gets each piece's byte range within
+/// the tensor's data once it is imported, so a caller can release those file pages early.
+pub fn weights(
     g: &Gguf<'_>,
+    source: &mut dyn TensorSource,
     name: &str,
     expected: Option<(usize, usize)>,
-    consumed: impl FnMut(core::ops::Range<usize>),
-) -> Result<Matrix, ModelError> {
+    mut consumed: impl FnMut(Range<usize>),
+) -> Result<Weights, ModelError> {
     let info = info(g, name)?;
     let (rows, cols) = shape(&info, expected)?;
-    let data = g.tensor_data(&info)?;
+    let range = g.tensor_range(&info)?;
+    if info.ggml_type == GgmlType::Q8_0 {
+        let mut m = Int8Matrix::for_q8_0(rows, cols)?;
+        let row_bytes = m.q8_0_row_bytes();
+        for first in (0..rows).step_by(CHUNK_ROWS) {
+            let piece = first * row_bytes..(first + CHUNK_ROWS.min(rows - first)) * row_bytes;
+            m.set_q8_0_rows(first, source.read(range.start + piece.start as u64..range.start + piece.end as u64)?)?;
+            consumed(piece);
+        }
+        return Ok(Weights::Int8(m));
+    }
+    let data = source.read(range)?;
     let m = match info.ggml_type {
-        GgmlType::Q8_0 if rows > CHUNK_ROWS => PackedMatrix::from_q8_0_chunked(data, rows, cols, CHUNK_ROWS, consumed),
         GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
         GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
-        GgmlType::Q8_0 => PackedMatrix::from_q8_0(data, rows, cols),
         GgmlType::Q4_K => PackedMatrix::from_q4_k(data, rows, cols),
         GgmlType::Q6_K => PackedMatrix::from_q6_k(data, rows, cols),
         GgmlType::Q2_K => PackedMatrix::from_q2_k(data, rows, cols),
@@ -114,29 +142,13 @@ pub fn matrix_releasing(
         GgmlType::TQ2_0 => PackedMatrix::from_tq2_0(data, rows, cols),
         GgmlType::TQ1_0 => PackedMatrix::from_tq1_0(data, rows, cols),
         other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
-    };
-    Ok(m?)
-}
-
-/// As `matrix_releasing`, in the form its kernel reads: Q8_0 keeps its int8 codes for
-/// the dot-product kernels, every other type becomes bit planes.
-pub fn weights_releasing(
-    g: &Gguf<'_>,
-    name: &str,
-    expected: Option<(usize, usize)>,
-    consumed: impl FnMut(core::ops::Range<usize>),
-) -> Result<Weights, ModelError> {
-    let info = info(g, name)?;
-    if info.ggml_type != GgmlType::Q8_0 {
-        return matrix_releasing(g, name, expected, consumed).map(Weights::Lookup);
-    }
-    let (rows, cols) = shape(&info, expected)?;
-    let data = g.tensor_data(&info)?;
-    Ok(Weights::Int8(Int8Matrix::from_q8_0_chunked(data, rows, cols, CHUNK_ROWS, consumed)?))
+    }?;
+    consumed(0..data.len());
+    Ok(Weights::Lookup(m))
 }
 
 /// Import F32 vector `name` of `len` values.
-pub fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+pub fn vector(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
     let info = info(g, name)?;
     if info.ggml_type != GgmlType::F32 {
         return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: info.ggml_type.name() });
@@ -144,12 +156,8 @@ pub fn vector(g: &Gguf<'_>, name: &str, len: usize) -> Result<Vec<f32>, ModelErr
     if info.n_elements() != Some(len as u64) {
         return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [len as u64, 1], got: [info.dims[0], info.dims[1]] });
     }
-    let data = g.tensor_data(&info)?;
-    let mut v = vec![0.0f32; len];
-    for (o, b) in v.iter_mut().zip(data.chunks_exact(4)) {
-        *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
-    Ok(v)
+    let data = source.read(g.tensor_range(&info)?)?;
+    Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
 
 /// A required `u32` metadata value.
