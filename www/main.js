@@ -92,7 +92,7 @@ worker.onmessage = ({ data }) => {
       chatTurns = 0;
       $('chat').disabled = !data.chat;
       $('chat').checked = data.chat && params.get('chat') === '1';
-      status(`Ready: ${data.summary}; kernel ${data.isa}; loaded in ${(data.loadMs / 1000).toFixed(1)} s`, 1, 1);
+      status(`Ready: ${data.summary}; kernel ${data.isa}; loaded in ${(data.loadMs / 1000).toFixed(1)} s; wasm memory ${Math.round(data.memory / 1048576)} MiB`, 1, 1);
       setState('ready');
       controls();
       if (params.get('autorun') === '1') {

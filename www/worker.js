@@ -1,6 +1,8 @@
-// The engine in a Web Worker: loads models (streamed chunk by chunk into wasm memory,
-// cached with the Cache API), generates token by token, and yields between tokens so a
-// Stop message takes effect before the next one.
+// The engine in a Web Worker: loads models (GGUF: the header, then each tensor read
+// from a Blob as the import needs it, so wasm memory never holds the file next to the
+// weights; llama2.c: streamed chunk by chunk into wasm memory), caches downloads with
+// the Cache API, generates token by token, and yields between tokens so a Stop message
+// takes effect before the next one.
 
 // A module whose one function runs i8x16.relaxed_swizzle: it validates where the engine
 // has relaxed SIMD, and then the build that uses it (a bare pshufb/tbl per lookup) loads.
@@ -58,6 +60,54 @@ async function intoWasm(stream, size, label) {
   return file;
 }
 
+/**
+ * A same-origin GGUF as a Blob: the cached one, else downloaded (progress reported) into
+ * the cache and read back from it — a Blob the browser keeps outside wasm memory.
+ */
+async function fetchModelBlob(url, label) {
+  const cache = await caches.open(CACHE).catch(() => {
+    post({ type: 'note', message: 'This browser offers no Cache Storage here: the model will be downloaded again next time.' });
+    return null;
+  });
+  const cached = cache ? await cache.match(url) : undefined;
+  if (cached) return cached.blob();
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
+  const size = Number(response.headers.get('Content-Length'));
+  const [forCache, forCount] = cache ? response.body.tee() : [null, response.body];
+  const storing = cache
+    ? cache.put(url, new Response(forCache, { headers: response.headers })).then(() => true, (e) => {
+      post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
+      return false;
+    })
+    : Promise.resolve(false);
+  // without a cache the chunks make the Blob; with one they are only counted
+  const chunks = [];
+  const reader = forCount.getReader();
+  let received = 0;
+  let reported = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!cache) chunks.push(value);
+    received += value.length;
+    if (received - reported >= size / 100 || received === size) {
+      reported = received;
+      post({ type: 'progress', phase: `downloading ${label}`, done: received, total: size });
+    }
+  }
+  if (await storing) return (await cache.match(url)).blob();
+  if (!chunks.length) throw new Error(`${url}: the download could not be kept (cache refused it); reload to retry`);
+  return new Blob(chunks);
+}
+
+/** A GGUF Blob (a same-origin model or a file from disk) into an Engine, read in pieces. */
+function engineFromGgufBlob(blob) {
+  const reader = new FileReaderSync();
+  const read = (offset, length) => new Uint8Array(reader.readAsArrayBuffer(blob.slice(offset, offset + length)));
+  return Engine.from_gguf_blob(blob.size, read, 0, importProgress('importing tensors'));
+}
+
 /** A same-origin model file: from the cache when it is there, else downloaded (and cached). */
 async function fetchModelFile(url, label) {
   let cache = null;
@@ -107,8 +157,7 @@ async function load({ model, files }) {
     const tokenizer = files.find((f) => f.name === 'tokenizer.bin');
     const checkpoint = files.find((f) => f !== tokenizer && f !== gguf);
     if (gguf) {
-      const file = await intoWasm(gguf.stream(), gguf.size, `reading ${gguf.name}`);
-      next = Engine.from_gguf(file, 0, importProgress('importing tensors'));
+      next = engineFromGgufBlob(gguf);
     } else if (checkpoint && tokenizer) {
       const file = await intoWasm(checkpoint.stream(), checkpoint.size, `reading ${checkpoint.name}`);
       const tok = new Uint8Array(await tokenizer.arrayBuffer());
@@ -116,8 +165,7 @@ async function load({ model, files }) {
     } else if (checkpoint) {
       const bytes = new Uint8Array(await checkpoint.slice(0, 4).arrayBuffer());
       if (String.fromCharCode(...bytes) === 'GGUF') {
-        const file = await intoWasm(checkpoint.stream(), checkpoint.size, `reading ${checkpoint.name}`);
-        next = Engine.from_gguf(file, 0, importProgress('importing tensors'));
+        next = engineFromGgufBlob(checkpoint);
       } else {
         throw new Error(`${checkpoint.name}: not a GGUF file; a llama2.c checkpoint needs its tokenizer.bin selected with it`);
       }
@@ -128,8 +176,7 @@ async function load({ model, files }) {
     const m = MODELS[model];
     if (!m) throw new Error(`unknown model ${model}`);
     if (m.kind === 'gguf') {
-      const file = await fetchModelFile(m.url, model);
-      next = Engine.from_gguf(file, 0, importProgress('importing tensors'));
+      next = engineFromGgufBlob(await fetchModelBlob(m.url, model));
     } else {
       const tok = await fetchSmall(m.tokenizer);
       const file = await fetchModelFile(m.url, model);
@@ -139,7 +186,7 @@ async function load({ model, files }) {
   // only a model that loaded replaces the one in use
   engine?.free();
   engine = next;
-  post({ type: 'ready', summary: engine.summary(), chat: engine.has_chat(), context: engine.context(), isa: `${m.best_isa()} (${m.simd_variant()})`, loadMs: performance.now() - t0 });
+  post({ type: 'ready', summary: engine.summary(), chat: engine.has_chat(), context: engine.context(), isa: `${m.best_isa()} (${m.simd_variant()})`, loadMs: performance.now() - t0, memory: m.memory_bytes() });
 }
 
 async function generate({ prompt, chat, n, sampler }) {

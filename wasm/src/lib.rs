@@ -10,7 +10,11 @@
 //! The crate also builds on the host (wasm-bindgen's macros are inert there), so
 //! `cargo build --workspace` and the host tests cover it.
 
-use lutra_core::engine::{Attention, Generation, Model, Role, Session, SingleThread, StopReason};
+use core::ops::Range;
+
+use lutra_core::engine::{Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
+use lutra_core::gguf::Gguf;
+use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
 use wasm_bindgen::prelude::*;
 
@@ -97,6 +101,12 @@ pub fn kernel_check() -> Result<String, JsError> {
     Ok(format!("{}: GEMV at 1, 2, 3, 4, 8 bits, int8 dot products and PQ scans (16, 256 centroids) equal scalar", isa.name()))
 }
 
+/// Bytes of this module's linear memory (it grows and never shrinks: its peak).
+#[wasm_bindgen]
+pub fn memory_bytes() -> f64 {
+    (core::arch::wasm32::memory_size(0) * 65536) as f64
+}
+
 /// A model file's bytes, received in chunks.
 #[wasm_bindgen]
 pub struct ModelFile {
@@ -132,6 +142,32 @@ impl ModelFile {
     }
 }
 
+/// Pieces of a file read through a JS function `(offset, length) → Uint8Array`.
+struct JsSource {
+    read: js_sys::Function,
+    piece: Vec<u8>,
+}
+
+impl TensorSource for JsSource {
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
+        let failed = |reason: String| ModelError::Read { start: range.start, end: range.end, reason };
+        let len = usize::try_from(range.end - range.start).map_err(|_| failed("too large".into()))?;
+        let got = self
+            .read
+            .call2(&JsValue::NULL, &JsValue::from(range.start as f64), &JsValue::from(len as f64))
+            .map_err(|e| failed(e.as_string().or_else(|| js_sys::Error::from(e).message().as_string()).unwrap_or_default()))?;
+        let array = got.dyn_into::<js_sys::Uint8Array>().map_err(|_| failed("the reader did not return a Uint8Array".into()))?;
+        if array.length() as usize != len {
+            return Err(failed(format!("got {} bytes (truncated file?)", array.length())));
+        }
+        self.piece.clear();
+        self.piece.try_reserve(len).map_err(|_| failed(format!("out of memory for a piece of {} MiB", len >> 20)))?;
+        self.piece.resize(len, 0);
+        array.copy_to(&mut self.piece);
+        Ok(&self.piece)
+    }
+}
+
 /// A model, one session and the generation in progress.
 #[wasm_bindgen]
 pub struct Engine {
@@ -153,20 +189,42 @@ fn complete(file: &ModelFile, what: &str) -> Result<(), JsError> {
 
 #[wasm_bindgen]
 impl Engine {
-    /// A GGUF file (Gemma 3), with a session of `context` positions (0: the model's, at
-    /// most 4096). `progress(done, total)` is called after each imported tensor.
-    pub fn from_gguf(file: ModelFile, context: usize, progress: Option<js_sys::Function>) -> Result<Engine, JsError> {
-        complete(&file, "GGUF file")?;
-        if !file.bytes.starts_with(b"GGUF") {
+    /// A GGUF file (Gemma 3) of `file_len` bytes, with a session of `context` positions
+    /// (0: the model's, at most 4096), read a piece at a time through `read(offset, length)
+    /// → `Uint8Array` (a worker reads pieces of a `Blob` with `FileReaderSync`): the header
+    /// first, then each tensor (Q8_0 in 4096-row pieces), so wasm memory holds the weights
+    /// and one piece, never the file. `progress(done, total)` after each imported tensor.
+    pub fn from_gguf_blob(
+        file_len: f64,
+        read: js_sys::Function,
+        context: usize,
+        progress: Option<js_sys::Function>,
+    ) -> Result<Engine, JsError> {
+        let file_len = file_len as u64;
+        let mut source = JsSource { read, piece: Vec::new() };
+        let magic = source.read(0..4.min(file_len)).map_err(js)?;
+        if magic != b"GGUF" {
             return Err(JsError::new("not a GGUF file (it does not start with the GGUF magic)"));
         }
-        let model = Model::from_gguf_with_progress(&file.bytes, |p| {
+        // the header: a prefix doubled until it parses (the whole file at worst, where the
+        // parse error is then the file's own)
+        let mut len = (1u64 << 20).min(file_len);
+        let mut header = Vec::new();
+        loop {
+            header.clear();
+            header.extend_from_slice(source.read(0..len).map_err(js)?);
+            if len == file_len || Gguf::parse_prefix(&header, file_len).is_ok() {
+                break;
+            }
+            len = (len * 2).min(file_len);
+        }
+        let gguf = Gguf::parse_prefix(&header, file_len).map_err(js)?;
+        let model = Model::from_gguf_source(&gguf, &mut source, |p| {
             if let (Some(f), None) = (&progress, &p.consumed) {
                 let _ = f.call2(&JsValue::NULL, &JsValue::from(p.done as u32), &JsValue::from(p.total as u32));
             }
         })
         .map_err(js)?;
-        drop(file);
         Engine::new(model, context)
     }
 

@@ -46,12 +46,15 @@ pub enum ModelError {
     CacheShape { expected: kv::AttentionShape, got: kv::AttentionShape },
     /// PQ codebooks that cannot be read or do not fit the model.
     Codebooks(crate::pq::PqError),
+    /// A `TensorSource` could not deliver bytes `start..end` of the file.
+    Read { start: u64, end: u64, reason: alloc::string::String },
 }
 
 impl fmt::Display for ModelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ModelError::Gguf(e) => write!(f, "{e}"),
+            ModelError::Read { start, end, reason } => write!(f, "could not read bytes {start}..{end} of the model file: {reason}"),
             ModelError::MissingTensor(name) => write!(f, "tensor {name} is missing from the model file"),
             ModelError::MissingMetadata(key) => write!(f, "metadata key {key} is missing or has the wrong type"),
             ModelError::Unsupported { key, value } => write!(f, "{key} = {value} is not supported"),
