@@ -24,39 +24,121 @@ pub fn blocks_as_bytes_mut(blocks: &mut [Block64]) -> &mut [u8] {
     unsafe { core::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), blocks.len() * 64) }
 }
 
-/// A heap byte buffer whose start is 64-byte aligned.
+/// Bytes that outlive a model: a mapped file, or a `static` image on bare metal.
 #[cfg(feature = "alloc")]
-#[derive(Clone, Debug, Default)]
+pub trait Backing: Send + Sync {
+    fn bytes(&self) -> &[u8];
+}
+
+/// A byte buffer whose start is 64-byte aligned: owned (heap), or a range of shared
+/// [`Backing`] bytes read in place (a packed `.lutra` file mapped or in flash).
+#[cfg(feature = "alloc")]
+#[derive(Clone, Default)]
 pub struct AlignedBytes {
-    blocks: alloc::vec::Vec<Block64>,
-    len: usize,
+    repr: Repr,
+}
+
+#[cfg(feature = "alloc")]
+#[derive(Clone)]
+enum Repr {
+    Owned { blocks: alloc::vec::Vec<Block64>, len: usize },
+    Shared { backing: alloc::sync::Arc<dyn Backing>, start: usize, len: usize },
+}
+
+#[cfg(feature = "alloc")]
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::Owned { blocks: alloc::vec::Vec::new(), len: 0 }
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl core::fmt::Debug for AlignedBytes {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let kind = if self.is_shared() { "shared" } else { "owned" };
+        write!(f, "AlignedBytes({} bytes, {kind})", self.len())
+    }
 }
 
 #[cfg(feature = "alloc")]
 impl AlignedBytes {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> Self {
-        AlignedBytes { blocks: alloc::vec![Block64::default(); len.div_ceil(64)], len }
+        AlignedBytes { repr: Repr::Owned { blocks: alloc::vec![Block64::default(); len.div_ceil(64)], len } }
     }
+
+    /// Bytes `range` of `backing`, read in place; `None` unless the range lies inside the
+    /// backing bytes and starts 64-byte aligned in memory.
+    pub fn shared(backing: alloc::sync::Arc<dyn Backing>, range: core::ops::Range<usize>) -> Option<Self> {
+        let bytes = backing.bytes().get(range.clone())?;
+        if !(bytes.as_ptr() as usize).is_multiple_of(64) {
+            return None;
+        }
+        Some(AlignedBytes { repr: Repr::Shared { backing, start: range.start, len: range.len() } })
+    }
+
+    /// A copy of `bytes`, owned.
+    pub fn copy_of(bytes: &[u8]) -> Self {
+        let mut owned = Self::zeroed(bytes.len());
+        owned.as_mut().copy_from_slice(bytes);
+        owned
+    }
+
     pub fn len(&self) -> usize {
-        self.len
+        match &self.repr {
+            Repr::Owned { len, .. } | Repr::Shared { len, .. } => *len,
+        }
     }
+
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
+    }
+
+    /// Whether the bytes are read in place from shared backing.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.repr, Repr::Shared { .. })
+    }
+
+    /// The bytes as little-endian f32 values (`len` a multiple of 4): the start is 64-byte
+    /// aligned, so the view needs no copy.
+    pub fn as_f32s(&self) -> &[f32] {
+        let bytes = self.as_ref();
+        #[cfg(target_endian = "big")]
+        compile_error!("lutra reads little-endian f32 in place");
+        // SAFETY: the start is 64-byte aligned (`zeroed` allocates Block64s, `shared`
+        // checks it), every bit pattern is a valid f32, and the length rounds down to
+        // whole values inside the buffer; the borrow of `self` is carried by the result.
+        unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) }
+    }
+
+    /// As `as_f32s`, mutable; shared bytes are copied first (they are read-only).
+    pub fn as_f32s_mut(&mut self) -> &mut [f32] {
+        let bytes = self.as_mut();
+        // SAFETY: as in `as_f32s`; `as_mut` returned owned, aligned, exclusive bytes.
+        unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<f32>(), bytes.len() / 4) }
     }
 }
 
 #[cfg(feature = "alloc")]
 impl AsRef<[u8]> for AlignedBytes {
     fn as_ref(&self) -> &[u8] {
-        &blocks_as_bytes(&self.blocks)[..self.len]
+        match &self.repr {
+            Repr::Owned { blocks, len } => &blocks_as_bytes(blocks)[..*len],
+            Repr::Shared { backing, start, len } => &backing.bytes()[*start..*start + *len],
+        }
     }
 }
 
 #[cfg(feature = "alloc")]
 impl AsMut<[u8]> for AlignedBytes {
+    /// Owned bytes as they are; shared bytes are copied into owned ones first.
     fn as_mut(&mut self) -> &mut [u8] {
-        let len = self.len;
-        &mut blocks_as_bytes_mut(&mut self.blocks)[..len]
+        if let Repr::Shared { .. } = self.repr {
+            *self = Self::copy_of(self.as_ref());
+        }
+        match &mut self.repr {
+            Repr::Owned { blocks, len } => &mut blocks_as_bytes_mut(blocks)[..*len],
+            Repr::Shared { .. } => &mut [],
+        }
     }
 }

@@ -28,6 +28,8 @@ pub mod llama2c;
 pub mod lut;
 #[cfg(feature = "alloc")]
 pub mod model;
+#[cfg(feature = "alloc")]
+pub mod pack;
 pub mod pq;
 pub mod quant;
 pub mod sampler;

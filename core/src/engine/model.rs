@@ -12,6 +12,8 @@ use crate::model::gemma3::Gemma3;
 use crate::model::import::{InMemory, TensorSource};
 use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use crate::model::llama::Llama;
+use crate::model::ModelError;
+use crate::pack;
 use crate::pq::{Codebooks, PqKvCache};
 use crate::spm::{format_gemma_chat, ChatRole, SpmTokenizer};
 use crate::tokenizer::{Llama2cTokenizer, Tokenizer as _};
@@ -159,6 +161,15 @@ impl Model {
         mut progress: impl FnMut(LoadProgress<'_>),
     ) -> Result<Model, Error> {
         let arch = gguf.get_str("general.architecture").unwrap_or("");
+        if pack::is_packed(gguf) {
+            pack::check_header(gguf).map_err(|why| Error::Model(ModelError::BadPackedFile(why)))?;
+            if arch == "llama" && gguf.get_str(pack::SOURCE_KEY) == Some("llama2c") {
+                let (net, tokenizer) = Llama::from_packed(gguf, source)?;
+                let tokenizer = Llama2cTokenizer::from_bytes(&tokenizer, net.config.vocab_size)?;
+                let bits = net.classifier.layout().bits();
+                return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed")));
+            }
+        }
         if arch != "gemma3" {
             return Err(Error::UnsupportedArchitecture(arch.into()));
         }
@@ -217,6 +228,10 @@ impl Model {
         let net = Llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
             progress(LoadProgress { done, total, tensor: "matrices", consumed: None });
         })?;
+        Ok(Self::llama(net, tokenizer, format!("f32 quantized to {bits} bits")))
+    }
+
+    fn llama(net: Llama, tokenizer: Llama2cTokenizer, kind: String) -> Model {
         let c = &net.config;
         let info = ModelInfo {
             architecture: "llama",
@@ -229,11 +244,31 @@ impl Model {
             vocab_size: c.vocab_size,
             context_length: c.seq_len,
             matrix_bytes: net.matrix_bytes(),
-            tensor_types: alloc::vec![(format!("f32 quantized to {bits} bits"), 7 * c.n_layers + 1)],
+            tensor_types: alloc::vec![(kind, 7 * c.n_layers + 1)],
             chat: false,
             chat_template_in_file: false,
         };
-        Ok(Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info))
+        Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info)
+    }
+
+    /// Packs the model (`crate::pack`: a `.lutra` file, read in place on load) into
+    /// `writer`. `origin` is the file the model came from: the GGUF (its metadata and
+    /// tokenizer are kept), or for a llama2.c model its `tokenizer.bin`.
+    pub fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), Error> {
+        match &self.inner.net {
+            Network::Gemma3(net) => {
+                let g = Gguf::parse(origin)?;
+                if pack::is_packed(&g) {
+                    return Err(Error::Model(ModelError::BadPackedFile("already packed".into())));
+                }
+                net.write_packed(&g, writer);
+            }
+            Network::Llama(net) => {
+                Llama2cTokenizer::from_bytes(origin, net.config.vocab_size)?;
+                net.write_packed(origin, writer);
+            }
+        }
+        Ok(())
     }
 
     fn new(net: Network, tokenizer: Vocabulary, info: ModelInfo) -> Model {

@@ -40,8 +40,9 @@ pub struct Int8Matrix {
     /// `rows × cols` codes, row-major, as bytes (two's complement).
     codes: AlignedBytes,
     /// Scales of groups of 4 rows, block-major within a group: row r, block b is at
-    /// `(r/4)·(cols/32)·4 + b·4 + r%4`, so a kernel loads four rows' scales at once.
-    scales: Vec<f32>,
+    /// `(r/4)·(cols/32)·4 + b·4 + r%4`, so a kernel loads four rows' scales at once
+    /// (f32, as bytes: a packed file's scales are read in place).
+    scales: AlignedBytes,
     /// Whether some code is −128: the relaxed-SIMD wasm kernel needs `|q| ≤ 127` on the
     /// side whose sign it flips (llama.cpp's quantizer writes −127..=127).
     has_minus_128: bool,
@@ -96,9 +97,42 @@ impl Int8Matrix {
             rows,
             cols,
             codes: AlignedBytes::zeroed(rows * cols),
-            scales: vec![0.0f32; rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * (cols / BLOCK)],
+            scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 4),
             has_minus_128: false,
         })
+    }
+
+    fn scales_len(rows: usize, cols: usize) -> usize {
+        rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * (cols / BLOCK)
+    }
+
+    /// A matrix from its stored parts (a packed `.lutra` file): `codes` (`rows × cols`
+    /// bytes) and `scales` (f32, in this type's interleaved order), both checked.
+    pub fn from_parts(rows: usize, cols: usize, codes: AlignedBytes, scales: AlignedBytes) -> Result<Self, Error> {
+        Self::check_shape(rows, cols)?;
+        if codes.len() != rows * cols {
+            return Err(Error::BufferSize { what: "int8 codes", expected: rows * cols, got: codes.len() });
+        }
+        let want = Self::scales_len(rows, cols) * 4;
+        if scales.len() != want {
+            return Err(Error::BufferSize { what: "int8 scales (bytes)", expected: want, got: scales.len() });
+        }
+        let mut m = Int8Matrix { rows, cols, codes, scales, has_minus_128: false };
+        let per_row = cols / BLOCK;
+        for row in 0..rows {
+            for block in 0..per_row {
+                if !m.scales.as_f32s()[m.scale_index(row, block)].is_finite() {
+                    return Err(Error::NonFiniteScale { row, group: block });
+                }
+            }
+        }
+        m.has_minus_128 = m.codes.as_ref().contains(&0x80);
+        Ok(m)
+    }
+
+    /// The stored parts: codes, then scales (as `from_parts` takes them).
+    pub fn parts(&self) -> (&[u8], &[u8]) {
+        (self.codes.as_ref(), self.scales.as_ref())
     }
 
     /// Bytes of one row in Q8_0.
@@ -124,7 +158,7 @@ impl Int8Matrix {
                 return Err(Error::NonFiniteScale { row, group: block });
             }
             let at = self.scale_index(row, block);
-            self.scales[at] = f16_bits_to_f32(d);
+            self.scales.as_f32s_mut()[at] = f16_bits_to_f32(d);
             self.codes.as_mut()[row * self.cols + block * BLOCK..][..BLOCK].copy_from_slice(&b[2..]);
             self.has_minus_128 |= b[2..].contains(&0x80);
         }
@@ -141,7 +175,7 @@ impl Int8Matrix {
 
     /// Bytes held: codes and scales.
     pub fn bytes(&self) -> usize {
-        self.codes.len() + self.scales.len() * 4
+        self.codes.len() + self.scales.len()
     }
 
     /// Row `row` as f32: `d · q`, as llama.cpp dequantizes Q8_0.
@@ -154,7 +188,7 @@ impl Int8Matrix {
         }
         let codes = &self.codes.as_ref()[row * self.cols..][..self.cols];
         for (b, (o, q)) in out.chunks_exact_mut(BLOCK).zip(codes.chunks_exact(BLOCK)).enumerate() {
-            let d = self.scales[self.scale_index(row, b)];
+            let d = self.scales.as_f32s()[self.scale_index(row, b)];
             for (o, &q) in o.iter_mut().zip(q) {
                 *o = q as i8 as f32 * d;
             }
@@ -234,7 +268,7 @@ pub fn gemv_rows(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
             if let Some(out) = out.first_chunk_mut::<GROUP_ROWS>() {
                 let group = Group {
                     w: &m.codes.as_ref()[row * cols..(row + GROUP_ROWS) * cols],
-                    w_scales: &m.scales[m.scale_index(row, 0)..][..GROUP_ROWS * per_row],
+                    w_scales: &m.scales.as_f32s()[m.scale_index(row, 0)..][..GROUP_ROWS * per_row],
                     x: &x.codes,
                     x_scales: &x.scales,
                 };
@@ -243,7 +277,8 @@ pub fn gemv_rows(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
                 continue;
             }
         }
-        out[0] = scalar::row_product(&m.codes.as_ref()[row * cols..][..cols], |b| m.scales[m.scale_index(row, b)], &x.codes, &x.scales);
+        let scales = m.scales.as_f32s();
+        out[0] = scalar::row_product(&m.codes.as_ref()[row * cols..][..cols], |b| scales[m.scale_index(row, b)], &x.codes, &x.scales);
         row += 1;
     }
     Ok(())

@@ -361,6 +361,31 @@ impl Gemma3 {
         }
     }
 
+    /// Writes the model packed (`crate::pack`): `source`'s metadata (hyperparameters,
+    /// tokenizer) as it was, every tensor under its GGUF name as the kernels read it.
+    pub fn write_packed<'a>(&'a self, source: &Gguf<'_>, w: &mut crate::pack::Writer<'a>) {
+        w.copy_metadata(source);
+        w.str(crate::pack::SOURCE_KEY, "gguf");
+        w.matrix("token_embd.weight", &self.token_embd);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let name = |t: &str| format!("blk.{l}.{t}.weight");
+            w.f32s(&name("attn_norm"), &layer.attn_norm);
+            w.matrix(&name("attn_q"), &layer.wq);
+            w.matrix(&name("attn_k"), &layer.wk);
+            w.matrix(&name("attn_v"), &layer.wv);
+            w.f32s(&name("attn_q_norm"), &layer.q_norm);
+            w.f32s(&name("attn_k_norm"), &layer.k_norm);
+            w.matrix(&name("attn_output"), &layer.wo);
+            w.f32s(&name("post_attention_norm"), &layer.post_attn_norm);
+            w.f32s(&name("ffn_norm"), &layer.ffn_norm);
+            w.matrix(&name("ffn_gate"), &layer.w_gate);
+            w.matrix(&name("ffn_up"), &layer.w_up);
+            w.matrix(&name("ffn_down"), &layer.w_down);
+            w.f32s(&name("post_ffw_norm"), &layer.post_ffn_norm);
+        }
+        w.f32s("output_norm.weight", &self.output_norm);
+    }
+
     /// Every matrix the model multiplies by, the LM head first.
     pub fn matrices(&self) -> impl Iterator<Item = &Weights> {
         let layers = self.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);

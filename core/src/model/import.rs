@@ -1,6 +1,7 @@
 //! GGUF tensors (Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
 //! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
 
+use alloc::format;
 use alloc::string::ToString;
 use alloc::vec::Vec;
 
@@ -9,6 +10,7 @@ use core::ops::Range;
 
 use crate::gguf::{GgmlType, Gguf, GgufError, TensorInfo};
 use crate::int8::Int8Matrix;
+use crate::pack;
 use crate::{AlignedBytes, Error, PackedMatrix};
 
 pub type Matrix = PackedMatrix<AlignedBytes>;
@@ -90,6 +92,13 @@ pub trait TensorSource {
     /// File bytes `range` (absolute offsets, inside the file as `Gguf::tensor_range`
     /// checked), valid until the next call.
     fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError>;
+
+    /// Bytes `range` lent for as long as a model lives (a mapped file), so a packed
+    /// `.lutra` matrix is read in place; `None` (the default) copies them from `read`.
+    fn share(&mut self, range: Range<u64>) -> Option<AlignedBytes> {
+        let _ = range;
+        None
+    }
 }
 
 /// A whole file in memory (or mapped).
@@ -118,6 +127,9 @@ pub fn weights(
     expected: Option<(usize, usize)>,
     mut consumed: impl FnMut(Range<usize>),
 ) -> Result<Weights, ModelError> {
+    if pack::is_packed(g) {
+        return packed_weights(g, source, name, expected);
+    }
     let info = info(g, name)?;
     let (rows, cols) = shape(&info, expected)?;
     let range = g.tensor_range(&info)?;
@@ -157,7 +169,74 @@ pub fn vector(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usiz
         return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [len as u64, 1], got: [info.dims[0], info.dims[1]] });
     }
     let data = source.read(g.tensor_range(&info)?)?;
+    if pack::is_packed(g) {
+        verify(g, name, data)?;
+    }
     Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+}
+
+/// A tensor's bytes against its `lutra.checksum.NAME`.
+fn verify(g: &Gguf<'_>, name: &str, data: &[u8]) -> Result<(), ModelError> {
+    let want = g.get_u64(&pack::checksum_key(name)).ok_or_else(|| ModelError::BadPackedFile(format!("no checksum for tensor {name}")))?;
+    if pack::checksum(data) != want {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} fails its checksum (a damaged or truncated file)")));
+    }
+    Ok(())
+}
+
+/// One I8 tensor of a packed file, read in place where the source lends it, checked.
+fn packed_tensor(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<AlignedBytes, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::I8 || info.n_dims != 1 {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} is not a byte array")));
+    }
+    let range = g.tensor_range(&info)?;
+    let bytes = match source.share(range.clone()) {
+        Some(shared) => shared,
+        None => AlignedBytes::copy_of(source.read(range)?),
+    };
+    verify(g, name, bytes.as_ref())?;
+    Ok(bytes)
+}
+
+/// A byte tensor of a packed file, copied out and checked (a tokenizer).
+pub fn packed_blob(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<Vec<u8>, ModelError> {
+    let info = info(g, name)?;
+    let data = source.read(g.tensor_range(&info)?)?;
+    verify(g, name, data)?;
+    Ok(data.to_vec())
+}
+
+/// A matrix of a packed `.lutra` file, as it was stored.
+fn packed_weights(
+    g: &Gguf<'_>,
+    source: &mut dyn TensorSource,
+    name: &str,
+    expected: Option<(usize, usize)>,
+) -> Result<Weights, ModelError> {
+    let key = pack::layout_key(name);
+    let words: Vec<u32> = match g.get(&key).and_then(|v| v.as_array()) {
+        Some(a) => a.iter().map(|v| v.as_u32()).collect::<Option<_>>().unwrap_or_default(),
+        None => return Err(ModelError::MissingTensor(name.to_string())),
+    };
+    let layout =
+        pack::parse_layout(&words).ok_or_else(|| ModelError::BadPackedFile(format!("{key} holds no layout this version reads")))?;
+    let (rows, cols) = match &layout {
+        pack::StoredLayout::Lookup(l) => (l.rows(), l.cols()),
+        pack::StoredLayout::Int8 { rows, cols } => (*rows, *cols),
+    };
+    if expected.is_some_and(|e| e != (rows, cols)) {
+        let [r, c] = expected.map_or([0, 0], |(r, c)| [r as u64, c as u64]);
+        return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [c, r], got: [cols as u64, rows as u64] });
+    }
+    Ok(match layout {
+        pack::StoredLayout::Lookup(l) => Weights::Lookup(PackedMatrix::from_bytes(l, packed_tensor(g, source, name)?)?),
+        pack::StoredLayout::Int8 { rows, cols } => {
+            let codes = packed_tensor(g, source, name)?;
+            let scales = packed_tensor(g, source, &pack::scales_name(name))?;
+            Weights::Int8(Int8Matrix::from_parts(rows, cols, codes, scales)?)
+        }
+    })
 }
 
 /// A required `u32` metadata value.

@@ -5,12 +5,15 @@
 //! allocates.
 
 use alloc::boxed::Box;
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, RopeAngles};
 use super::{check_feed, group_for, Gemv, ModelError, PREFILL_BATCH};
+use crate::gguf::Gguf;
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::lut::Tables;
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
@@ -39,6 +42,9 @@ impl LlamaConfig {
 }
 
 type Matrix = PackedMatrix<AlignedBytes>;
+
+/// The packed file's tensor holding the checkpoint's `tokenizer.bin`.
+pub const TOKENIZER_BLOB: &str = "tokenizer.llama2c";
 
 /// One transformer block.
 pub struct LlamaLayer {
@@ -143,6 +149,111 @@ impl Llama {
             group_dim,
             group_hidden,
         })
+    }
+
+    /// Writes the model packed (`crate::pack`): its hyperparameters as `llama.*` keys,
+    /// `tokenizer` (the checkpoint's `tokenizer.bin`) as a byte tensor, and every tensor
+    /// under its GGUF name as the kernels read it.
+    pub fn write_packed<'a>(&'a self, tokenizer: &'a [u8], w: &mut crate::pack::Writer<'a>) {
+        let c = &self.config;
+        w.str("general.architecture", "llama");
+        w.str(crate::pack::SOURCE_KEY, "llama2c");
+        for (key, v) in [
+            ("llama.embedding_length", c.dim),
+            ("llama.feed_forward_length", c.hidden_dim),
+            ("llama.block_count", c.n_layers),
+            ("llama.attention.head_count", c.n_heads),
+            ("llama.attention.head_count_kv", c.n_kv_heads),
+            ("llama.vocab_size", c.vocab_size),
+            ("llama.context_length", c.seq_len),
+        ] {
+            w.u32(key, v as u32);
+        }
+        w.f32("llama.rope.freq_base", c.rope_theta);
+        w.f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+        w.blob(TOKENIZER_BLOB, tokenizer);
+        w.f32s("token_embd.weight", &self.token_embedding);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let name = |t: &str| alloc::format!("blk.{l}.{t}.weight");
+            w.f32s(&name("attn_norm"), &layer.rms_att);
+            w.lookup(&name("attn_q"), &layer.wq);
+            w.lookup(&name("attn_k"), &layer.wk);
+            w.lookup(&name("attn_v"), &layer.wv);
+            w.lookup(&name("attn_output"), &layer.wo);
+            w.f32s(&name("ffn_norm"), &layer.rms_ffn);
+            w.lookup(&name("ffn_gate"), &layer.w1);
+            w.lookup(&name("ffn_down"), &layer.w2);
+            w.lookup(&name("ffn_up"), &layer.w3);
+        }
+        w.f32s("output_norm.weight", &self.rms_final);
+        w.lookup("output.weight", &self.classifier);
+    }
+
+    /// A model written by `write_packed`, its matrices read in place where `source`
+    /// lends them; returns the model and the `tokenizer.bin` bytes.
+    pub fn from_packed(g: &Gguf<'_>, source: &mut dyn TensorSource) -> Result<(Llama, Vec<u8>), ModelError> {
+        let get = |key: &'static str| meta_u32(g, key);
+        let config = LlamaConfig {
+            dim: get("llama.embedding_length")?,
+            hidden_dim: get("llama.feed_forward_length")?,
+            n_layers: get("llama.block_count")?,
+            n_heads: get("llama.attention.head_count")?,
+            n_kv_heads: get("llama.attention.head_count_kv")?,
+            vocab_size: get("llama.vocab_size")?,
+            seq_len: get("llama.context_length")?,
+            rope_theta: meta_f32(g, "llama.rope.freq_base")?,
+            norm_eps: meta_f32(g, "llama.attention.layer_norm_rms_epsilon")?,
+        };
+        let c = config;
+        if c.n_heads == 0
+            || c.n_kv_heads == 0
+            || !c.dim.is_multiple_of(c.n_heads)
+            || !c.n_heads.is_multiple_of(c.n_kv_heads)
+            || c.n_layers == 0
+            || c.vocab_size == 0
+        {
+            return Err(ModelError::BadPackedFile(alloc::format!("impossible llama hyperparameters {c:?}")));
+        }
+        let (q, kv) = (c.dim, c.kv_dim());
+        let mut matrix = |name: String, shape: (usize, usize)| match weights(g, source, &name, Some(shape), |_| {})? {
+            Weights::Lookup(m) => Ok(m),
+            Weights::Int8(_) => {
+                Err(ModelError::BadPackedFile(alloc::format!("{name}: an int8 matrix where llama2.c weights are bit planes")))
+            }
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let name = |t: &str| alloc::format!("blk.{l}.{t}.weight");
+            layers.push(LlamaLayer {
+                rms_att: Vec::new(),
+                wq: matrix(name("attn_q"), (q, c.dim))?,
+                wk: matrix(name("attn_k"), (kv, c.dim))?,
+                wv: matrix(name("attn_v"), (kv, c.dim))?,
+                wo: matrix(name("attn_output"), (c.dim, q))?,
+                rms_ffn: Vec::new(),
+                w1: matrix(name("ffn_gate"), (c.hidden_dim, c.dim))?,
+                w2: matrix(name("ffn_down"), (c.dim, c.hidden_dim))?,
+                w3: matrix(name("ffn_up"), (c.hidden_dim, c.dim))?,
+            });
+        }
+        let classifier = matrix("output.weight".into(), (c.vocab_size, c.dim))?;
+        for (l, layer) in layers.iter_mut().enumerate() {
+            layer.rms_att = vector(g, source, &alloc::format!("blk.{l}.attn_norm.weight"), c.dim)?;
+            layer.rms_ffn = vector(g, source, &alloc::format!("blk.{l}.ffn_norm.weight"), c.dim)?;
+        }
+        let token_embedding = vector(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
+        let rms_final = vector(g, source, "output_norm.weight", c.dim)?;
+        let (group_dim, group_hidden) = (layers[0].wq.layout().group(), layers[0].w2.layout().group());
+        let model = Llama { config, token_embedding, layers, rms_final, classifier, group_dim, group_hidden };
+        if model.layers.iter().any(|l| {
+            l.w2.layout().group() != group_hidden
+                || [&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3].iter().any(|m| m.layout().group() != group_dim)
+        }) || model.classifier.layout().group() != group_dim
+        {
+            return Err(ModelError::BadPackedFile("matrices of one input width with different group sizes".into()));
+        }
+        let tokenizer = super::import::packed_blob(g, source, TOKENIZER_BLOB)?;
+        Ok((model, tokenizer))
     }
 
     /// Bytes of the quantized matrices (the classifier included).

@@ -46,6 +46,8 @@ pub enum ModelError {
     CacheShape { expected: kv::AttentionShape, got: kv::AttentionShape },
     /// PQ codebooks that cannot be read or do not fit the model.
     Codebooks(crate::pq::PqError),
+    /// A packed `.lutra` file that is damaged, truncated or of another format version.
+    BadPackedFile(alloc::string::String),
     /// A `TensorSource` could not deliver bytes `start..end` of the file.
     Read { start: u64, end: u64, reason: alloc::string::String },
 }
@@ -54,6 +56,7 @@ impl fmt::Display for ModelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ModelError::Gguf(e) => write!(f, "{e}"),
+            ModelError::BadPackedFile(why) => write!(f, "packed model file: {why}"),
             ModelError::Read { start, end, reason } => write!(f, "could not read bytes {start}..{end} of the model file: {reason}"),
             ModelError::MissingTensor(name) => write!(f, "tensor {name} is missing from the model file"),
             ModelError::MissingMetadata(key) => write!(f, "metadata key {key} is missing or has the wrong type"),
