@@ -37,9 +37,9 @@ pub mod sampler;
 pub mod spm;
 pub mod tokenizer;
 
-#[cfg(feature = "alloc")]
-pub use aligned::AlignedBytes;
 pub use aligned::{blocks_as_bytes, blocks_as_bytes_mut, Block64};
+#[cfg(feature = "alloc")]
+pub use aligned::{AlignedBytes, Backing};
 pub use error::Error;
 pub use isa::Isa;
 #[cfg(feature = "alloc")]

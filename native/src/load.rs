@@ -4,7 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use lutra_core::engine::{self, LoadProgress};
+use std::sync::Arc;
+
+use lutra_core::engine::{self, LoadProgress, TensorSource};
+use lutra_core::gguf::Gguf;
+use lutra_core::model::ModelError;
+use lutra_core::{pack, AlignedBytes, Backing};
 use memmap2::Mmap;
 
 use crate::inspect::map_file;
@@ -33,6 +38,16 @@ impl Default for LoadOptions {
 pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Error> {
     let map = map_file(path).map_err(Error::Open)?;
     let in_file = |e: engine::Error| Error::Model { path: path.to_path_buf(), source: e };
+    if map.starts_with(b"GGUF") && is_packed(&map) {
+        // a packed .lutra: its matrices are read in place from the mapping, kept for as
+        // long as the model lives
+        let file = Arc::new(MappedFile(map));
+        let gguf = Gguf::parse(file.bytes()).map_err(|e| in_file(e.into()))?;
+        let mut bar = Bar::new(opts.progress, "checking tensors".into());
+        let model = engine::Model::from_gguf_source(&gguf, &mut Mapped(file.clone()), |p| bar.update(&p));
+        bar.finish();
+        return model.map_err(in_file);
+    }
     if map.starts_with(b"GGUF") {
         let mut bar = Bar::new(opts.progress, "importing tensors".into());
         let model = engine::Model::from_gguf_with_progress(&map, |p| {
@@ -53,6 +68,35 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Err
         engine::Error::Tokenizer(_) => Error::Model { path: tokenizer_path, source: e },
         e => in_file(e),
     })
+}
+
+fn is_packed(bytes: &[u8]) -> bool {
+    Gguf::parse(bytes).is_ok_and(|g| pack::is_packed(&g))
+}
+
+/// A mapped file that matrices borrow from.
+struct MappedFile(Mmap);
+
+impl Backing for MappedFile {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Tensor bytes of a mapped packed file: lent in place.
+struct Mapped(Arc<MappedFile>);
+
+impl TensorSource for Mapped {
+    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[u8], ModelError> {
+        let past_end = || ModelError::Read { start: range.start, end: range.end, reason: "past the end of the file".into() };
+        let start = usize::try_from(range.start).map_err(|_| past_end())?;
+        let end = usize::try_from(range.end).map_err(|_| past_end())?;
+        self.0.bytes().get(start..end).ok_or_else(past_end)
+    }
+    fn share(&mut self, range: std::ops::Range<u64>) -> Option<AlignedBytes> {
+        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
+        AlignedBytes::shared(self.0.clone(), range)
+    }
 }
 
 /// Drops `range` of the mapped file from memory. Any later read of it faults the pages

@@ -104,7 +104,10 @@ pub fn kernel_check() -> Result<String, JsError> {
 /// Bytes of this module's linear memory (it grows and never shrinks: its peak).
 #[wasm_bindgen]
 pub fn memory_bytes() -> f64 {
-    (core::arch::wasm32::memory_size(0) * 65536) as f64
+    #[cfg(target_arch = "wasm32")]
+    return (core::arch::wasm32::memory_size(0) * 65536) as f64;
+    #[cfg(not(target_arch = "wasm32"))]
+    0.0
 }
 
 /// A model file's bytes, received in chunks.

@@ -71,6 +71,8 @@ pub struct ModelInfo {
     pub chat: bool,
     /// Whether the file carries a `tokenizer.chat_template` of its own.
     pub chat_template_in_file: bool,
+    /// Whether the weights came from a packed `.lutra` file (read in place, unconverted).
+    pub packed: bool,
 }
 
 impl ModelInfo {
@@ -167,7 +169,7 @@ impl Model {
                 let (net, tokenizer) = Llama::from_packed(gguf, source)?;
                 let tokenizer = Llama2cTokenizer::from_bytes(&tokenizer, net.config.vocab_size)?;
                 let bits = net.classifier.layout().bits();
-                return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed")));
+                return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed"), true));
             }
         }
         if arch != "gemma3" {
@@ -207,6 +209,7 @@ impl Model {
             tensor_types: types,
             chat: true,
             chat_template_in_file: tokenizer.chat_template().is_some(),
+            packed: pack::is_packed(gguf),
         };
         Ok(Model::new(Network::Gemma3(Box::new(net)), Vocabulary::Spm(Box::new(tokenizer)), info))
     }
@@ -228,10 +231,10 @@ impl Model {
         let net = Llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
             progress(LoadProgress { done, total, tensor: "matrices", consumed: None });
         })?;
-        Ok(Self::llama(net, tokenizer, format!("f32 quantized to {bits} bits")))
+        Ok(Self::llama(net, tokenizer, format!("f32 quantized to {bits} bits"), false))
     }
 
-    fn llama(net: Llama, tokenizer: Llama2cTokenizer, kind: String) -> Model {
+    fn llama(net: Llama, tokenizer: Llama2cTokenizer, kind: String, packed: bool) -> Model {
         let c = &net.config;
         let info = ModelInfo {
             architecture: "llama",
@@ -247,6 +250,7 @@ impl Model {
             tensor_types: alloc::vec![(kind, 7 * c.n_layers + 1)],
             chat: false,
             chat_template_in_file: false,
+            packed,
         };
         Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info)
     }

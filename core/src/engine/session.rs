@@ -59,11 +59,14 @@ impl Session {
 
     /// A session over a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &Model, cache: Box<dyn KvCache>) -> Result<Session, Error> {
+        let context = cache.shape().context;
         let state = match &model.inner().net {
             Network::Llama(m) => State::Llama(Box::new(LlamaState::with_cache(m, cache)?)),
             Network::Gemma3(m) => State::Gemma3(Box::new(Gemma3State::with_cache(m, cache)?)),
         };
-        Ok(Session { model: model.clone(), state, tokens: Vec::new(), computed: 0, logits_ready: false })
+        // room for every position now: appending while generating never allocates
+        let tokens = Vec::with_capacity(context);
+        Ok(Session { model: model.clone(), state, tokens, computed: 0, logits_ready: false })
     }
 
     /// The model the session runs.

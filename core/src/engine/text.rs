@@ -17,9 +17,10 @@ pub struct TextStream {
 }
 
 impl TextStream {
-    /// An empty stream.
+    /// An empty stream, with room for any token's piece: pushing allocates only for a
+    /// piece longer than 256 bytes.
     pub fn new() -> TextStream {
-        TextStream::default()
+        TextStream { held: Vec::with_capacity(256 + 3), out: String::with_capacity(256 * 3) }
     }
 
     /// Adds `bytes`; returns the characters they complete (possibly empty).

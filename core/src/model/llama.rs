@@ -62,7 +62,7 @@ pub struct LlamaLayer {
 pub struct Llama {
     pub config: LlamaConfig,
     /// f32 rows: the input of the network is a lookup, not a product.
-    pub token_embedding: Vec<f32>,
+    pub token_embedding: AlignedBytes,
     pub layers: Vec<LlamaLayer>,
     pub rms_final: Vec<f32>,
     pub classifier: Matrix,
@@ -75,6 +75,13 @@ fn read(t: &F32Tensor<'_>) -> Result<Vec<f32>, ModelError> {
     let mut v = vec![0.0; t.len()];
     t.read_all(&mut v)?;
     Ok(v)
+}
+
+/// f32 values as aligned little-endian bytes.
+fn f32_bytes(v: &[f32]) -> AlignedBytes {
+    let mut bytes = AlignedBytes::zeroed(v.len() * 4);
+    bytes.as_f32s_mut().copy_from_slice(v);
+    bytes
 }
 
 /// Quantize one matrix; the f32 copy lives only for the call.
@@ -142,7 +149,7 @@ impl Llama {
         step(&mut done);
         Ok(Llama {
             config,
-            token_embedding: read(&ckpt.token_embedding()?)?,
+            token_embedding: f32_bytes(&read(&ckpt.token_embedding()?)?),
             layers,
             rms_final: read(&ckpt.rms_final()?)?,
             classifier,
@@ -172,7 +179,7 @@ impl Llama {
         w.f32("llama.rope.freq_base", c.rope_theta);
         w.f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
         w.blob(TOKENIZER_BLOB, tokenizer);
-        w.f32s("token_embd.weight", &self.token_embedding);
+        w.f32s("token_embd.weight", self.token_embedding.as_f32s());
         for (l, layer) in self.layers.iter().enumerate() {
             let name = |t: &str| alloc::format!("blk.{l}.{t}.weight");
             w.f32s(&name("attn_norm"), &layer.rms_att);
@@ -241,7 +248,7 @@ impl Llama {
             layer.rms_att = vector(g, source, &alloc::format!("blk.{l}.attn_norm.weight"), c.dim)?;
             layer.rms_ffn = vector(g, source, &alloc::format!("blk.{l}.ffn_norm.weight"), c.dim)?;
         }
-        let token_embedding = vector(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
+        let token_embedding = super::import::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
         let rms_final = vector(g, source, "output_norm.weight", c.dim)?;
         let (group_dim, group_hidden) = (layers[0].wq.layout().group(), layers[0].w2.layout().group());
         let model = Llama { config, token_embedding, layers, rms_final, classifier, group_dim, group_hidden };
@@ -306,7 +313,7 @@ impl Llama {
         let (c, b) = (&self.config, &mut *s.batch);
         let (n, dim, hidden, kvd, head_size) = (tokens.len(), c.dim, c.hidden_dim, c.kv_dim(), c.head_size());
         for (i, &token) in tokens.iter().enumerate() {
-            b.x[i * dim..(i + 1) * dim].copy_from_slice(&self.token_embedding[token as usize * dim..(token as usize + 1) * dim]);
+            b.x[i * dim..(i + 1) * dim].copy_from_slice(&self.token_embedding.as_f32s()[token as usize * dim..(token as usize + 1) * dim]);
             b.rope[i].set_position(first_pos + i);
         }
         for (l, layer) in self.layers.iter().enumerate() {

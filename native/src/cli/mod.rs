@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod chat;
 mod inspect;
+mod pack;
 mod perplexity;
 mod run;
 
@@ -36,6 +37,8 @@ enum Command {
     Bench(BenchCommand),
     /// What a GGUF model file holds: architecture, hyperparameters, tensor types and their bytes
     Inspect(InspectArgs),
+    /// Pack a model into a .lutra file: weights as the kernels read them, loaded without conversion
+    Pack(pack::PackArgs),
     /// Generate text from a model (Gemma 3 GGUF or llama2.c checkpoint), streaming to stdout
     Run(RunArgs),
     /// Chat with a model in its chat format: one line of stdin per turn, answers streamed to stdout
@@ -199,6 +202,7 @@ pub fn main() -> Result<(), String> {
         Command::Perplexity(a) => perplexity::perplexity(a),
         Command::Calibrate(a) => calibrate::calibrate(a),
         Command::Inspect(a) => inspect::inspect(a),
+        Command::Pack(a) => pack::pack(a),
         Command::Bench(c) => bench::bench(c),
     }
 }
