@@ -1,6 +1,7 @@
 // The page in headless Chromium (playwright-core, Debian's /usr/bin/chromium): greedy text
 // equals the native CLI's, tokens/s shown, a bad file is a readable error after which the
-// page still generates, Stop ends a long generation within 1 s and the next one works.
+// page still generates, Stop ends a long generation within 1 s and the next one works, and
+// the threaded build on 2 threads writes the single-thread text.
 // Run by `cargo xtask test-web` (which builds www/pkg and places the models first).
 // LUTRA_WEB_GEMMA=1 adds Gemma 3 270M; LUTRA_BIN names the native lutra to compare with.
 import { test, before, after } from 'node:test';
@@ -68,8 +69,8 @@ function native(args, prompt, n, hostTier = false) {
   return out.slice(prompt.length).replace(/\n$/, '');
 }
 
-async function greedyMatchesNative(model, args, prompt, n, timeout, simd = '') {
-  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${simd && `&simd=${simd}`}`);
+async function greedyMatchesNative(model, args, prompt, n, timeout, query = '') {
+  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${query}`);
   await state(page, 'done', timeout);
   const text = await page.textContent('#output');
   const tps = Number(await page.textContent('#tps'));
@@ -87,7 +88,7 @@ async function greedyMatchesNative(model, args, prompt, n, timeout, simd = '') {
 
 test('the wasm kernels equal the scalar reference inside Chromium', async () => {
   const { page, errors } = await open('model=stories15M');
-  for (const [pkg, variant] of [['pkg', 'baseline'], ['pkg-relaxed', 'relaxed']]) {
+  for (const [pkg, variant] of [['pkg', 'baseline'], ['pkg-relaxed', 'relaxed'], ['pkg-threads', 'relaxed']]) {
     const [result, built] = await page.evaluate(async (pkg) => {
       const m = await import(`./${pkg}/lutra_wasm.js`);
       await m.default();
@@ -105,7 +106,7 @@ test('the wasm kernels equal the scalar reference inside Chromium', async () => 
 test('stories15M: greedy text equals the native CLI, a bad file is an error, Stop stops', async () => {
   const stories = ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'];
   // the simd128 build everywhere; the relaxed-SIMD build (Chromium's default) below
-  (await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000, 'baseline')).close();
+  (await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000, '&simd=baseline')).close();
   const page = await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000);
   assert.match(await page.textContent('#status'), /simd128 \(relaxed\)/);
 
@@ -140,6 +141,23 @@ test('stories15M: greedy text equals the native CLI, a bad file is an error, Sto
   await state(page, 'done', 20000);
   assert.ok((await page.textContent('#output')).length > 0);
   await page.screenshot({ path: path.join(shots, 'stories15M.png'), fullPage: true });
+  await page.close();
+});
+
+test('threads: 2 threads write the single-thread text; the Threads control restarts the engine', async () => {
+  const stories = ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'];
+  // 64 tokens: past the first attention piece boundary is not needed for equality, but
+  // more products per run make a wrong row split likelier to show
+  const page = await greedyMatchesNative('stories15M', stories, 'Once upon a time', 64, 60000, '&threads=2');
+  assert.match(await page.textContent('#status'), /simd128 \(relaxed, threaded build\); 2 threads;/);
+  const two = await page.textContent('#output');
+  // the control: back to 1 thread (the single-thread build), same greedy text
+  await page.selectOption('#threads', '1');
+  await state(page, 'ready', 60000);
+  assert.match(await page.textContent('#status'), /simd128 \(relaxed\); 1 thread;/);
+  await page.click('#generate');
+  await state(page, 'done', 60000);
+  assert.equal(await page.textContent('#output'), two);
   await page.close();
 });
 
