@@ -2,10 +2,12 @@
 //! `-Z build-std`, see xtask's `build_web`). Web Workers cannot be spawned from Rust on
 //! wasm32-unknown-unknown, so the page's engine worker starts them (`www/thread.js`):
 //! each instantiates this module on the same shared memory and calls [`pool_worker`],
-//! which never returns. A [`Pool`] then runs jobs on those workers and the caller, as
-//! the native pool does (`native/src/threads`): workers spin briefly on a generation
+//! which never returns. A [`Pool`] then runs jobs on those workers and the caller much
+//! as the native pool does (`native/src/threads`): workers spin briefly on a job
 //! counter, then park (`memory.atomic.wait32` underneath), and work inside a job is
-//! handed out in chunks through an atomic counter.
+//! handed out in chunks through an atomic counter. Unlike the native pool, the caller
+//! does not wait for a worker that has not joined a job by the time the chunks ran out
+//! (see [`Shared`]).
 //!
 //! Products and attention pieces are split exactly as natively: whole 32-row tiles per
 //! chunk for GEMV, whole chunks of `gemm_chunk_tiles` for a batch, one attention piece at
@@ -27,15 +29,23 @@ const SPIN: u32 = 1 << 17;
 
 type Job = dyn Fn(usize) + Sync;
 
+/// [`Shared::state`]: workers in the current job in the low bits, then whether it is
+/// still open to workers, then the job's number (wrapping).
+const COUNT: usize = 0xff;
+const OPEN: usize = 0x100;
+const GENERATION: usize = 0x200;
+
 /// The state the caller and the workers share.
 pub struct Shared {
-    /// Incremented once per job; workers run each generation once.
-    generation: AtomicUsize,
-    /// Workers still running the current job.
-    pending: AtomicUsize,
+    /// Job number, open flag and workers in the job (see [`COUNT`]). A worker joins a job
+    /// only while it is open, and the caller closes it once its own share ran out of
+    /// chunks: then it waits for the workers that joined, never for one that was
+    /// descheduled before joining (on a busy 2-core machine a wake-up can take a whole
+    /// time slice; the chunks it would have taken were done by the others meanwhile).
+    state: AtomicUsize,
     /// The current job, lifetime-erased (see `Pool::run`).
     job: Mutex<Option<&'static Job>>,
-    /// Workers that have entered [`pool_worker`], to be unparked for each job.
+    /// Workers that have entered [`worker`], to be unparked for each job.
     workers: Mutex<Vec<Thread>>,
     caller: Mutex<Option<Thread>>,
     /// Set when a worker's JavaScript caught a trap (a panic aborts): `run` then panics
@@ -57,15 +67,14 @@ pub fn pool() -> Option<&'static Pool> {
 }
 
 /// Makes the pool of `threads` threads (once per module instance); returns the address
-/// its workers pass to [`pool_worker`].
+/// its workers pass to [`worker`].
 pub fn start(threads: usize) -> Result<usize, String> {
     if !(1..=64).contains(&threads) {
         return Err(format!("threads must be 1 to 64, not {threads}"));
     }
     let pool = POOL.get_or_init(|| Pool {
         shared: Shared {
-            generation: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            state: AtomicUsize::new(0),
             job: Mutex::new(None),
             workers: Mutex::new(Vec::new()),
             caller: Mutex::new(None),
@@ -86,36 +95,48 @@ unsafe fn shared_at<'a>(shared: usize) -> &'a Shared {
     unsafe { &*(shared as *const Shared) }
 }
 
-/// A worker's loop: runs every job from now on as thread `index` (1, 2, …). Never
+/// A worker's loop: joins every job it finds open, as thread `index` (1, 2, …). Never
 /// returns. `shared` is [`start`]'s address.
 pub fn worker(shared: usize, index: usize) {
     // SAFETY: the worker script passes the address the engine worker got from `start`.
     let shared = unsafe { shared_at(shared) };
     shared.workers.lock().unwrap().push(thread::current());
-    // every job waits for every worker, so none can have finished before this one saw it
-    let mut seen = 0usize;
+    let mut seen = shared.state.load(Ordering::Acquire) & !(COUNT | OPEN);
     loop {
         let mut spins = 0u32;
-        let generation = loop {
-            let g = shared.generation.load(Ordering::Acquire);
-            if g != seen {
-                break g;
+        // wait for a job number not seen yet, and join it if it is still open
+        let joined = loop {
+            let s = shared.state.load(Ordering::Acquire);
+            if s & !(COUNT | OPEN) != seen {
+                if s & OPEN == 0 {
+                    seen = s & !(COUNT | OPEN);
+                    continue;
+                }
+                if shared.state.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    seen = s & !(COUNT | OPEN);
+                    break true;
+                }
+                continue;
             }
             if spins < SPIN {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
                 thread::park();
+                spins = 0;
             }
         };
-        seen = generation;
-        let job = *shared.job.lock().unwrap();
-        if let Some(job) = job {
-            job(index);
-        }
-        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(t) = shared.caller.lock().unwrap().as_ref() {
-                t.unpark();
+        if joined {
+            // joined while open: the caller has set the job and waits for this share
+            let job = *shared.job.lock().unwrap();
+            if let Some(job) = job {
+                job(index);
+            }
+            let before = shared.state.fetch_sub(1, Ordering::AcqRel);
+            if before & COUNT == 1 && before & OPEN == 0 {
+                if let Some(t) = shared.caller.lock().unwrap().as_ref() {
+                    t.unpark();
+                }
             }
         }
     }
@@ -138,13 +159,10 @@ impl Pool {
         self.threads
     }
 
-    /// Workers that have started so far.
-    pub fn workers_started(&self) -> usize {
-        self.shared.workers.lock().unwrap().len()
-    }
-
-    /// Run `f(thread_index)` on every thread of the pool (the caller is index 0) and
-    /// return when all have finished. Only the engine worker calls this (one caller).
+    /// Run `f(thread_index)` on the caller (index 0) and on every worker that joins
+    /// before the caller's `f` returns, and return when all of those have finished. `f`
+    /// must split its work dynamically (a shared chunk counter), so that a worker that
+    /// comes late or not at all costs nothing. Only the engine worker calls this.
     pub fn run<F: Fn(usize) + Sync>(&self, f: F) {
         if self.threads == 1 {
             f(0);
@@ -153,20 +171,22 @@ impl Pool {
         let s = &self.shared;
         assert!(!s.failed.load(Ordering::Acquire), "a thread of the pool has failed");
         let job: &(dyn Fn(usize) + Sync + '_) = &f;
-        // SAFETY: workers use the reference only between the generation bump below and
-        // `pending` reaching zero, and this function does not return before then (a
-        // panic here aborts: wasm builds are panic=abort), so `f` outlives every use.
+        // SAFETY: workers read the reference only after joining the job while it is
+        // open, and this function does not return before every worker that joined has
+        // left (a panic here aborts: wasm builds are panic=abort), so `f` outlives every use.
         let job: &'static Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job) };
         *s.job.lock().unwrap() = Some(job);
         s.caller.lock().unwrap().get_or_insert_with(thread::current);
-        s.pending.store(self.threads - 1, Ordering::Release);
-        s.generation.fetch_add(1, Ordering::AcqRel);
+        // a new job number, open, nobody in it yet (the last job's workers all left)
+        let next = (s.state.load(Ordering::Acquire) & !(COUNT | OPEN)).wrapping_add(GENERATION);
+        s.state.store(next | OPEN, Ordering::Release);
         for t in s.workers.lock().unwrap().iter() {
             t.unpark();
         }
         f(0);
+        let mut count = s.state.fetch_and(!OPEN, Ordering::AcqRel) & COUNT;
         let mut spins = 0u32;
-        while s.pending.load(Ordering::Acquire) != 0 {
+        while count != 0 {
             assert!(!s.failed.load(Ordering::Acquire), "a thread of the pool has failed");
             if spins < SPIN {
                 spins += 1;
@@ -174,6 +194,7 @@ impl Pool {
             } else {
                 thread::park();
             }
+            count = s.state.load(Ordering::Acquire) & COUNT;
         }
         *s.job.lock().unwrap() = None;
     }

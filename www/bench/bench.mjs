@@ -91,7 +91,7 @@ for (const model of models) {
     const tps = Object.entries(byVariant).map(([k, w]) => `${k} ${w.at(-1).tps}`).join(', ');
     if (withNative) cli.push(native(model));
     if (useWllama) wl.push(await wllama(model));
-    console.error(`${model.name} round ${r + 1}: ${tps}${withNative ? `, native ${cli.at(-1)}` : ''}${useWllama ? `, wllama ${wl.at(-1).toFixed(1)}` : ''}`);
+    console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${cli.at(-1)}` : ''}${useWllama ? `, wllama ${wl.at(-1).toFixed(1)}` : ''}`);
   }
   const web = byVariant[variants[0].key];
   // every build and thread count writes the same greedy text
