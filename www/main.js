@@ -6,7 +6,7 @@ const params = new URLSearchParams(location.search);
 // ?simd=baseline|relaxed picks the wasm build (default: relaxed SIMD where the browser has
 // it); ?threads=N the threads (the Threads control: a new engine worker, same model)
 const workerUrl = new URL('./worker.js', import.meta.url);
-for (const key of ['simd', 'threads', 'build']) {
+for (const key of ['simd', 'threads', 'build', 'split']) {
   if (params.has(key)) workerUrl.searchParams.set(key, params.get(key));
 }
 let worker;
@@ -156,7 +156,7 @@ function startWorker() {
 // cross-origin-isolated page: SharedArrayBuffer)
 const cores = navigator.hardwareConcurrency || 1;
 for (let t = 1; t <= Math.max(2, Math.min(cores, 8)); t++) $('threads').add(new Option(`${t}`, String(t)));
-$('threads').value = params.get('threads') || '1';
+$('threads').value = params.get('threads') || String(Math.min(2, cores));
 if (!self.crossOriginIsolated) {
   $('threads').disabled = true;
   $('threads').title = 'Threads need a cross-origin-isolated page (COOP/COEP headers)';

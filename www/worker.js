@@ -16,15 +16,18 @@ const relaxed = asked ? asked === 'relaxed' : WebAssembly.validate(RELAXED_PROBE
 // ?threads=N: N ≥ 2 runs the threaded build (pkg-threads: relaxed SIMD + atomics on
 // shared memory) with N − 1 more Web Workers; 1 the single-thread builds. Threads need
 // crossOriginIsolated (SharedArrayBuffer) and relaxed SIMD (the threaded build has it);
-// without them the page runs on one thread and says why.
-const DEFAULT_THREADS = 1;
+// without them the page runs on one thread and says why. The default, 2 threads where
+// the browser reports 2 cores or more, is measured (BENCHMARKS.md, "Threads in the
+// browser"): on a 2-vCPU host shared with other work, Gemma 3 270M decodes up to 1.8×
+// faster on 2 threads and stories15M about as fast; more than 2 has not been measured.
+const DEFAULT_THREADS = Math.min(2, navigator.hardwareConcurrency || 1);
 const threadsAsked = Number(params.get('threads') || DEFAULT_THREADS);
 const why = !self.crossOriginIsolated ? 'the page is not cross-origin isolated (no SharedArrayBuffer)'
   : !WebAssembly.validate(RELAXED_PROBE) ? 'this browser lacks relaxed SIMD, which the threaded build uses'
   : asked === 'baseline' ? 'the threaded build uses relaxed SIMD, and ?simd=baseline was asked'
   : '';
 const threads = Number.isInteger(threadsAsked) && threadsAsked >= 2 && !why ? threadsAsked : 1;
-const threadNote = threadsAsked >= 2 && threads === 1 ? `${threadsAsked} threads asked, running 1: ${why}` : '';
+const threadNote = threadsAsked >= 2 && threads === 1 ? `${threadsAsked} threads wanted, running 1: ${why}` : '';
 // ?build=threads: the threaded build even on 1 thread (to time what the build itself costs)
 const pkg = threads > 1 || (params.get('build') === 'threads' && !why) ? './pkg-threads/' : relaxed ? './pkg-relaxed/' : './pkg/';
 // imported while the first messages may already arrive: handlers await it (no top-level
@@ -37,6 +40,8 @@ const wasm = import(`${pkg}lutra_wasm.js`).then(async (m) => {
   const module = await WebAssembly.compileStreaming(fetch(new URL(`${pkg}lutra_wasm_bg.wasm`, import.meta.url)));
   const { memory } = await m.default({ module_or_path: module });
   const pool = m.start_threads(threads);
+  // ?split=BYTES (measurements): the smallest matrix whose product is split across threads
+  if (params.has('split')) m.set_min_split_bytes(Number(params.get('split')));
   const script = new URL('./thread.js', import.meta.url);
   const pkgUrl = new URL(`${pkg}lutra_wasm.js`, import.meta.url).href;
   await Promise.all(Array.from({ length: threads - 1 }, (_, i) => new Promise((resolve, reject) => {

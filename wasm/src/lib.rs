@@ -59,6 +59,16 @@ pub fn pool_worker_failed(pool: usize) {
     let _ = pool;
 }
 
+/// Threaded build: products of matrices under `bytes` stay on one thread (default
+/// `threads::MIN_SPLIT_BYTES`; a knob for measurements).
+#[wasm_bindgen]
+pub fn set_min_split_bytes(bytes: usize) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    threads::set_min_split_bytes(bytes);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    let _ = bytes;
+}
+
 /// Threads the engine's products run on: 1, or the pool's size once started.
 #[wasm_bindgen]
 pub fn threads() -> usize {

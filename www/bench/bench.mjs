@@ -19,10 +19,14 @@ const n = Number(opt('--n', 128));
 // wasm builds to time, each in its own page per round: the first fills the table's column.
 // Each SIMD variant runs at each of --threads: N threads (N ≥ 2: the threaded build with
 // N − 1 more Web Workers), 1 (the single-thread build), 1t (the threaded build on 1 thread)
-const variants = opt('--simd', 'relaxed,baseline').split(',').flatMap((simd) => opt('--threads', '1').split(',').map((t) => ({
-  simd, threads: t, key: t === '1' ? simd : `${simd}_t${t}`,
-  query: `&simd=${simd}${t === '1t' ? '&threads=1&build=threads' : `&threads=${t}`}`,
-})));
+// (N:BYTES adds ?split=BYTES: products of smaller matrices stay on one thread)
+const variants = opt('--simd', 'relaxed,baseline').split(',').flatMap((simd) => opt('--threads', '1').split(',').map((t) => {
+  const [n, split] = t.split(':');
+  return {
+    simd, threads: n, key: t === '1' ? simd : `${simd}_t${t.replaceAll(':', '_')}`,
+    query: `&simd=${simd}${n === '1t' ? '&threads=1&build=threads' : `&threads=${n}`}${split ? `&split=${split}` : ''}`,
+  };
+}));
 const withNative = !args.includes('--no-native');
 const withWllama = !args.includes('--no-wllama');
 const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
