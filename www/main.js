@@ -3,10 +3,13 @@
 // document.body.dataset.state goes loading → ready → generating → done (or error).
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-// ?simd=baseline|relaxed picks the wasm build (default: relaxed SIMD where the browser has it)
+// ?simd=baseline|relaxed picks the wasm build (default: relaxed SIMD where the browser has
+// it); ?threads=N the threads (the Threads control: a new engine worker, same model)
 const workerUrl = new URL('./worker.js', import.meta.url);
-if (params.has('simd')) workerUrl.searchParams.set('simd', params.get('simd'));
-const worker = new Worker(workerUrl, { type: 'module' });
+for (const key of ['simd', 'threads', 'build', 'split']) {
+  if (params.has(key)) workerUrl.searchParams.set(key, params.get(key));
+}
+let worker;
 
 let loaded = false;
 let generating = false;
@@ -25,6 +28,7 @@ function controls() {
   $('load').disabled = generating;
   $('file').disabled = generating;
   $('model').disabled = generating;
+  $('threads').disabled = generating || !self.crossOriginIsolated;
 }
 
 function showError(message) {
@@ -37,7 +41,9 @@ function status(text, done = 0, total = 0) {
   $('progress').value = total ? done / total : 0;
 }
 
+let lastLoad = null;
 function load(message) {
+  lastLoad = message;
   setState('loading');
   $('error').hidden = true;
   status('Loading…');
@@ -76,7 +82,7 @@ function generate() {
   });
 }
 
-worker.onmessage = ({ data }) => {
+function onMessage({ data }) {
   switch (data.type) {
     case 'progress': {
       const mib = (b) => (b / 1048576).toFixed(1);
@@ -92,7 +98,9 @@ worker.onmessage = ({ data }) => {
       chatTurns = 0;
       $('chat').disabled = !data.chat;
       $('chat').checked = data.chat && params.get('chat') === '1';
-      status(`Ready: ${data.summary}; kernel ${data.isa}; loaded in ${(data.loadMs / 1000).toFixed(1)} s; wasm memory ${Math.round(data.memory / 1048576)} MiB`, 1, 1);
+      $('threads').value = String(data.threads);
+      status(`Ready: ${data.summary}; kernel ${data.isa}; ${data.threads} thread${data.threads > 1 ? 's' : ''}; loaded in ${(data.loadMs / 1000).toFixed(1)} s; wasm memory ${Math.round(data.memory / 1048576)} MiB`, 1, 1);
+      if (data.threadNote) $('stats').textContent = data.threadNote;
       setState('ready');
       controls();
       if (params.get('autorun') === '1') {
@@ -129,11 +137,36 @@ worker.onmessage = ({ data }) => {
     default:
       break;
   }
-};
-worker.onerror = (e) => {
-  showError(`The engine stopped: ${e.message}`);
-  setState('error');
-};
+}
+
+/** A new engine worker (threads from `workerUrl`): the old one, its model and its pool go. */
+function startWorker() {
+  worker?.terminate();
+  loaded = false;
+  generating = false;
+  worker = new Worker(workerUrl, { type: 'module' });
+  worker.onmessage = onMessage;
+  worker.onerror = (e) => {
+    showError(`The engine stopped: ${e.message}`);
+    setState('error');
+  };
+}
+
+// the Threads control: 1 up to the cores the browser reports (threads need a
+// cross-origin-isolated page: SharedArrayBuffer)
+const cores = navigator.hardwareConcurrency || 1;
+for (let t = 1; t <= Math.max(2, Math.min(cores, 8)); t++) $('threads').add(new Option(`${t}`, String(t)));
+$('threads').value = params.get('threads') || String(Math.min(2, cores));
+if (!self.crossOriginIsolated) {
+  $('threads').disabled = true;
+  $('threads').title = 'Threads need a cross-origin-isolated page (COOP/COEP headers)';
+}
+$('threads').addEventListener('change', () => {
+  workerUrl.searchParams.set('threads', $('threads').value);
+  startWorker();
+  load(lastLoad || { type: 'load', model: $('model').value });
+});
+startWorker();
 
 $('load').addEventListener('click', () => load({ type: 'load', model: $('model').value }));
 $('file').addEventListener('change', () => {

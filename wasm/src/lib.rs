@@ -1,6 +1,7 @@
 //! lutra in the browser: the engine (`lutra_core::engine`) behind wasm-bindgen, for the
-//! page in `www/` (which runs it in a Web Worker). Single-threaded, on the simd128
-//! lookup kernels.
+//! page in `www/` (which runs it in a Web Worker), on the simd128 lookup kernels.
+//! Single-threaded, except in the threaded build (`+atomics`, shared memory: see
+//! the `threads` module), where the page may start a pool of Web Workers.
 //!
 //! A model file reaches wasm memory through a [`ModelFile`] filled chunk by chunk from a
 //! stream (never one giant JS `ArrayBuffer` copied in); an [`Engine`] imports it, drops
@@ -14,9 +15,121 @@ use core::ops::Range;
 
 use lutra_core::engine::{Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
 use lutra_core::gguf::Gguf;
-use lutra_core::model::ModelError;
+use lutra_core::int8::{Int8Activations, Int8Matrix};
+use lutra_core::lut::Tables;
+use lutra_core::model::kv::Parallel;
+use lutra_core::model::{Gemv, ModelError};
 use lutra_core::sampler::SamplerConfig;
+use lutra_core::{Error, PackedMatrix};
 use wasm_bindgen::prelude::*;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+pub mod threads;
+
+/// Whether this build can run threads (the threaded build: `+atomics`, shared memory).
+#[wasm_bindgen]
+pub fn threads_built() -> bool {
+    cfg!(all(target_arch = "wasm32", target_feature = "atomics"))
+}
+
+/// Threaded build: makes the pool of `threads` threads (the calling engine worker and
+/// `threads − 1` Web Workers it starts, each calling [`pool_worker`] with the address
+/// returned here). Engines use the pool from then on. One pool per page.
+#[wasm_bindgen]
+pub fn start_threads(threads: usize) -> Result<usize, JsError> {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    return threads::start(threads).map_err(|e| JsError::new(&e));
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    Err(JsError::new(&format!("{threads} threads asked, but this build of lutra-wasm has no threads")))
+}
+
+/// Threaded build: a pool worker's loop (never returns); `pool` is [`start_threads`]'s
+/// address, `index` the worker's number (1, 2, …).
+#[wasm_bindgen]
+pub fn pool_worker(pool: usize, index: usize) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    threads::worker(pool, index);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    let _ = (pool, index);
+}
+
+/// Threaded build: called by a worker's script when [`pool_worker`] trapped, so the
+/// engine's job in progress fails instead of waiting for that worker forever.
+#[wasm_bindgen]
+pub fn pool_worker_failed(pool: usize) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    threads::worker_failed(pool);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    let _ = pool;
+}
+
+/// Threaded build: products of matrices under `bytes` stay on one thread (default
+/// `threads::MIN_SPLIT_BYTES`; a knob for measurements).
+#[wasm_bindgen]
+pub fn set_min_split_bytes(bytes: usize) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    threads::set_min_split_bytes(bytes);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    let _ = bytes;
+}
+
+/// Threads the engine's products run on: 1, or the pool's size once started.
+#[wasm_bindgen]
+pub fn threads() -> usize {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    if let Some(pool) = threads::pool() {
+        return pool.threads();
+    }
+    1
+}
+
+/// Who computes the products: the calling thread, or the pool when the page started one.
+enum Products {
+    Single,
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    Pool(threads::PoolGemv),
+}
+
+impl Products {
+    fn current() -> Products {
+        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        if let Some(pool) = threads::pool() {
+            return Products::Pool(threads::PoolGemv(pool));
+        }
+        Products::Single
+    }
+}
+
+impl Gemv for Products {
+    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
+        match self {
+            Products::Single => SingleThread.gemv(m, tables, y),
+            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+            Products::Pool(p) => p.gemv(m, tables, y),
+        }
+    }
+    fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
+        match self {
+            Products::Single => SingleThread.gemm(m, tables, ys),
+            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+            Products::Pool(p) => p.gemm(m, tables, ys),
+        }
+    }
+    fn int8_gemv(&self, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
+        match self {
+            Products::Single => SingleThread.int8_gemv(m, x, y),
+            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+            Products::Pool(p) => p.int8_gemv(m, x, y),
+        }
+    }
+    fn parallel(&self) -> &dyn Parallel {
+        match self {
+            Products::Single => &SingleThread,
+            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+            Products::Pool(p) => p,
+        }
+    }
+}
 
 /// Name of the kernel `lutra_core` picks in this build ("simd128" on a
 /// `+simd128` wasm build, "scalar" without it).
@@ -310,14 +423,14 @@ impl Engine {
     /// Computes the prompt but its last token (the first `next_token` computes that one
     /// with the logits), so prompt and generation speed can be timed apart.
     pub fn prefill(&mut self) -> Result<(), JsError> {
-        self.session.prefill(&SingleThread).map_err(js)
+        self.session.prefill(&Products::current()).map_err(js)
     }
 
     /// The next piece of text (possibly empty while a character is incomplete), or
     /// `undefined` once the generation has stopped.
     pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
         let Some(generation) = self.generation.as_mut() else { return Ok(None) };
-        match generation.step(&mut self.session, &SingleThread).map_err(js)? {
+        match generation.step(&mut self.session, &Products::current()).map_err(js)? {
             Some(token) => Ok(Some(token.text.to_string())),
             None => {
                 let rest = generation.finish_text().to_string();

@@ -1,7 +1,8 @@
 // Tokens/s of the page in headless Chromium against the native CLI on the same host and,
 // for GGUF files, against wllama (npm @wllama/wllama: llama.cpp in wasm, 1 thread, the
 // same file from the same origin, bench/wllama.html), interleaved round by round:
-// `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128] [--simd relaxed,baseline]`, after `cargo xtask test-web
+// `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128] [--simd relaxed,baseline] [--threads 1,1t,2]
+// [--no-native] [--no-wllama]`, after `cargo xtask test-web
 // [--gemma]` has built www/pkg and placed the models. Prints one JSON line per model,
 // then a table; medians over the rounds. wllama's figure is llama.cpp's own
 // predicted_per_second (its decode alone); lutra's counts from the last prompt token on.
@@ -15,8 +16,19 @@ const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
 const rounds = Number(opt('--rounds', 5));
 const n = Number(opt('--n', 128));
-// wasm builds to time, each in its own page per round: the first fills the table's column
-const variants = opt('--simd', 'relaxed,baseline').split(',');
+// wasm builds to time, each in its own page per round: the first fills the table's column.
+// Each SIMD variant runs at each of --threads: N threads (N ≥ 2: the threaded build with
+// N − 1 more Web Workers), 1 (the single-thread build), 1t (the threaded build on 1 thread)
+// (N:BYTES adds ?split=BYTES: products of smaller matrices stay on one thread)
+const variants = opt('--simd', 'relaxed,baseline').split(',').flatMap((simd) => opt('--threads', '1').split(',').map((t) => {
+  const [n, split] = t.split(':');
+  return {
+    simd, threads: n, key: t === '1' ? simd : `${simd}_t${t.replaceAll(':', '_')}`,
+    query: `&simd=${simd}${n === '1t' ? '&threads=1&build=threads' : `&threads=${n}`}${split ? `&split=${split}` : ''}`,
+  };
+}));
+const withNative = !args.includes('--no-native');
+const withWllama = !args.includes('--no-wllama');
 const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
 const root = path.dirname(www);
 const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
@@ -35,20 +47,24 @@ const context = await chromium.launchPersistentContext(profile, {
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 
-async function page(model, simd) {
+async function page(model, variant) {
   const p = await context.newPage();
   const t0 = Date.now();
-  await p.goto(`${base}index.html?model=${model.name}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0&autorun=1&simd=${simd}`);
+  await p.goto(`${base}index.html?model=${model.name}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0&autorun=1${variant.query}`);
   await p.waitForFunction(() => document.getElementById('output').textContent.length > 0 || document.body.dataset.state === 'error', null, { timeout: 600000 });
   if ((await p.evaluate(() => document.body.dataset.state)) === 'error') throw new Error(`${model.name}: ${await p.textContent('#error')}`);
   const firstToken = Date.now() - t0;
   await p.waitForSelector('body[data-state="done"]', { timeout: 600000 });
   const tps = Number(await p.textContent('#tps'));
   const stats = await p.textContent('#stats');
+  const status = await p.textContent('#status');
+  const threads = variant.threads === '1t' ? 1 : Number(variant.threads);
+  if (!status.includes(`; ${threads} thread`)) throw new Error(`${model.name}, ${variant.key}: the page says ${status}`);
+  const text = await p.textContent('#output');
   const [, tokens, ms] = stats.match(/prompt (\d+) tokens in (\d+) ms/);
   const rss = Number(execFileSync('sh', ['-c', "ps -C chromium -o rss= | awk '{s+=$1} END {print s}'"]).toString()) * 1024;
   await p.close();
-  return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss };
+  return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss, text };
 }
 
 async function wllama(model) {
@@ -69,28 +85,39 @@ function native(model) {
 const rows = [];
 for (const model of models) {
   for (const v of variants) await page(model, v); // warm-up: fills the Cache API, compiles the modules
-  if (model.gguf) await wllama(model);
-  const byVariant = Object.fromEntries(variants.map((v) => [v, []]));
+  const useWllama = model.gguf && withWllama;
+  if (useWllama) await wllama(model);
+  const byVariant = Object.fromEntries(variants.map((v) => [v.key, []]));
   const cli = [];
   const wl = [];
   for (let r = 0; r < rounds; r++) {
-    for (const v of variants) byVariant[v].push(await page(model, v));
-    cli.push(native(model));
-    if (model.gguf) wl.push(await wllama(model));
+    for (const v of variants) byVariant[v.key].push(await page(model, v));
+    const tps = Object.entries(byVariant).map(([k, w]) => `${k} ${w.at(-1).tps}`).join(', ');
+    if (withNative) cli.push(native(model));
+    if (useWllama) wl.push(await wllama(model));
+    console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${cli.at(-1)}` : ''}${useWllama ? `, wllama ${wl.at(-1).toFixed(1)}` : ''}`);
   }
-  const web = byVariant[variants[0]];
+  const web = byVariant[variants[0].key];
+  // every build and thread count writes the same greedy text
+  for (const [k, w] of Object.entries(byVariant)) {
+    if (w.some((x) => x.text !== web[0].text)) throw new Error(`${model.name}: ${k} wrote different text than ${variants[0].key}`);
+  }
   const row = {
     model: model.name, n, rounds,
     chromium_tps: median(web.map((w) => w.tps)),
-    native_tps: median(cli),
+    native_tps: cli.length ? median(cli) : NaN,
     first_token_ms_cached: median(web.map((w) => w.firstToken)),
     chromium_rss_mib_max: Math.max(...web.map((w) => w.rss)) / 1048576,
     model_file_mib: fs.statSync(model.args[1]).size / 1048576,
     wasm_bytes: fs.statSync(path.join(www, 'pkg/lutra_wasm_bg.wasm')).size,
   };
   row.ratio = row.chromium_tps / row.native_tps;
-  row.simd = variants[0];
-  for (const v of variants) row[`chromium_tps_${v}`] = median(byVariant[v].map((w) => w.tps));
+  row.variant = variants[0].key;
+  for (const v of variants) {
+    row[`chromium_tps_${v.key}`] = median(byVariant[v.key].map((w) => w.tps));
+    row[`chromium_tps_${v.key}_rounds`] = byVariant[v.key].map((w) => w.tps);
+    row[`chromium_prefill_tps_${v.key}`] = median(byVariant[v.key].map((w) => w.prefillTps));
+  }
   if (wl.length) {
     row.wllama_tps = median(wl);
     row.vs_wllama = row.chromium_tps / row.wllama_tps;

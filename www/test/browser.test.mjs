@@ -1,6 +1,7 @@
 // The page in headless Chromium (playwright-core, Debian's /usr/bin/chromium): greedy text
 // equals the native CLI's, tokens/s shown, a bad file is a readable error after which the
-// page still generates, Stop ends a long generation within 1 s and the next one works.
+// page still generates, Stop ends a long generation within 1 s and the next one works, and
+// the threaded build on 2 and 3 threads writes the single-thread text.
 // Run by `cargo xtask test-web` (which builds www/pkg and places the models first).
 // LUTRA_WEB_GEMMA=1 adds Gemma 3 270M; LUTRA_BIN names the native lutra to compare with.
 import { test, before, after } from 'node:test';
@@ -68,8 +69,8 @@ function native(args, prompt, n, hostTier = false) {
   return out.slice(prompt.length).replace(/\n$/, '');
 }
 
-async function greedyMatchesNative(model, args, prompt, n, timeout, simd = '') {
-  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${simd && `&simd=${simd}`}`);
+async function greedyMatchesNative(model, args, prompt, n, timeout, query = '') {
+  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${query}`);
   await state(page, 'done', timeout);
   const text = await page.textContent('#output');
   const tps = Number(await page.textContent('#tps'));
@@ -87,7 +88,7 @@ async function greedyMatchesNative(model, args, prompt, n, timeout, simd = '') {
 
 test('the wasm kernels equal the scalar reference inside Chromium', async () => {
   const { page, errors } = await open('model=stories15M');
-  for (const [pkg, variant] of [['pkg', 'baseline'], ['pkg-relaxed', 'relaxed']]) {
+  for (const [pkg, variant] of [['pkg', 'baseline'], ['pkg-relaxed', 'relaxed'], ['pkg-threads', 'relaxed']]) {
     const [result, built] = await page.evaluate(async (pkg) => {
       const m = await import(`./${pkg}/lutra_wasm.js`);
       await m.default();
@@ -104,10 +105,15 @@ test('the wasm kernels equal the scalar reference inside Chromium', async () => 
 
 test('stories15M: greedy text equals the native CLI, a bad file is an error, Stop stops', async () => {
   const stories = ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'];
-  // the simd128 build everywhere; the relaxed-SIMD build (Chromium's default) below
-  (await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000, 'baseline')).close();
+  // the simd128 build everywhere, the relaxed-SIMD one, and the page's default: the
+  // threaded build (relaxed SIMD) on 2 threads where the browser reports 2 cores or more
+  (await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000, '&simd=baseline&threads=1')).close();
+  const relaxed = await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000, '&threads=1');
+  assert.match(await relaxed.textContent('#status'), /simd128 \(relaxed\); 1 thread;/);
+  await relaxed.close();
   const page = await greedyMatchesNative('stories15M', stories, 'Once upon a time', 32, 60000);
-  assert.match(await page.textContent('#status'), /simd128 \(relaxed\)/);
+  const cores = await page.evaluate(() => navigator.hardwareConcurrency);
+  assert.match(await page.textContent('#status'), cores >= 2 ? /simd128 \(relaxed, threaded build\); 2 threads;/ : /; 1 thread;/);
 
   // a file that is no model: a readable error, and the loaded model still generates
   const bad = path.join(os.tmpdir(), `not-a-model-${process.pid}.gguf`);
@@ -143,8 +149,29 @@ test('stories15M: greedy text equals the native CLI, a bad file is an error, Sto
   await page.close();
 });
 
-test('Gemma 3 270M: greedy text equals the native CLI', { skip: process.env.LUTRA_WEB_GEMMA !== '1' && 'LUTRA_WEB_GEMMA=1 (cargo xtask test-web --gemma)' }, async () => {
-  const page = await greedyMatchesNative('gemma', ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')], 'Otters are', 32, 300000);
+test('threads: 2 and 3 threads write the single-thread text; the Threads control restarts the engine', async () => {
+  const stories = ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'];
+  // every product split (?split=0, not only those of matrices over 256 KiB), on 3 threads
+  // (more threads than this CI machine's 2 cores: workers come late, chunks fall unevenly)
+  const prompt = 'Once upon a time';
+  (await greedyMatchesNative('stories15M', stories, prompt, 64, 60000, '&threads=3&split=0')).close();
+  const page = await greedyMatchesNative('stories15M', stories, prompt, 64, 60000, '&threads=2');
+  assert.match(await page.textContent('#status'), /simd128 \(relaxed, threaded build\); 2 threads;/);
+  const two = await page.textContent('#output');
+  // the control: 1 thread (the single-thread build), the same model, the same greedy text
+  await page.selectOption('#threads', '1');
+  await state(page, 'ready', 60000);
+  assert.match(await page.textContent('#status'), /simd128 \(relaxed\); 1 thread;/);
+  await page.click('#generate');
+  await state(page, 'done', 60000);
+  assert.equal(await page.textContent('#output'), two);
+  await page.close();
+});
+
+test('Gemma 3 270M: greedy text equals the native CLI, on 1 thread and on 2', { skip: process.env.LUTRA_WEB_GEMMA !== '1' && 'LUTRA_WEB_GEMMA=1 (cargo xtask test-web --gemma)' }, async () => {
+  const gemma = ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')];
+  (await greedyMatchesNative('gemma', gemma, 'Otters are', 32, 300000, '&threads=1')).close();
+  const page = await greedyMatchesNative('gemma', gemma, 'Otters are', 32, 300000, '&threads=2');
   await page.screenshot({ path: path.join(shots, 'gemma.png'), fullPage: true });
   await page.close();
 });

