@@ -2,7 +2,7 @@
 // for GGUF files, against wllama (npm @wllama/wllama: llama.cpp in wasm, 1 thread, the
 // same file from the same origin, bench/wllama.html), interleaved round by round:
 // `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128] [--simd relaxed,baseline] [--threads 1,1t,2]
-// [--no-native] [--no-wllama]`, after `cargo xtask test-web
+// [--variants SIMD:THREADS,...] [--native-tiers best,avx2,ssse3] [--no-native] [--no-wllama]`, after `cargo xtask test-web
 // [--gemma]` has built www/pkg and placed the models. Prints one JSON line per model,
 // then a table; medians over the rounds. wllama's figure is llama.cpp's own
 // predicted_per_second (its decode alone); lutra's counts from the last prompt token on.
@@ -20,14 +20,20 @@ const n = Number(opt('--n', 128));
 // Each SIMD variant runs at each of --threads: N threads (N ≥ 2: the threaded build with
 // N − 1 more Web Workers), 1 (the single-thread build), 1t (the threaded build on 1 thread)
 // (N:BYTES adds ?split=BYTES: products of smaller matrices stay on one thread)
-const variants = opt('--simd', 'relaxed,baseline').split(',').flatMap((simd) => opt('--threads', '1').split(',').map((t) => {
+// (--variants relaxed:1,relaxed:2,baseline:1 lists SIMD:THREADS pairs instead of the product)
+const pairs = args.includes('--variants')
+  ? opt('--variants').split(',').map((v) => v.split(/:(.*)/s).slice(0, 2))
+  : opt('--simd', 'relaxed,baseline').split(',').flatMap((simd) => opt('--threads', '1').split(',').map((t) => [simd, t]));
+const variants = pairs.map(([simd, t]) => {
   const [n, split] = t.split(':');
   return {
     simd, threads: n, key: t === '1' ? simd : `${simd}_t${t.replaceAll(':', '_')}`,
     query: `&simd=${simd}${n === '1t' ? '&threads=1&build=threads' : `&threads=${n}`}${split ? `&split=${split}` : ''}`,
   };
-}));
+});
 const withNative = !args.includes('--no-native');
+// the native CLI at each tier (LUTRA_MAX_ISA): "best" is this CPU's fastest; the first fills the table
+const nativeTiers = opt('--native-tiers', 'best').split(',');
 const withWllama = !args.includes('--no-wllama');
 const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
 const root = path.dirname(www);
@@ -61,10 +67,11 @@ async function page(model, variant) {
   const threads = variant.threads === '1t' ? 1 : Number(variant.threads);
   if (!status.includes(`; ${threads} thread`)) throw new Error(`${model.name}, ${variant.key}: the page says ${status}`);
   const text = await p.textContent('#output');
+  const wasmMemory = Number(status.match(/wasm memory (\d+) MiB/)?.[1] ?? NaN);
   const [, tokens, ms] = stats.match(/prompt (\d+) tokens in (\d+) ms/);
   const rss = Number(execFileSync('sh', ['-c', "ps -C chromium -o rss= | awk '{s+=$1} END {print s}'"]).toString()) * 1024;
   await p.close();
-  return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss, text };
+  return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss, text, wasmMemory };
 }
 
 async function wllama(model) {
@@ -77,8 +84,9 @@ async function wllama(model) {
   return r.timings.predicted_per_second;
 }
 
-function native(model) {
-  const out = spawnSync(lutra, ['run', ...model.args, '-p', model.prompt, '-n', String(n), '--temp', '0', '-t', '1'], { stdio: ['ignore', 'ignore', 'pipe'] }).stderr.toString();
+function native(model, tier) {
+  const env = tier === 'best' ? process.env : { ...process.env, LUTRA_MAX_ISA: tier };
+  const out = spawnSync(lutra, ['run', ...model.args, '-p', model.prompt, '-n', String(n), '--temp', '0', '-t', '1'], { stdio: ['ignore', 'ignore', 'pipe'], env }).stderr.toString();
   return Number(out.match(/generation: \d+ tokens at ([\d.]+) tokens\/s/)[1]);
 }
 
@@ -88,14 +96,15 @@ for (const model of models) {
   const useWllama = model.gguf && withWllama;
   if (useWllama) await wllama(model);
   const byVariant = Object.fromEntries(variants.map((v) => [v.key, []]));
-  const cli = [];
+  const tiers = Object.fromEntries(nativeTiers.map((t) => [t, []]));
+  const cli = tiers[nativeTiers[0]];
   const wl = [];
   for (let r = 0; r < rounds; r++) {
     for (const v of variants) byVariant[v.key].push(await page(model, v));
     const tps = Object.entries(byVariant).map(([k, w]) => `${k} ${w.at(-1).tps}`).join(', ');
-    if (withNative) cli.push(native(model));
+    if (withNative) nativeTiers.forEach((t) => tiers[t].push(native(model, t)));
     if (useWllama) wl.push(await wllama(model));
-    console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${cli.at(-1)}` : ''}${useWllama ? `, wllama ${wl.at(-1).toFixed(1)}` : ''}`);
+    console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${nativeTiers.map((t) => `${t} ${tiers[t].at(-1)}`).join(' ')}` : ''}${useWllama ? `, wllama ${wl.at(-1).toFixed(1)}` : ''}`);
   }
   const web = byVariant[variants[0].key];
   // every build and thread count writes the same greedy text
@@ -112,6 +121,8 @@ for (const model of models) {
     wasm_bytes: fs.statSync(path.join(www, 'pkg/lutra_wasm_bg.wasm')).size,
   };
   row.ratio = row.chromium_tps / row.native_tps;
+  if (withNative) for (const t of nativeTiers) row[`native_tps_${t}`] = median(tiers[t]);
+  row.wasm_memory_mib = Math.max(...web.map((w) => w.wasmMemory));
   row.variant = variants[0].key;
   for (const v of variants) {
     row[`chromium_tps_${v.key}`] = median(byVariant[v.key].map((w) => w.tps));

@@ -78,6 +78,7 @@ const STEPS: &[Step] = &[
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
+    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64: stories15M packed, greedy text = the x86 CLI's; refusals", pi_tests),
     ("web", "the page (www/) in headless Chromium: stories15M greedy text = native, errors, Stop", |ci| {
         test_web(&ci.root, &ci.target_dir, false)
     }),
@@ -90,6 +91,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&args[1..]),
         Some("models") => models(&args[1..]),
         Some("web") => web(&args[1..]),
+        Some("test-pi") => test(&["pi".to_string()]),
         Some("test-web") => {
             let root = workspace_root();
             let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
@@ -97,7 +99,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma]\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");
@@ -636,6 +638,68 @@ fn cross_builds(ci: &mut Ci) -> Result {
     run(Command::new("wasm-bindgen").args(["--target", "web", "--out-dir"]).arg(&out_dir).arg(&wasm))?;
     let js = fs::read_to_string(out_dir.join("lutra_wasm.js")).map_err(|e| format!("wasm-bindgen output: {e}"))?;
     expect_contains(&js, "best_isa", "wasm-bindgen JS bindings")
+}
+
+/// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M packed by the host CLI, its
+/// greedy text against the host CLI's on the same file at the SSSE3 tier (NEON and SSE
+/// add floats in the same 128-bit order); non-.lutra and truncated files are refused.
+fn pi_tests(ci: &mut Ci) -> Result {
+    fetch_stories(&ci.root)?;
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra"]))?;
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--target", AARCH64_MUSL]))?;
+    let lutra = ci.target_dir.join("release/lutra");
+    let pi = ci.target_dir.join(AARCH64_MUSL).join("release/lutra-pi");
+    let dir = ci.target_dir.join("pi");
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let packed = dir.join("stories15M-q4.lutra");
+    let checkpoint = ci.root.join("models/stories15M/model.bin");
+    run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "4", "-o"]).arg(&packed))?;
+    let (prompt, n) = ("Once upon a time", "32");
+    let stdout = |c: &mut Command| -> Result<(String, String)> {
+        println!("$ {}", show(c));
+        let out = c.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(c)))?;
+        let (text, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        if !out.status.success() {
+            return Err(format!("`{}` exited with {}: {err}", show(c), out.status));
+        }
+        Ok((text.trim_end().to_string(), err))
+    };
+    let (on_pi, stats) = stdout(Command::new("qemu-aarch64").arg(&pi).arg(&packed).args(["-p", prompt, "-n", n, "--temp", "0"]))?;
+    let (on_x86, _) = stdout(
+        Command::new(&lutra)
+            .env("LUTRA_MAX_ISA", "ssse3")
+            .arg("run")
+            .arg("-m")
+            .arg(&packed)
+            .args(["-p", prompt, "-n", n, "--temp", "0", "-t", "1"]),
+    )?;
+    println!("lutra-pi (aarch64, qemu): {on_pi:?}\n{}", stats.trim_end());
+    if on_pi != on_x86 || on_pi.len() <= prompt.len() {
+        return Err(format!("lutra-pi under qemu-aarch64 wrote {on_pi:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}"));
+    }
+    let size = fs::metadata(&pi).map_err(|e| e.to_string())?.len();
+    println!(
+        "lutra-pi: aarch64 NEON text = x86 SSSE3 text on {}; static binary {:.1} MiB",
+        packed.display(),
+        size as f64 / (1 << 20) as f64
+    );
+    // refused, with a message, before any import
+    let refused = |file: &Path, why: &str| -> Result {
+        let out = Command::new("qemu-aarch64").arg(&pi).arg(file).args(["-p", prompt, "-n", "4"]).output().map_err(|e| e.to_string())?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains(why) {
+            return Err(format!("lutra-pi on {}: expected a refusal mentioning {why:?}, got {}: {err}", file.display(), out.status));
+        }
+        println!("lutra-pi refuses {}: {}", file.display(), err.trim());
+        Ok(())
+    };
+    refused(&checkpoint, "not a packed .lutra model")?;
+    let truncated = dir.join("truncated.lutra");
+    let bytes = fs::read(&packed).map_err(|e| e.to_string())?;
+    fs::write(&truncated, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())?;
+    refused(&truncated, "truncated")?;
+    ci.counts.push(("lutra-pi under qemu-aarch64 (text = x86, 2 refusals)".into(), 3));
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------
