@@ -77,14 +77,8 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     h ^ (h >> 33)
 }
 
-/// A matrix's layout as stored in `lutra.layout.NAME`.
-pub fn layout_words(w: &Weights) -> Vec<u32> {
-    match w {
-        Weights::Lookup(m) => lookup_words(m.layout()),
-        Weights::Int8(m) => vec![INT8, m.rows() as u32, m.cols() as u32],
-    }
-}
-
+/// A bit-plane matrix's layout as stored in `lutra.layout.NAME` (an int8 matrix's is
+/// `[INT8, rows, cols]`).
 fn lookup_words(l: &crate::Layout) -> Vec<u32> {
     let (offset, zero) = match l.offset() {
         Offset::Zero(z) => (0, z as u32),
@@ -256,7 +250,7 @@ impl<'a> Writer<'a> {
         match w {
             Weights::Lookup(m) => self.lookup(name, m),
             Weights::Int8(m) => {
-                self.u32s(&layout_key(name), &layout_words(w));
+                self.u32s(&layout_key(name), &[INT8, m.rows() as u32, m.cols() as u32]);
                 let (codes, scales) = m.parts();
                 self.tensor(name, GgmlType::I8, Cow::Borrowed(codes));
                 self.tensor(&scales_name(name), GgmlType::I8, Cow::Borrowed(scales));

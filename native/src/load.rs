@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use lutra_core::engine::{self, LoadProgress, TensorSource};
+use lutra_core::engine::{self, InMemory, LoadProgress, TensorSource};
 use lutra_core::gguf::Gguf;
 use lutra_core::model::ModelError;
 use lutra_core::{pack, AlignedBytes, Backing};
@@ -38,25 +38,27 @@ impl Default for LoadOptions {
 pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Error> {
     let map = map_file(path).map_err(Error::Open)?;
     let in_file = |e: engine::Error| Error::Model { path: path.to_path_buf(), source: e };
-    if map.starts_with(b"GGUF") && is_packed(&map) {
-        // a packed .lutra: its matrices are read in place from the mapping, kept for as
-        // long as the model lives
+    if map.starts_with(b"GGUF") {
         let file = Arc::new(MappedFile(map));
         let gguf = Gguf::parse(file.bytes()).map_err(|e| in_file(e.into()))?;
-        let mut bar = Bar::new(opts.progress, "checking tensors".into());
-        let model = engine::Model::from_gguf_source(&gguf, &mut Mapped(file.clone()), |p| bar.update(&p));
-        bar.finish();
-        return model.map_err(in_file);
-    }
-    if map.starts_with(b"GGUF") {
-        let mut bar = Bar::new(opts.progress, "importing tensors".into());
-        let model = engine::Model::from_gguf_with_progress(&map, |p| {
-            if let Some(range) = p.consumed.clone() {
-                release(&map, range);
-            }
-            bar.update(&p);
-        });
-        bar.finish();
+        let model = if pack::is_packed(&gguf) {
+            // a packed .lutra: its matrices are read in place from the mapping, kept for
+            // as long as the model lives
+            let mut bar = Bar::new(opts.progress, "checking tensors".into());
+            let model = engine::Model::from_gguf_source(&gguf, &mut Mapped(file.clone()), |p| bar.update(&p));
+            bar.finish();
+            model
+        } else {
+            let mut bar = Bar::new(opts.progress, "importing tensors".into());
+            let model = engine::Model::from_gguf_source(&gguf, &mut InMemory(file.bytes()), |p| {
+                if let Some(range) = p.consumed.clone() {
+                    release(&file.0, range);
+                }
+                bar.update(&p);
+            });
+            bar.finish();
+            model
+        };
         return model.map_err(in_file);
     }
     let tokenizer_path = opts.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
@@ -68,10 +70,6 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Err
         engine::Error::Tokenizer(_) => Error::Model { path: tokenizer_path, source: e },
         e => in_file(e),
     })
-}
-
-fn is_packed(bytes: &[u8]) -> bool {
-    Gguf::parse(bytes).is_ok_and(|g| pack::is_packed(&g))
 }
 
 /// A mapped file that matrices borrow from.

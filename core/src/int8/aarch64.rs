@@ -20,14 +20,18 @@ pub unsafe fn group(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
         // `x` is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
         let (x0, x1) = unsafe { (vld1q_s8(g.x.as_ptr().add(b * BLOCK)), vld1q_s8(g.x.as_ptr().add(b * BLOCK + 16))) };
         let row = |i: usize| {
-            let w = unsafe { g.w.as_ptr().add(i * cols + b * BLOCK).cast::<i8>() };
-            let (w0, w1) = unsafe { (vld1q_s8(w), vld1q_s8(w.add(16))) };
+            // SAFETY: row i's block b is bytes i·cols + 32b.. + 32 of `w`, inside it.
+            let (w0, w1) = unsafe {
+                let w = g.w.as_ptr().add(i * cols + b * BLOCK).cast::<i8>();
+                (vld1q_s8(w), vld1q_s8(w.add(16)))
+            };
             let mut s = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
             s = vpadalq_s16(s, vmull_high_s8(w0, x0));
             s = vpadalq_s16(s, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
             vpadalq_s16(s, vmull_high_s8(w1, x1))
         };
         let sums = vpaddq_s32(vpaddq_s32(row(0), row(1)), vpaddq_s32(row(2), row(3)));
+        // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
         let dw = unsafe { vld1q_f32(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
         acc = vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sums), vmulq_f32(dw, vdupq_n_f32(dx))));
     }

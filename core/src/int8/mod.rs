@@ -63,29 +63,12 @@ impl Int8Matrix {
     /// From llama.cpp Q8_0 rows (`rows × cols/32` blocks of an f16 `d` and 32 int8 codes),
     /// without loss: `dequantize_row` equals llama.cpp's dequantization bit for bit.
     pub fn from_q8_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
-        Self::from_q8_0_chunked(blocks, rows, cols, rows, |_| {})
-    }
-
-    /// As `from_q8_0`, `chunk_rows` rows at a time, calling `done` with the byte range of
-    /// `blocks` each chunk consumed (a caller importing from a mapped file releases those
-    /// pages before the next chunk is read). The result is identical.
-    pub fn from_q8_0_chunked(
-        blocks: &[u8],
-        rows: usize,
-        cols: usize,
-        chunk_rows: usize,
-        mut done: impl FnMut(Range<usize>),
-    ) -> Result<Self, Error> {
         let mut m = Self::for_q8_0(rows, cols)?;
         let row_bytes = m.q8_0_row_bytes();
-        if chunk_rows == 0 || rows.checked_mul(row_bytes) != Some(blocks.len()) {
+        if rows.checked_mul(row_bytes) != Some(blocks.len()) {
             return Err(Error::BufferSize { what: "Q8_0 blocks", expected: rows.saturating_mul(row_bytes), got: blocks.len() });
         }
-        for first in (0..rows).step_by(chunk_rows) {
-            let src = first * row_bytes..(first + chunk_rows.min(rows - first)) * row_bytes;
-            m.set_q8_0_rows(first, &blocks[src.clone()])?;
-            done(src);
-        }
+        m.set_q8_0_rows(0, blocks)?;
         Ok(m)
     }
 

@@ -33,6 +33,7 @@ pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
         }
         let row = |i: usize| _mm_add_epi32(dot16(i, 0), dot16(i, 16));
         let sums = _mm_hadd_epi32(_mm_hadd_epi32(row(0), row(1)), _mm_hadd_epi32(row(2), row(3)));
+        // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
         let dw = unsafe { _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
         acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
     }
@@ -58,12 +59,14 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
             _mm_prefetch::<_MM_HINT_T0>(g.w.as_ptr().wrapping_add((GROUP_ROWS + i) * cols + b * BLOCK).cast());
         }
         let row = |i: usize| {
+            // SAFETY: row i's block b is bytes i·cols + 32b.. + 32 of `w`, inside it.
             let wv = unsafe { _mm256_loadu_si256(g.w.as_ptr().add(i * cols + b * BLOCK).cast()) };
             _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones)
         };
         // per 128-bit half: [Σ row 0, Σ row 1, Σ row 2, Σ row 3] of that half's lanes
         let h = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
         let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
         let dw = unsafe { _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
         acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
     }

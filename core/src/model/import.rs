@@ -53,14 +53,6 @@ impl Weights {
             Weights::Int8(m) => m.dequantize_row(row, out),
         }
     }
-
-    /// The kernel family that multiplies by it, for reports.
-    pub fn kernel(&self) -> &'static str {
-        match self {
-            Weights::Lookup(_) => "lookup",
-            Weights::Int8(_) => "int8 dot",
-        }
-    }
 }
 
 fn info<'a>(g: &Gguf<'a>, name: &str) -> Result<TensorInfo<'a>, ModelError> {

@@ -23,18 +23,13 @@ pub fn pack(a: PackArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let model = a.model.load(true)?;
     let path = &a.model.model;
-    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-    let is_gguf = std::fs::File::open(path)
-        .and_then(|mut f| {
-            let mut magic = [0u8; 4];
-            std::io::Read::read_exact(&mut f, &mut magic).map(|_| magic == *b"GGUF")
-        })
-        .unwrap_or(false);
+    let map = |p: &Path| lutra::inspect::map_file(p).map_err(|e| e.to_string());
     // what the packed file keeps of its origin: the GGUF's metadata, or the checkpoint's tokenizer
-    let origin = if is_gguf {
-        read(path)?
+    let file = map(path)?;
+    let origin = if file.starts_with(b"GGUF") {
+        file
     } else {
-        read(&a.model.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin")))?
+        map(&a.model.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin")))?
     };
     let mut writer = Writer::new();
     model.engine().write_packed(&origin, &mut writer).map_err(|e| format!("{}: {e}", path.display()))?;
