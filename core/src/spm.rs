@@ -229,6 +229,11 @@ fn parse_byte_piece(piece: &[u8]) -> Option<u8> {
 }
 
 impl SpmTokenizer {
+    /// Bytes of all pieces together.
+    pub fn text_bytes(&self) -> usize {
+        self.text.len()
+    }
+
     /// Read the tokenizer of a GGUF file whose `tokenizer.ggml.model` is `"llama"`.
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Self, SpmError> {
         match g.get(KEY_MODEL) {

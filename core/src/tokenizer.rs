@@ -237,6 +237,11 @@ const NO_MERGE_SCORE: f32 = -1e10;
 
 #[cfg(feature = "alloc")]
 impl Llama2cTokenizer {
+    /// Bytes of all pieces together.
+    pub fn text_bytes(&self) -> usize {
+        self.text.len()
+    }
+
     /// Read a `tokenizer.bin` for a model whose vocabulary has `vocab_size` tokens.
     pub fn from_bytes(bytes: &[u8], vocab_size: usize) -> Result<Self, TokenizerError> {
         let bin = TokenizerBin::parse(bytes)?;

@@ -1,12 +1,19 @@
-//! `lutra-pi`: one packed model, one prompt, text streamed to a writer.
+//! `lutra-pi`: one packed model, mapped and read in place, one prompt, text streamed to
+//! a writer; every working buffer comes from the binary's arena before the first token,
+//! and the arena is sealed while tokens are generated.
 
+use std::format;
 use std::io::Write;
 use std::path::Path;
+use std::string::{String, ToString};
 use std::time::{Duration, Instant};
 
 use lutra::{LoadOptions, Model, SessionOptions};
 use lutra_core::engine::{Attention, Generation, StopReason};
 use lutra_core::sampler::SamplerConfig;
+
+use crate::arena::{ArenaStats, Heap};
+use crate::packed::{check_fits, stream, Refusal};
 
 /// What one run needs.
 pub struct Options<'a> {
@@ -27,10 +34,18 @@ pub struct Report {
     pub generated: usize,
     pub generation: Duration,
     pub stop: Option<StopReason>,
-    /// Bytes of the buffers the session allocated at start: KV cache and working memory.
+    /// Bytes of the KV cache (part of `session`).
     pub kv_cache_bytes: usize,
     /// Bytes of weights read in place from the mapped file.
     pub mapped_weight_bytes: usize,
+    /// Arena bytes in use once the model was loaded (tokenizer, model structure).
+    pub model_arena: usize,
+    /// The session's budget (`budget::Dims::session_bytes`) and what it really took.
+    pub session_budget: usize,
+    pub session_used: usize,
+    /// The arena at the end: its peak is the heap's high-water mark.
+    pub arena: ArenaStats,
+    pub arena_capacity: usize,
 }
 
 /// Loads a packed `.lutra` model (anything else is refused: pack it first).
@@ -38,7 +53,7 @@ pub fn load(path: &Path) -> Result<Model, String> {
     let mut magic = [0u8; 4];
     let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     std::io::Read::read_exact(&mut file, &mut magic).map_err(|e| format!("{}: {e}", path.display()))?;
-    let refused = || format!("{}: not a packed .lutra model (make one with `lutra pack -m MODEL -o FILE.lutra`)", path.display());
+    let refused = || format!("{}: {}", path.display(), Refusal::NotPacked);
     if magic != *b"GGUF" {
         return Err(refused());
     }
@@ -57,14 +72,17 @@ pub fn load(path: &Path) -> Result<Model, String> {
     Ok(model)
 }
 
-/// Runs `opts`, writing the prompt and the generated text to `out` as it comes.
-pub fn run(opts: &Options<'_>, out: &mut impl Write) -> Result<Report, String> {
+/// Runs `opts` on `heap` (the binary's global allocator), writing the prompt and the
+/// generated text to `out` as it comes.
+pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<Report, String> {
     let t0 = Instant::now();
     let model = load(opts.model)?;
     let load = t0.elapsed();
-    let mut session = model
-        .session(&SessionOptions { context: opts.context, threads: opts.threads.max(1), attention: Attention::Exact })
-        .map_err(|e| e.to_string())?;
+    let model_arena = heap.stats().used;
+    let context = if opts.context == 0 { model.engine().info().context_length.min(4096) } else { opts.context };
+    let session_budget = check_fits(model.engine(), context, heap.free()).map_err(|s| Refusal::TooBig(s).to_string())?;
+    let mut session =
+        model.session(&SessionOptions { context, threads: opts.threads.max(1), attention: Attention::Exact }).map_err(|e| e.to_string())?;
     let cache = session.engine().cache_info();
     let kv_cache_bytes = cache.key_bytes + cache.value_bytes;
     let mapped_weight_bytes = model.engine().info().matrix_bytes;
@@ -74,49 +92,72 @@ pub fn run(opts: &Options<'_>, out: &mut impl Write) -> Result<Report, String> {
     let mut generation = Generation::start(engine_session, &prompt, opts.sampler, opts.max_tokens).map_err(|e| e.to_string())?;
     engine_session.prefill(&gemv).map_err(|e| e.to_string())?;
     let prefill = t1.elapsed();
-    write!(out, "{}", opts.prompt).map_err(|e| e.to_string())?;
+    let session_used = heap.stats().used - model_arena;
+    write!(out, "{}", opts.prompt).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
     let t2 = Instant::now();
-    while let Some(token) = generation.step(engine_session, &gemv).map_err(|e| e.to_string())? {
-        out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
-    }
-    out.write_all(generation.finish_text().as_bytes()).map_err(|e| e.to_string())?;
+    let mut written = Ok(());
+    let generated = stream(
+        &mut generation,
+        engine_session,
+        &gemv,
+        |sealed| if sealed { heap.seal() } else { heap.unseal() },
+        |text| {
+            if written.is_ok() {
+                written = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    written.map_err(|e| e.to_string())?;
     let generation_time = t2.elapsed();
     Ok(Report {
         load,
         prompt_tokens: prompt.len(),
         prefill,
-        generated: generation.generated(),
+        generated,
         generation: generation_time,
         stop: generation.stop_reason(),
         kv_cache_bytes,
         mapped_weight_bytes,
+        model_arena,
+        session_budget,
+        session_used,
+        arena: heap.stats(),
+        arena_capacity: heap.capacity(),
     })
 }
 
-/// Greedy text of `max_tokens` tokens after `prompt`, and how many allocations
-/// `allocations()` counted while the tokens were generated (after start: the session,
-/// the generation's buffers and the prompt's prefill).
-pub fn generate_counting(
+/// Greedy text of `max_tokens` tokens after `prompt` with `heap` sealed while they are
+/// generated, and the arena's statistics after loading, after start and at the end.
+pub fn generate_sealed(
     path: &Path,
     threads: usize,
     prompt: &str,
     max_tokens: usize,
-    allocations: impl Fn() -> usize,
-) -> Result<(String, usize), String> {
+    heap: &dyn Heap,
+) -> Result<(String, [ArenaStats; 3], usize), String> {
     let model = load(path)?;
-    let mut session = model.session(&SessionOptions { context: 0, threads, attention: Attention::Exact }).map_err(|e| e.to_string())?;
+    let loaded = heap.stats();
+    let context = model.engine().info().context_length.min(4096);
+    let budget = check_fits(model.engine(), context, heap.free()).map_err(|s| Refusal::TooBig(s).to_string())?;
+    let mut session = model.session(&SessionOptions { context, threads, attention: Attention::Exact }).map_err(|e| e.to_string())?;
     let prompt = model.engine().encode(prompt, true).map_err(|e| e.to_string())?;
     let (engine_session, gemv) = session.parts();
     let mut generation = Generation::start(engine_session, &prompt, SamplerConfig::greedy(), max_tokens).map_err(|e| e.to_string())?;
     engine_session.prefill(&gemv).map_err(|e| e.to_string())?;
-    let mut text = String::with_capacity(64 * 1024);
-    let before = allocations();
-    while let Some(token) = generation.step(engine_session, &gemv).map_err(|e| e.to_string())? {
-        if text.len() + token.text.len() <= text.capacity() {
-            text.push_str(token.text);
-        }
-    }
-    let during = allocations() - before;
-    text.push_str(generation.finish_text());
-    Ok((text, during))
+    let started = heap.stats();
+    let mut text = heapless::String::<4096>::new();
+    stream(
+        &mut generation,
+        engine_session,
+        &gemv,
+        |s| if s { heap.seal() } else { heap.unseal() },
+        |t| {
+            // a full buffer keeps what it has: the test compares a prefix
+            let _ = text.push_str(t);
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let end = heap.stats();
+    Ok((text.as_str().into(), [loaded, started, end], budget))
 }

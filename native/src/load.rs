@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use lutra_core::engine::{self, InMemory, LoadProgress, TensorSource};
+use lutra_core::engine::{self, InMemory, Lent, LoadProgress};
 use lutra_core::gguf::Gguf;
-use lutra_core::model::ModelError;
-use lutra_core::{pack, AlignedBytes, Backing};
+use lutra_core::{pack, Backing};
 use memmap2::Mmap;
 
 use crate::inspect::map_file;
@@ -45,7 +44,7 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Err
             // a packed .lutra: its matrices are read in place from the mapping, kept for
             // as long as the model lives
             let mut bar = Bar::new(opts.progress, "checking tensors".into());
-            let model = engine::Model::from_gguf_source(&gguf, &mut Mapped(file.clone()), |p| bar.update(&p));
+            let model = engine::Model::from_gguf_source(&gguf, &mut Lent(file.clone()), |p| bar.update(&p));
             bar.finish();
             model
         } else {
@@ -78,22 +77,6 @@ struct MappedFile(Mmap);
 impl Backing for MappedFile {
     fn bytes(&self) -> &[u8] {
         &self.0
-    }
-}
-
-/// Tensor bytes of a mapped packed file: lent in place.
-struct Mapped(Arc<MappedFile>);
-
-impl TensorSource for Mapped {
-    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[u8], ModelError> {
-        let past_end = || ModelError::Read { start: range.start, end: range.end, reason: "past the end of the file".into() };
-        let start = usize::try_from(range.start).map_err(|_| past_end())?;
-        let end = usize::try_from(range.end).map_err(|_| past_end())?;
-        self.0.bytes().get(start..end).ok_or_else(past_end)
-    }
-    fn share(&mut self, range: std::ops::Range<u64>) -> Option<AlignedBytes> {
-        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
-        AlignedBytes::shared(self.0.clone(), range)
     }
 }
 

@@ -16,6 +16,7 @@
 //! browser and the Pi), a thread pool in the `lutra` crate; results are the same bit for
 //! bit.
 
+pub mod budget;
 mod error;
 mod generate;
 mod model;
@@ -23,7 +24,7 @@ mod perplexity;
 mod session;
 mod text;
 
-pub use crate::model::import::{InMemory, TensorSource};
+pub use crate::model::import::{InMemory, Lent, TensorSource};
 pub use crate::model::{Gemv, SingleThread};
 pub use crate::sampler::SamplerConfig;
 pub use error::Error;

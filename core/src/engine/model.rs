@@ -5,7 +5,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::Error;
+use super::{budget, Error};
 use crate::gguf::Gguf;
 use crate::llama2c::Checkpoint;
 use crate::model::gemma3::Gemma3;
@@ -386,6 +386,45 @@ impl Model {
         match &self.inner.net {
             Network::Llama(m) => alloc::vec![0; m.config.n_layers],
             Network::Gemma3(m) => m.config.layer_windows(),
+        }
+    }
+
+    /// The hyperparameters its memory depends on: what [`budget`](super::budget) sizes
+    /// sessions from.
+    pub fn dims(&self) -> budget::Dims {
+        let token_bytes = match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => t.text_bytes(),
+            Vocabulary::Spm(t) => t.text_bytes(),
+        };
+        match &self.inner.net {
+            Network::Llama(m) => {
+                let c = &m.config;
+                budget::Dims {
+                    family: budget::Family::Llama { residual_tables: m.classifier.layout().bits() >= 5 },
+                    dim: c.dim,
+                    hidden_dim: c.hidden_dim,
+                    layers: c.n_layers,
+                    heads: c.n_heads,
+                    kv_heads: c.n_kv_heads,
+                    head_dim: c.head_size(),
+                    vocab_size: c.vocab_size,
+                    token_bytes,
+                }
+            }
+            Network::Gemma3(m) => {
+                let c = &m.config;
+                budget::Dims {
+                    family: budget::Family::Gemma3 { sliding_window: c.sliding_window, global_every: c.swa_period },
+                    dim: c.dim,
+                    hidden_dim: c.hidden_dim,
+                    layers: c.n_layers,
+                    heads: c.n_heads,
+                    kv_heads: c.n_kv_heads,
+                    head_dim: c.head_dim,
+                    vocab_size: c.vocab_size,
+                    token_bytes,
+                }
+            }
         }
     }
 

@@ -98,10 +98,28 @@ pub struct InMemory<'a>(pub &'a [u8]);
 
 impl TensorSource for InMemory<'_> {
     fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
-        let past_end = GgufError::TensorPastEnd { start: range.start, end: range.end, file_len: self.0.len() as u64 };
-        let start = usize::try_from(range.start).map_err(|_| past_end)?;
-        let end = usize::try_from(range.end).map_err(|_| past_end)?;
-        Ok(self.0.get(start..end).ok_or(past_end)?)
+        file_range(self.0, range)
+    }
+}
+
+fn file_range(file: &[u8], range: Range<u64>) -> Result<&[u8], ModelError> {
+    let past_end = GgufError::TensorPastEnd { start: range.start, end: range.end, file_len: file.len() as u64 };
+    let start = usize::try_from(range.start).map_err(|_| past_end)?;
+    let end = usize::try_from(range.end).map_err(|_| past_end)?;
+    Ok(file.get(start..end).ok_or(past_end)?)
+}
+
+/// Bytes that outlive the model (a mapped file, a `static` image on bare metal): a
+/// packed file's tensors are lent in place, never copied.
+pub struct Lent(pub alloc::sync::Arc<dyn crate::Backing>);
+
+impl TensorSource for Lent {
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
+        file_range(self.0.bytes(), range)
+    }
+    fn share(&mut self, range: Range<u64>) -> Option<AlignedBytes> {
+        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
+        AlignedBytes::shared(self.0.clone(), range)
     }
 }
 

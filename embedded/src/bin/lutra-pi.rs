@@ -1,12 +1,23 @@
 //! `lutra-pi MODEL.lutra -p PROMPT -n N [--temp T --top-k K --top-p P --min-p M --seed S
 //! -t THREADS -c CONTEXT]`: streams the text, then load time, tokens/s and the sizes of
-//! what was allocated at start. A static binary for aarch64-unknown-linux-musl.
+//! the arena's figures. A static binary for aarch64-unknown-linux-musl whose only heap is
+//! an arena sized at compile time for the largest model it is built for (Gemma 3 270M
+//! at 2048 positions): a model that needs more is refused before its session starts.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use lutra_core::sampler::SamplerConfig;
+use lutra_embedded::arena::StaticArena;
+use lutra_embedded::budget;
 use lutra_embedded::pi::{run, Options};
+
+/// What std itself allocates: arguments, the thread pool, stdout's buffer, messages.
+const STD_BYTES: usize = 1 << 20;
+const ARENA_BYTES: usize = budget::arena_bytes(&budget::GEMMA3_270M, 2048) + STD_BYTES;
+
+#[global_allocator]
+static ARENA: StaticArena<ARENA_BYTES> = StaticArena::new();
 
 const USAGE: &str =
     "usage: lutra-pi MODEL.lutra -p PROMPT [-n TOKENS] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S] [-t THREADS] [-c CONTEXT]";
@@ -14,18 +25,27 @@ const USAGE: &str =
 fn main() -> ExitCode {
     match parse(std::env::args().skip(1).collect()).and_then(|(model, prompt, n, sampler, threads, context)| {
         let opts = Options { model: &model, prompt: &prompt, max_tokens: n, sampler, threads, context };
-        let report = run(&opts, &mut std::io::stdout().lock())?;
+        let report = run(&opts, &ARENA, &mut std::io::stdout().lock())?;
         let mib = |b: usize| b as f64 / (1 << 20) as f64;
         println!();
         eprintln!(
-            "load {:.3} s; prompt {} tokens in {:.3} s; generated {} tokens at {:.1} tokens/s ({:?}); KV cache {:.1} MiB allocated at start, weights {:.1} MiB read in place; peak RSS {}",
+            "load {:.3} s; prompt {} tokens in {:.3} s; generated {} tokens at {:.1} tokens/s ({:?})",
             report.load.as_secs_f64(),
             report.prompt_tokens,
             report.prefill.as_secs_f64(),
             report.generated,
             report.generated as f64 / report.generation.as_secs_f64().max(1e-9),
             report.stop,
+        );
+        eprintln!(
+            "arena {:.1} MiB (compile time): model {:.2} MiB, session {:.2} MiB of its {:.2} MiB budget (KV cache {:.2} MiB), peak {:.2} MiB, {} allocations refused while sealed; weights {:.1} MiB read in place; peak RSS {}",
+            mib(report.arena_capacity),
+            mib(report.model_arena),
+            mib(report.session_used),
+            mib(report.session_budget),
             mib(report.kv_cache_bytes),
+            mib(report.arena.peak),
+            report.arena.refused_sealed,
             mib(report.mapped_weight_bytes),
             peak_rss().map_or("unknown".into(), |kib| format!("{:.1} MiB", kib as f64 / 1024.0)),
         );

@@ -1,0 +1,231 @@
+//! A fixed region of memory, sized at compile time, as the global allocator: the Pi
+//! binaries' heap is this arena and nothing else (no `brk`, no `mmap`, no growth).
+//!
+//! Bump allocation, with the top block freed or resized in place (so a growing `Vec`
+//! while loading does not leave copies behind); other frees are left as holes, which is
+//! fine for a heap that is filled once at start. [`StaticArena::seal`] makes every later
+//! allocation fail: while sealed (the whole of generation) allocating is impossible, not
+//! merely avoided, and the attempt is counted. The memory is an uninitialised `static`,
+//! so it lives in `.bss`: pages never touched are never resident.
+//!
+//! `unsafe` here is the allocator's contract with the compiler, like the thread pool's.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// The arena's bookkeeping, under a spin lock (the thread pool's workers may allocate
+/// while starting; a Pi has no contention worth more than a spin).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArenaStats {
+    /// Bytes from the start of the arena to the end of the last live block.
+    pub used: usize,
+    /// The most `used` has been since [`StaticArena::reset_peak`] (or ever).
+    pub peak: usize,
+    /// Allocations and growing reallocations served.
+    pub allocations: usize,
+    /// Allocations refused: the arena was full, or sealed.
+    pub refused: usize,
+    /// Refused because the arena was sealed.
+    pub refused_sealed: usize,
+}
+
+#[repr(C, align(4096))]
+struct Memory<const N: usize>([u8; N]);
+
+/// `N` bytes of heap, in `.bss`.
+pub struct StaticArena<const N: usize> {
+    memory: UnsafeCell<MaybeUninit<Memory<N>>>,
+    lock: AtomicBool,
+    state: UnsafeCell<State>,
+}
+
+#[derive(Clone, Copy)]
+struct State {
+    stats: ArenaStats,
+    sealed: bool,
+}
+
+// SAFETY: `state` is only touched under `lock`; `memory` only through the blocks handed
+// out, which never overlap.
+unsafe impl<const N: usize> Sync for StaticArena<N> {}
+
+impl<const N: usize> Default for StaticArena<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> StaticArena<N> {
+    pub const fn new() -> Self {
+        StaticArena {
+            memory: UnsafeCell::new(MaybeUninit::uninit()),
+            lock: AtomicBool::new(false),
+            state: UnsafeCell::new(State {
+                stats: ArenaStats { used: 0, peak: 0, allocations: 0, refused: 0, refused_sealed: 0 },
+                sealed: false,
+            }),
+        }
+    }
+
+    pub const fn capacity(&self) -> usize {
+        N
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        while self.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            core::hint::spin_loop();
+        }
+        // SAFETY: the lock is held, so this is the only reference to the state.
+        let r = f(unsafe { &mut *self.state.get() });
+        self.lock.store(false, Ordering::Release);
+        r
+    }
+
+    fn base(&self) -> usize {
+        self.memory.get() as usize
+    }
+
+    pub fn stats(&self) -> ArenaStats {
+        self.with(|s| s.stats)
+    }
+
+    /// Whether `ptr` points into the arena.
+    pub fn contains(&self, ptr: *const u8) -> bool {
+        (self.base()..self.base() + N).contains(&(ptr as usize))
+    }
+
+    /// From now on every allocation fails (and is counted in `refused_sealed`).
+    pub fn seal(&self) {
+        self.with(|s| s.sealed = true);
+    }
+
+    pub fn unseal(&self) {
+        self.with(|s| s.sealed = false);
+    }
+
+    /// Starts measuring a new peak from what is in use now.
+    pub fn reset_peak(&self) {
+        self.with(|s| s.stats.peak = s.stats.used);
+    }
+
+    /// Offset of a new block of `layout`, or `None` (counted) when it does not fit.
+    fn reserve(&self, s: &mut State, layout: Layout) -> Option<usize> {
+        let refuse = |s: &mut State| {
+            s.stats.refused += 1;
+            if s.sealed {
+                s.stats.refused_sealed += 1;
+            }
+            None
+        };
+        if s.sealed {
+            return refuse(s);
+        }
+        let base = self.base();
+        let start = (base + s.stats.used).checked_next_multiple_of(layout.align())? - base;
+        match start.checked_add(layout.size()) {
+            Some(end) if end <= N => {
+                s.stats.used = end;
+                s.stats.peak = s.stats.peak.max(end);
+                s.stats.allocations += 1;
+                Some(start)
+            }
+            _ => refuse(s),
+        }
+    }
+}
+
+// SAFETY: blocks are disjoint ranges of `memory` aligned as asked (the offset is rounded
+// up from the arena's address), and a block is only reused after it was freed.
+unsafe impl<const N: usize> GlobalAlloc for StaticArena<N> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match self.with(|s| self.reserve(s, layout)) {
+            // SAFETY: `start + size <= N`, inside `memory`.
+            Some(start) => unsafe { (self.memory.get() as *mut u8).add(start) },
+            None => core::ptr::null_mut(),
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let offset = ptr as usize - self.base();
+        self.with(|s| {
+            if offset + layout.size() == s.stats.used {
+                s.stats.used = offset;
+            }
+        });
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let offset = ptr as usize - self.base();
+        let in_place = self.with(|s| {
+            if new_size <= layout.size() {
+                if offset + layout.size() == s.stats.used {
+                    s.stats.used = offset + new_size;
+                }
+                return Some(true);
+            }
+            if offset + layout.size() != s.stats.used {
+                return None; // not the top block: move it
+            }
+            if s.sealed || offset + new_size > N {
+                s.stats.refused += 1;
+                s.stats.refused_sealed += usize::from(s.sealed);
+                return Some(false);
+            }
+            s.stats.used = offset + new_size;
+            s.stats.peak = s.stats.peak.max(s.stats.used);
+            s.stats.allocations += 1;
+            Some(true)
+        });
+        match in_place {
+            Some(true) => ptr,
+            Some(false) => core::ptr::null_mut(),
+            None => {
+                // SAFETY: the caller's layout with the new size is valid (GlobalAlloc::realloc's contract).
+                let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+                // SAFETY: as for `alloc`.
+                let new = unsafe { self.alloc(new_layout) };
+                if !new.is_null() {
+                    // SAFETY: both blocks are live, disjoint and at least `layout.size()` long.
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(ptr, new, layout.size());
+                        self.dealloc(ptr, layout);
+                    }
+                }
+                new
+            }
+        }
+    }
+}
+
+/// What the Pi front-ends need of their heap, whatever its size.
+pub trait Heap: Sync {
+    fn capacity(&self) -> usize;
+    fn stats(&self) -> ArenaStats;
+    fn seal(&self);
+    fn unseal(&self);
+    fn reset_peak(&self);
+    /// Bytes still free above the top block.
+    fn free(&self) -> usize {
+        self.capacity() - self.stats().used
+    }
+}
+
+impl<const N: usize> Heap for StaticArena<N> {
+    fn capacity(&self) -> usize {
+        N
+    }
+    fn stats(&self) -> ArenaStats {
+        StaticArena::stats(self)
+    }
+    fn seal(&self) {
+        StaticArena::seal(self)
+    }
+    fn unseal(&self) {
+        StaticArena::unseal(self)
+    }
+    fn reset_peak(&self) {
+        StaticArena::reset_peak(self)
+    }
+}
