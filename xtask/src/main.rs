@@ -23,7 +23,7 @@ use std::{env, fs, thread};
 /// Must equal the `wasm-bindgen` version in Cargo.lock (pinned with `=` in Cargo.toml):
 /// the CLI refuses modules built with any other version.
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
-const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "file", "chromium"];
+const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "chromium"];
 const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
 const AARCH64: &str = "aarch64-unknown-linux-gnu";
 const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
@@ -78,7 +78,7 @@ const STEPS: &[Step] = &[
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
-    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64: stories15M packed, greedy text = the x86 CLI's; refusals", pi_tests),
+    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M packed, greedy text = the x86 CLI's; refusals", pi_tests),
     ("web", "the page (www/) in headless Chromium: stories15M greedy text = native, errors, Stop", |ci| {
         test_web(&ci.root, &ci.target_dir, false)
     }),
@@ -522,6 +522,9 @@ fn lint(ci: &mut Ci) -> Result {
     // the CLI too: it targets aarch64 Linux (Pi) and has x86-only code paths to keep gated
     let aarch64 = ["-p", "lutra-core", "-p", "lutra-embedded", "-p", "lutra", "--target", AARCH64];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
+    // no OS: the no_std Pi library and the bare-metal image (no model embedded for lint)
+    let metal = ["-p", "lutra-embedded", "--no-default-features", "-p", "lutra-metal", "--target", BARE_METAL];
+    run(cargo(&ci.root).args(["clippy"]).args(metal).args(["--", "-D", "warnings"]).env_remove("LUTRA_METAL_MODEL"))?;
     let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))?;
     // the threaded wasm build's own code (wasm/src/threads.rs) exists only with +atomics
@@ -699,7 +702,56 @@ fn pi_tests(ci: &mut Ci) -> Result {
     fs::write(&truncated, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())?;
     refused(&truncated, "truncated")?;
     ci.counts.push(("lutra-pi under qemu-aarch64 (text = x86, 2 refusals)".into(), 3));
+
+    // bare metal: the same file embedded in a kernel8.img, booted on an emulated Pi 3
+    let (tokens, metal_prompt) = ("16", "Once upon a time"); // lutra-metal's TOKENS and PROMPT
+    let (on_x86, _) = stdout(Command::new(&lutra).env("LUTRA_MAX_ISA", "ssse3").arg("run").arg("-m").arg(&packed).args([
+        "-p",
+        metal_prompt,
+        "-n",
+        tokens,
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ]))?;
+    let (code, uart) = boot_metal(ci, &packed, &dir.join("kernel8.img"))?;
+    let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
+    let refusals = uart.lines().filter(|l| l.starts_with("refuses a ")).count();
+    if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 {
+        return Err(format!(
+            "the bare-metal image (raspi3b) exited with {code:?}, {refusals} of 3 damaged copies refused, text {text:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}\nUART:\n{uart}"
+        ));
+    }
+    println!("bare metal (qemu -M raspi3b): NEON text = x86 SSSE3 text; 3 damaged copies refused");
+    // a model whose session does not fit the image's compile-time arena: stories15M at
+    // 8 bits adds residual tables
+    let packed8 = dir.join("stories15M-q8.lutra");
+    run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "8", "-o"]).arg(&packed8))?;
+    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"))?;
+    if code != Some(1) || !uart.contains("refused: the model does not fit") {
+        return Err(format!("the bare-metal image with an 8-bit model: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
+    }
+    println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
+    ci.counts.push(("bare-metal image under qemu -M raspi3b (text = x86, 4 refusals)".into(), 5));
     Ok(())
+}
+
+/// Builds lutra-metal with `model` embedded, writes the raw `image`, boots it on
+/// `qemu-system-aarch64 -M raspi3b` (semihosting exit, a timeout in case it hangs) and
+/// returns qemu's exit code and what the UART printed.
+fn boot_metal(ci: &Ci, model: &Path, image: &Path) -> Result<(Option<i32>, String)> {
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-metal", "--target", BARE_METAL]).env("LUTRA_METAL_MODEL", model))?;
+    let elf = ci.target_dir.join(BARE_METAL).join("release/lutra-metal");
+    run(Command::new("aarch64-linux-gnu-objcopy").args(["-O", "binary"]).arg(&elf).arg(image))?;
+    let mut qemu = Command::new("timeout");
+    qemu.args(["300", "qemu-system-aarch64", "-M", "raspi3b", "-serial", "stdio", "-display", "none", "-semihosting", "-kernel"])
+        .arg(image);
+    println!("$ {}", show(&qemu));
+    let out = qemu.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(&qemu)))?;
+    let uart = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{uart}");
+    Ok((out.status.code(), uart))
 }
 
 // ---------------------------------------------------------------------------------
