@@ -35,10 +35,15 @@ pub const GEMMA3_270M: Dims = Dims {
 /// scores, types, sorted ids, and the GGUF header's entries while it is read) and the
 /// model's structure (norm weights, layer records).
 pub const fn import_bytes(d: &Dims) -> usize {
+    import_bytes_for(d.vocab_size, d.token_bytes, d.layers)
+}
+
+/// [`import_bytes`] from the three figures it depends on (a file's header has them).
+pub const fn import_bytes_for(vocab_size: usize, token_bytes: usize, layers: usize) -> usize {
     // SentencePiece: pieces and their decoded forms (2 bytes per byte), per token two
     // offsets, a score, a type and two ids (≤ 32 bytes); llama2.c's tokenizer keeps its
     // file blob while it is read (one more byte per byte, fewer per token)
-    2 * d.token_bytes + 32 * d.vocab_size + 2048 * d.layers + (64 << 10)
+    2 * token_bytes + 32 * vocab_size + 2048 * layers + (64 << 10)
 }
 
 /// The arena a model needs to run `context` positions.

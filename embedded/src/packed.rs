@@ -11,6 +11,8 @@ use lutra_core::engine::{Error, Gemv, Generation, Lent, Model, Session};
 use lutra_core::gguf::Gguf;
 use lutra_core::{pack, Backing};
 
+use crate::budget;
+
 /// Why a model did not run.
 #[derive(Debug)]
 pub enum Refusal {
@@ -20,6 +22,8 @@ pub enum Refusal {
     Model(Error),
     /// The session would not fit the memory left.
     TooBig(Shortfall),
+    /// Importing the model (its tokenizer) would not fit the memory left.
+    ImportTooBig { needed: usize, available: usize },
 }
 
 impl fmt::Display for Refusal {
@@ -28,6 +32,12 @@ impl fmt::Display for Refusal {
             Refusal::NotPacked => f.write_str("not a packed .lutra model (make one with `lutra pack -m MODEL -o FILE.lutra`)"),
             Refusal::Model(e) => write!(f, "{e}"),
             Refusal::TooBig(s) => write!(f, "the model does not fit: {s}"),
+            Refusal::ImportTooBig { needed, available } => write!(
+                f,
+                "the model does not fit: importing it (its tokenizer) needs up to {needed} bytes ({:.2} MiB); {available} bytes ({:.2} MiB) are free",
+                *needed as f64 / (1 << 20) as f64,
+                *available as f64 / (1 << 20) as f64
+            ),
         }
     }
 }
@@ -47,13 +57,45 @@ impl Backing for Static {
 }
 
 /// The packed model in `file`, its matrices read in place (checked against their
-/// checksums as they are lent). `file` must start 64-byte aligned.
-pub fn load_static(file: &'static [u8]) -> Result<Model, Refusal> {
+/// checksums as they are lent), refused before anything is imported when importing
+/// could need more than `free` bytes. `file` must start 64-byte aligned.
+pub fn load_static(file: &'static [u8], free: usize) -> Result<Model, Refusal> {
     let gguf = Gguf::parse(file).map_err(|e| Refusal::Model(e.into()))?;
-    if !pack::is_packed(&gguf) {
+    check_packed(&gguf, free)?;
+    Ok(Model::from_gguf_source(&gguf, &mut Lent(Arc::new(Static(file))), |_| {})?)
+}
+
+/// A packed file whose import fits in `free` bytes (by its header; the import itself
+/// checks everything else).
+pub fn check_packed(gguf: &Gguf<'_>, free: usize) -> Result<(), Refusal> {
+    if !pack::is_packed(gguf) {
         return Err(Refusal::NotPacked);
     }
-    Ok(Model::from_gguf_source(&gguf, &mut Lent(Arc::new(Static(file))), |_| {})?)
+    match import_bound(gguf) {
+        Some(needed) if needed > free => Err(Refusal::ImportTooBig { needed, available: free }),
+        _ => Ok(()),
+    }
+}
+
+/// [`budget::import_bytes`] of a packed file, from its header: the vocabulary's size and
+/// bytes (a GGUF token list, or a llama2.c tokenizer blob: per token a score, a length
+/// and the bytes) and the layer count. `None` when the header lacks them (the import
+/// then refuses the file itself).
+pub fn import_bound(gguf: &Gguf<'_>) -> Option<usize> {
+    let arch = gguf.get_str("general.architecture")?;
+    let layers = gguf.get_u32(&alloc::format!("{arch}.block_count"))? as usize;
+    let (vocab, token_bytes) = match gguf.get_array("tokenizer.ggml.tokens") {
+        Some(tokens) => {
+            let vocab = usize::try_from(tokens.len()).ok()?;
+            (vocab, tokens.bytes().len().checked_sub(8 * vocab)?)
+        }
+        None => {
+            let blob = gguf.tensor(lutra_core::model::llama::TOKENIZER_BLOB)?;
+            let vocab = gguf.get_u32("llama.vocab_size")? as usize;
+            (vocab, usize::try_from(blob.byte_size().ok()?).ok()?.saturating_sub(8 * vocab + 4))
+        }
+    };
+    Some(budget::import_bytes_for(vocab, token_bytes, layers))
 }
 
 /// Bytes a session of `context` positions of `model` needs (an upper bound, from its

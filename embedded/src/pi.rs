@@ -13,7 +13,7 @@ use lutra_core::engine::{Attention, Generation, StopReason};
 use lutra_core::sampler::SamplerConfig;
 
 use crate::arena::{ArenaStats, Heap};
-use crate::packed::{check_fits, stream, Refusal};
+use crate::packed::{check_fits, check_packed, stream, Refusal};
 
 /// What one run needs.
 pub struct Options<'a> {
@@ -22,13 +22,15 @@ pub struct Options<'a> {
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
     pub threads: usize,
-    /// Positions of the session (0: the model's, at most 4096).
+    /// Positions of the session (0: the model's, at most 4096, or as many as the arena holds).
     pub context: usize,
 }
 
 /// What a run measured.
 pub struct Report {
     pub load: Duration,
+    /// Positions of the session.
+    pub context: usize,
     pub prompt_tokens: usize,
     pub prefill: Duration,
     pub generated: usize,
@@ -48,8 +50,9 @@ pub struct Report {
     pub arena_capacity: usize,
 }
 
-/// Loads a packed `.lutra` model (anything else is refused: pack it first).
-pub fn load(path: &Path) -> Result<Model, String> {
+/// Loads a packed `.lutra` model (anything else is refused: pack it first) whose import
+/// fits in `free` bytes.
+pub fn load(path: &Path, free: usize) -> Result<Model, String> {
     let mut magic = [0u8; 4];
     let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     std::io::Read::read_exact(&mut file, &mut magic).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -60,8 +63,7 @@ pub fn load(path: &Path) -> Result<Model, String> {
     // refused before anything is imported: the header says what the file is
     let map = lutra::inspect::map_file(path).map_err(|e| e.to_string())?;
     match lutra_core::gguf::Gguf::parse(&map) {
-        Ok(g) if lutra_core::pack::is_packed(&g) => {}
-        Ok(_) => return Err(refused()),
+        Ok(g) => check_packed(&g, free).map_err(|r| format!("{}: {r}", path.display()))?,
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
     drop(map);
@@ -76,10 +78,15 @@ pub fn load(path: &Path) -> Result<Model, String> {
 /// generated text to `out` as it comes.
 pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<Report, String> {
     let t0 = Instant::now();
-    let model = load(opts.model)?;
+    let model = load(opts.model, heap.free())?;
     let load = t0.elapsed();
     let model_arena = heap.stats().used;
-    let context = if opts.context == 0 { model.engine().info().context_length.min(4096) } else { opts.context };
+    let most = model.engine().info().context_length.min(4096);
+    let context = match opts.context {
+        // the longest context that fits what is left of the arena
+        0 => fitting_context(&model, most, heap.free()).unwrap_or(most),
+        n => n,
+    };
     let session_budget = check_fits(model.engine(), context, heap.free()).map_err(|s| Refusal::TooBig(s).to_string())?;
     let mut session =
         model.session(&SessionOptions { context, threads: opts.threads.max(1), attention: Attention::Exact }).map_err(|e| e.to_string())?;
@@ -112,6 +119,7 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
     let generation_time = t2.elapsed();
     Ok(Report {
         load,
+        context,
         prompt_tokens: prompt.len(),
         prefill,
         generated,
@@ -127,6 +135,24 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
     })
 }
 
+/// The most positions, up to `most`, whose session fits in `free` bytes.
+fn fitting_context(model: &Model, most: usize, free: usize) -> Option<usize> {
+    let dims = model.engine().dims();
+    let (mut lo, mut hi) = (1, most);
+    if dims.session_bytes(lo) > free {
+        return None;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if dims.session_bytes(mid) <= free {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
+}
+
 /// Greedy text of `max_tokens` tokens after `prompt` with `heap` sealed while they are
 /// generated, and the arena's statistics after loading, after start and at the end.
 pub fn generate_sealed(
@@ -136,7 +162,7 @@ pub fn generate_sealed(
     max_tokens: usize,
     heap: &dyn Heap,
 ) -> Result<(String, [ArenaStats; 3], usize), String> {
-    let model = load(path)?;
+    let model = load(path, heap.free())?;
     let loaded = heap.stats();
     let context = model.engine().info().context_length.min(4096);
     let budget = check_fits(model.engine(), context, heap.free()).map_err(|s| Refusal::TooBig(s).to_string())?;

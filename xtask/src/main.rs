@@ -23,7 +23,8 @@ use std::{env, fs, thread};
 /// Must equal the `wasm-bindgen` version in Cargo.lock (pinned with `=` in Cargo.toml):
 /// the CLI refuses modules built with any other version.
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
-const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "chromium"];
+const APT_PACKAGES: &[&str] =
+    &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "time", "chromium"];
 const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
 const AARCH64: &str = "aarch64-unknown-linux-gnu";
 const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
@@ -702,6 +703,52 @@ fn pi_tests(ci: &mut Ci) -> Result {
     fs::write(&truncated, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())?;
     refused(&truncated, "truncated")?;
     ci.counts.push(("lutra-pi under qemu-aarch64 (text = x86, 2 refusals)".into(), 3));
+
+    // peak RSS of the x86 build (qemu-user's own would be measured under emulation):
+    // the compile-time arena, the mapped file and at most 2 MiB besides
+    let native_pi = ci.target_dir.join("release/lutra-pi");
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--bin", "lutra-pi"]))?;
+    let mut rss_runs = vec![(packed.clone(), prompt, "256")];
+    let gemma = ci.root.join("models").join(GEMMA_FILE);
+    if gemma.exists() {
+        let gemma_packed = dir.join("gemma-3-270m.lutra");
+        run(Command::new(&lutra).arg("pack").arg("-m").arg(&gemma).arg("-o").arg(&gemma_packed))?;
+        // a session bigger than the compile-time arena: refused before it starts
+        let out = Command::new(&native_pi)
+            .arg(&gemma_packed)
+            .args(["-p", "Otters are", "-n", "4", "-c", "4096"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(1) || !err.contains("does not fit") {
+            return Err(format!("lutra-pi with Gemma at 4096 positions: expected a refusal (exit 1), got {}: {err}", out.status));
+        }
+        println!("{}", err.trim());
+        rss_runs.push((gemma_packed, "Otters are", "2048"));
+    }
+    for (file, prompt, context) in rss_runs {
+        let mut c = Command::new("/usr/bin/time");
+        c.arg("-v").arg(&native_pi).arg(&file).args(["-p", prompt, "-n", "32", "--temp", "0", "-c", context]);
+        let (_, stats) = stdout(&mut c)?;
+        let number_after = |key: &str| -> Option<u64> { stats.split(key).nth(1)?.split_whitespace().next()?.parse().ok() };
+        let (Some(rss_kib), Some(arena)) = (number_after("Maximum resident set size (kbytes):"), number_after("\narena ")) else {
+            return Err(format!("lutra-pi on {}: no peak RSS or arena size in\n{stats}", file.display()));
+        };
+        let mapped = fs::metadata(&file).map_err(|e| e.to_string())?.len();
+        let bound = arena + mapped + (2 << 20);
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        println!(
+            "lutra-pi (x86) on {}: peak RSS {:.1} MiB <= arena {:.1} + file {:.1} + 2 MiB = {:.1} MiB?",
+            file.display(),
+            mib(rss_kib * 1024),
+            mib(arena),
+            mib(mapped),
+            mib(bound)
+        );
+        if rss_kib * 1024 > bound {
+            return Err(format!("lutra-pi on {}: peak RSS {rss_kib} KiB over {bound} bytes\n{stats}", file.display()));
+        }
+    }
 
     // bare metal: the same file embedded in a kernel8.img, booted on an emulated Pi 3
     let (tokens, metal_prompt) = ("16", "Once upon a time"); // lutra-metal's TOKENS and PROMPT

@@ -94,7 +94,7 @@ fn self_checks(model: &'static [u8]) -> bool {
     };
     let refusal = |file: &'static [u8]| {
         let mut why = heapless::String::<200>::new();
-        match load_static(file) {
+        match load_static(file, ARENA.free()) {
             Err(e) => {
                 let _ = write!(why, "{e}");
                 Some(why)
@@ -117,7 +117,7 @@ fn self_checks(model: &'static [u8]) -> bool {
 
 fn run(file: &'static [u8]) -> Result<(), Refusal> {
     let t0 = boot::ticks();
-    let model = load_static(file)?;
+    let model = load_static(file, ARENA.free())?;
     let loaded = ARENA.stats();
     let budget = check_fits(&model, CONTEXT, ARENA.free()).map_err(Refusal::TooBig)?;
     let mut session = Session::new(&model, CONTEXT, &Attention::Exact)?;

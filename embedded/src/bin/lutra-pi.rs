@@ -29,8 +29,9 @@ fn main() -> ExitCode {
         let mib = |b: usize| b as f64 / (1 << 20) as f64;
         println!();
         eprintln!(
-            "load {:.3} s; prompt {} tokens in {:.3} s; generated {} tokens at {:.1} tokens/s ({:?})",
+            "load {:.3} s; context {} positions; prompt {} tokens in {:.3} s; generated {} tokens at {:.1} tokens/s ({:?})",
             report.load.as_secs_f64(),
+            report.context,
             report.prompt_tokens,
             report.prefill.as_secs_f64(),
             report.generated,
@@ -38,7 +39,8 @@ fn main() -> ExitCode {
             report.stop,
         );
         eprintln!(
-            "arena {:.1} MiB (compile time): model {:.2} MiB, session {:.2} MiB of its {:.2} MiB budget (KV cache {:.2} MiB), peak {:.2} MiB, {} allocations refused while sealed; weights {:.1} MiB read in place; peak RSS {}",
+            "arena {} bytes ({:.1} MiB, sized at compile time): model {:.2} MiB, session {:.2} MiB of its {:.2} MiB budget (KV cache {:.2} MiB), peak {:.2} MiB, {} allocations refused while sealed; weights {:.1} MiB read in place; peak RSS {}",
+            report.arena_capacity,
             mib(report.arena_capacity),
             mib(report.model_arena),
             mib(report.session_used),
