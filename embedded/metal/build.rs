@@ -23,5 +23,8 @@ fn main() {
         let dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
         println!("cargo:rerun-if-changed=link.ld");
         println!("cargo:rustc-link-arg-bins=-T{}", dir.join("link.ld").display());
+        if env::var_os("CARGO_FEATURE_DEFMT").is_some() {
+            println!("cargo:rustc-link-arg-bins=-Tdefmt.x");
+        }
     }
 }

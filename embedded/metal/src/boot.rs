@@ -215,3 +215,65 @@ pub fn with_flipped(
     flip();
     result
 }
+
+/// One line of the image's own output: plain text on the UART, or one defmt frame.
+pub fn line(text: &str) {
+    #[cfg(not(feature = "defmt"))]
+    {
+        use core::fmt::Write;
+        let _ = Uart.write_str(text);
+        Uart.write_byte(b'\n');
+    }
+    #[cfg(feature = "defmt")]
+    defmt::println!("{=str}", text);
+}
+
+/// defmt frames (rzCOBS) on the UART, one frame at a time: a single core, and the
+/// engine never logs from an interrupt (there are none).
+#[cfg(feature = "defmt")]
+mod defmt_uart {
+    use core::cell::UnsafeCell;
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    #[defmt::global_logger]
+    struct UartLogger;
+
+    struct EncoderCell(UnsafeCell<defmt::Encoder>);
+
+    // SAFETY: only used between `acquire` and `release`, which `TAKEN` makes exclusive.
+    unsafe impl Sync for EncoderCell {}
+
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    static ENCODER: EncoderCell = EncoderCell(UnsafeCell::new(defmt::Encoder::new()));
+
+    fn emit(bytes: &[u8]) {
+        bytes.iter().for_each(|&b| super::Uart.write_byte(b));
+    }
+
+    // SAFETY: frames never interleave: `acquire` refuses to nest (a logging call from
+    // inside a logging call ends the program), so the encoder has one user at a time.
+    unsafe impl defmt::Logger for UartLogger {
+        fn acquire() {
+            if TAKEN.swap(true, Ordering::Acquire) {
+                super::exit(102);
+            }
+            // SAFETY: exclusive, as above.
+            unsafe { (*ENCODER.0.get()).start_frame(emit) }
+        }
+        unsafe fn flush() {}
+        unsafe fn release() {
+            // SAFETY: exclusive until TAKEN is cleared.
+            unsafe { (*ENCODER.0.get()).end_frame(emit) };
+            TAKEN.store(false, Ordering::Release);
+        }
+        unsafe fn write(bytes: &[u8]) {
+            // SAFETY: exclusive, as above.
+            unsafe { (*ENCODER.0.get()).write(bytes, emit) }
+        }
+    }
+
+    #[defmt::panic_handler]
+    fn defmt_panic() -> ! {
+        super::exit(101)
+    }
+}

@@ -12,7 +12,9 @@ use lutra_embedded::arena::{Heap, StaticArena};
 use lutra_embedded::budget;
 use lutra_embedded::packed::{check_fits, load_static, stream, Refusal};
 
-use crate::boot::{self, exit, Uart};
+#[cfg(not(feature = "defmt"))]
+use crate::boot::Uart;
+use crate::boot::{self, exit};
 
 /// Positions of the session: stories15M's whole context.
 const CONTEXT: usize = 256;
@@ -22,14 +24,20 @@ const TOKENS: usize = 16;
 #[global_allocator]
 static ARENA: StaticArena<{ budget::arena_bytes(&budget::STORIES15M, CONTEXT) }> = StaticArena::new();
 
+/// A line of output, formatted into a fixed buffer (no heap: also after a panic).
 macro_rules! say {
     ($($arg:tt)*) => {{
-        let _ = writeln!(Uart, $($arg)*);
+        let mut line = heapless::String::<600>::new();
+        let _ = write!(line, $($arg)*);
+        boot::line(&line);
     }};
 }
 
+/// The engine's log records as UART lines (with `defmt`, its macros write frames).
+#[cfg(not(feature = "defmt"))]
 struct UartLog;
 
+#[cfg(not(feature = "defmt"))]
 impl log::Log for UartLog {
     fn enabled(&self, _: &log::Metadata<'_>) -> bool {
         true
@@ -40,11 +48,12 @@ impl log::Log for UartLog {
     fn flush(&self) {}
 }
 
+#[cfg(not(feature = "defmt"))]
 static LOG: UartLog = UartLog;
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    say!("\npanic: {info}");
+    say!("panic: {info}");
     exit(101)
 }
 
@@ -54,6 +63,7 @@ extern "C" fn kernel_main() -> ! {
         say!("lutra-metal: {why}");
         exit(3);
     }
+    #[cfg(not(feature = "defmt"))]
     let _ = log::set_logger(&LOG).map(|()| log::set_max_level(log::LevelFilter::Info));
     say!(
         "lutra-metal on raspi3b: EL{}, MMU and caches on, kernels {}; arena {} bytes (compile time: stories15M, {CONTEXT} positions)",
@@ -127,25 +137,35 @@ fn run(file: &'static [u8]) -> Result<(), Refusal> {
     let t1 = boot::ticks();
     let started = ARENA.stats();
     say!("--- text ---");
-    let _ = Uart.write_str(PROMPT);
+    // plain UART: the text as it comes; defmt: one frame once it is complete
     let mut text = heapless::String::<1024>::new();
+    let _ = text.push_str(PROMPT);
+    #[cfg(not(feature = "defmt"))]
+    let _ = Uart.write_str(PROMPT);
     let generated = stream(
         &mut generation,
         &mut session,
         &SingleThread,
         |sealed| if sealed { ARENA.seal() } else { ARENA.unseal() },
         |piece| {
+            #[cfg(not(feature = "defmt"))]
             let _ = Uart.write_str(piece);
             let _ = text.push_str(piece);
         },
     )?;
     let t2 = boot::ticks();
+    #[cfg(not(feature = "defmt"))]
     say!("\n--- end ---");
+    #[cfg(feature = "defmt")]
+    {
+        boot::line(&text);
+        say!("--- end ---");
+    }
     let end = ARENA.stats();
     let seconds = |a: (u64, u64), b: (u64, u64)| if a.1 == 0 { f64::NAN } else { (b.0 - a.0) as f64 / a.1 as f64 };
     say!(
         "generated {generated} tokens ({} bytes of text) in {:.2} s after {:.2} s of load and prefill (emulated: not a speed)",
-        text.len(),
+        text.len() - PROMPT.len(),
         seconds(t1, t2),
         seconds(t0, t1)
     );
