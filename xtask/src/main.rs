@@ -83,7 +83,11 @@ const STEPS: &[Step] = &[
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
     ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M packed, greedy text = the x86 CLI's; refusals", pi_tests),
     ("web", "the page (www/) in headless Chromium: stories15M greedy text = native, errors, Stop", |ci| {
-        test_web(&ci.root, &ci.target_dir, false)
+        test_web(&ci.root, &ci.target_dir, false)?;
+        // kernel_check in the page runs both builds' kernels against scalar
+        ci.ran("simd128", "Chromium");
+        ci.ran("relaxed-simd", "Chromium (threaded build)");
+        Ok(())
     }),
 ];
 
@@ -126,7 +130,14 @@ struct Ci {
     target_dir: PathBuf,
     times: Vec<(&'static str, Duration)>,
     counts: Vec<(String, usize)>,
+    /// Kernel tiers whose tests passed, and where (native, which emulator, which runtime).
+    tiers: Vec<(String, String)>,
 }
+
+/// x86 tiers from the lowest; the host runs every one up to its best.
+const X86_TIER_ORDER: &[&str] = &["scalar", "ssse3", "avx2", "avx512", "avx512vbmi"];
+/// Every kernel tier lutra has, for the summary (threaded wasm uses relaxed-simd).
+const ALL_TIERS: &[&str] = &["scalar", "ssse3", "avx2", "avx512", "avx512vbmi", "neon", "simd128", "relaxed-simd"];
 
 fn test(only: &[String]) -> Result {
     for name in only {
@@ -136,7 +147,7 @@ fn test(only: &[String]) -> Result {
     }
     let root = workspace_root();
     let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let mut ci = Ci { t0: Instant::now(), root, target_dir, times: Vec::new(), counts: Vec::new() };
+    let mut ci = Ci { t0: Instant::now(), root, target_dir, times: Vec::new(), counts: Vec::new(), tiers: Vec::new() };
     let mut failed = None;
     for (name, what, step) in STEPS {
         if !only.is_empty() && !only.iter().any(|o| o == name) {
@@ -157,6 +168,17 @@ fn test(only: &[String]) -> Result {
     }
     for (run, n) in &ci.counts {
         println!("  tests passed  {n:4}  {run}");
+    }
+    println!("  kernel tiers:");
+    for tier in ALL_TIERS {
+        let how: Vec<&str> = ci.tiers.iter().filter(|(t, _)| t == tier).map(|(_, h)| h.as_str()).collect();
+        let host_ran = only.is_empty() || only.iter().any(|s| s == "host");
+        let why_not = if X86_TIER_ORDER.contains(tier) && host_ran {
+            "NOT RUN: this CPU lacks it, and qemu's TCG has no AVX-512"
+        } else {
+            "not run: its step was not selected"
+        };
+        println!("    {tier:12} {}", if how.is_empty() { why_not.to_string() } else { how.join(", ") });
     }
     match failed {
         Some(e) => Err(e),
@@ -567,8 +589,8 @@ fn lint(ci: &mut Ci) -> Result {
 fn host_tests(ci: &mut Ci) -> Result {
     let expect = host_expected_isa();
     match expect {
-        Some(isa) => println!("host CPU has AVX-512: expecting Isa::best() = {isa}"),
-        None => println!("host CPU lacks AVX-512F/BW: no ISA expectation for the host run (lower tiers run under qemu)"),
+        Some(isa) => println!("host CPU: expecting Isa::best() = {isa}"),
+        None => println!("host is not x86_64: no ISA expectation for the host run"),
     }
     let mut c = cargo(&ci.root);
     if quiet(cargo(&ci.root).args(["nextest", "--version"])).is_some() {
@@ -581,6 +603,12 @@ fn host_tests(ci: &mut Ci) -> Result {
     }
     let out = run_capture(&mut c)?;
     ci.count("host x86_64 (workspace)", &out, true)?;
+    // kernel tests compare every tier up to the best against scalar
+    if let Some(best) = expect {
+        for tier in X86_TIER_ORDER.iter().take_while(|&&t| t != best).chain([&best]) {
+            ci.ran(tier, "native");
+        }
+    }
     let out = run_capture(cargo(&ci.root).args(["test", "--workspace", "--doc"]))?;
     ci.count("host doc tests", &out, false)?;
     // Gemma 3 270M against llama.cpp's golden logits: minutes unoptimized, so ignored in
@@ -614,6 +642,7 @@ fn x86_tiers(ci: &mut Ci) -> Result {
         c.env("LUTRA_EXPECT_ISA", isa);
         let out = run_capture(&mut c)?;
         ci.count(&format!("x86_64 qemu -cpu {cpu} (lutra-core, {isa})"), &out, true)?;
+        ci.ran(isa, &format!("qemu -cpu {cpu}"));
     }
     Ok(())
 }
@@ -623,7 +652,9 @@ fn aarch64_tests(ci: &mut Ci) -> Result {
     c.args(["test", "-p", "lutra-core", "-p", "lutra-embedded", "--target", AARCH64]).args(cross_profile());
     c.env("LUTRA_EXPECT_ISA", "neon");
     let out = run_capture(&mut c)?;
-    ci.count("aarch64 qemu-user (lutra-core + lutra-embedded, neon)", &out, true)
+    ci.count("aarch64 qemu-user (lutra-core + lutra-embedded, neon)", &out, true)?;
+    ci.ran("neon", "qemu-aarch64");
+    Ok(())
 }
 
 fn wasm_tests(ci: &mut Ci) -> Result {
@@ -634,7 +665,9 @@ fn wasm_tests(ci: &mut Ci) -> Result {
     if out.contains("no tests to run") {
         return Err("a wasm test binary ran no tests (plain #[test] instead of wasm_bindgen_test?)".into());
     }
-    ci.count("wasm32 simd128 node (lutra-core + lutra-wasm)", &out, true)
+    ci.count("wasm32 simd128 node (lutra-core + lutra-wasm)", &out, true)?;
+    ci.ran("simd128", "node");
+    Ok(())
 }
 
 fn cross_builds(ci: &mut Ci) -> Result {
@@ -806,6 +839,7 @@ fn pi_tests(ci: &mut Ci) -> Result {
     }
     println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
     ci.counts.push(("bare-metal image under qemu -M raspi3b, plain UART and defmt (text = x86, 7 refusals)".into(), 9));
+    ci.ran("neon", "bare metal (qemu -M raspi3b)");
     Ok(())
 }
 
@@ -847,6 +881,11 @@ fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool) -> Result<(Optio
 // helpers
 
 impl Ci {
+    /// Records that `tier`'s kernels passed their tests, run `how`.
+    fn ran(&mut self, tier: &str, how: &str) {
+        self.tiers.push((tier.to_string(), how.to_string()));
+    }
+
     /// Record how many tests passed in a run; `require` fails the step on zero, and
     /// on a run that did not execute the ISA-tier test.
     fn count(&mut self, run: &str, out: &str, require: bool) -> Result {
@@ -899,13 +938,18 @@ fn host_expected_isa() -> Option<&'static str> {
     let info = fs::read_to_string("/proc/cpuinfo").ok()?;
     let flags: BTreeSet<&str> = info.lines().find(|l| l.starts_with("flags"))?.split_whitespace().collect();
     let has = |want: &[&str]| want.iter().all(|f| flags.contains(f));
-    if !has(&["ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw"]) {
-        None
+    // the same conditions as lutra-core's detect_x86 (the OS's xsave support aside)
+    Some(if !has(&["ssse3"]) {
+        "scalar"
+    } else if !has(&["avx", "avx2", "fma", "f16c"]) {
+        "ssse3"
+    } else if !has(&["avx512f", "avx512bw"]) {
+        "avx2"
     } else if has(&["avx512vbmi", "avx512_vnni"]) {
-        Some("avx512vbmi")
+        "avx512vbmi"
     } else {
-        Some("avx512")
-    }
+        "avx512"
+    })
 }
 
 /// `version` of package `name` in a Cargo.lock.
