@@ -2,30 +2,13 @@
 //! of run.c's O(n²) loop; byte fallback; decoding; malformed files refused.
 
 mod common;
+use common::llama2c_files::{vocab, write_tokenizer};
 use common::Rng;
 
 use lutra_core::tokenizer::{byte_of_piece, Llama2cTokenizer, Tokenizer, TokenizerBin, TokenizerError, BOS};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
-
-fn write_tokenizer(max_len: i32, vocab: &[(f32, Vec<u8>)]) -> Vec<u8> {
-    let mut out = max_len.to_le_bytes().to_vec();
-    for (score, piece) in vocab {
-        out.extend_from_slice(&score.to_le_bytes());
-        out.extend_from_slice(&(piece.len() as i32).to_le_bytes());
-        out.extend_from_slice(piece);
-    }
-    out
-}
-
-/// `<unk>`, BOS, EOS, the 256 `<0xXX>` byte tokens, then `extra`.
-fn vocab(extra: &[(&str, f32)]) -> Vec<(f32, Vec<u8>)> {
-    let mut v = vec![(0.0, b"<unk>".to_vec()), (0.0, b"\n<s>\n".to_vec()), (0.0, b"\n</s>\n".to_vec())];
-    v.extend((0..=255u8).map(|b| (0.0, format!("<0x{b:02X}>").into_bytes())));
-    v.extend(extra.iter().map(|(p, s)| (*s, p.as_bytes().to_vec())));
-    v
-}
 
 fn tokenizer(extra: &[(&str, f32)]) -> (Llama2cTokenizer, Vec<(f32, Vec<u8>)>) {
     let v = vocab(extra);

@@ -6,6 +6,7 @@
 //! cargo xtask models [stories15M|gemma|all]   fetch models into the git-ignored models/
 //! cargo xtask web [--gemma] [--port PORT]     build the page (www/) and serve it on 127.0.0.1
 //! cargo xtask test-web [--gemma]              build the page and run its tests in headless Chromium
+//! cargo xtask fuzz [--seconds S] [TARGET...]  each fuzz target for S seconds (default 60), a table of the runs
 //! ```
 //!
 //! Steps of `test`: install, lint, models, host, x86, aarch64, wasm, build (all by default).
@@ -25,6 +26,10 @@ use std::{env, fs, thread};
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
 /// Decodes the bare-metal image's defmt frames; must read defmt 1.x's wire format.
 const DEFMT_PRINT_VERSION: &str = "1.2.0";
+/// Builds and runs the fuzz targets (fuzz/, nightly, AddressSanitizer).
+const CARGO_FUZZ_VERSION: &str = "0.13.1";
+/// The fuzz targets (fuzz/Cargo.toml), in the order they run.
+const FUZZ_TARGETS: &[&str] = &["gguf", "model", "llama2c", "tokenizer_bin", "tokenize", "codebook", "engine"];
 const APT_PACKAGES: &[&str] =
     &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "time", "chromium"];
 const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
@@ -82,6 +87,11 @@ const STEPS: &[Step] = &[
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
     ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M packed, greedy text = the x86 CLI's; refusals", pi_tests),
+    ("fuzz", "every fuzz target for 8 s on its seeds and corpus (AddressSanitizer): no crash, hang or OOM", |ci| {
+        let runs = fuzz(&ci.root, &["--seconds".into(), "8".into()])?;
+        ci.counts.push((format!("fuzz targets without a finding ({} executions)", runs.iter().map(|r| r.executions).sum::<u64>()), runs.len()));
+        Ok(())
+    }),
     ("web", "the page (www/) in headless Chromium: stories15M greedy text = native, errors, Stop", |ci| {
         test_web(&ci.root, &ci.target_dir, false)?;
         // kernel_check in the page runs both builds' kernels against scalar
@@ -99,6 +109,7 @@ fn main() -> ExitCode {
         Some("models") => models(&args[1..]),
         Some("web") => web(&args[1..]),
         Some("test-pi") => test(&["pi".to_string()]),
+        Some("fuzz") => fuzz(&workspace_root(), &args[1..]).map(|_| ()),
         Some("test-web") => {
             let root = workspace_root();
             let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
@@ -106,7 +117,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");
@@ -557,6 +568,10 @@ fn install(ci: &mut Ci) -> Result {
 
 fn lint(ci: &mut Ci) -> Result {
     run(cargo(&ci.root).args(["fmt", "--all", "--check"]))?;
+    // the fuzz targets: their own workspace (fuzz/), checked on stable like the rest
+    let fuzz_manifest = ci.root.join("fuzz/Cargo.toml");
+    run(cargo(&ci.root).args(["fmt", "--check", "--manifest-path"]).arg(&fuzz_manifest))?;
+    run(cargo(&ci.root).args(["clippy", "--bins", "--manifest-path"]).arg(&fuzz_manifest).args(["--", "-D", "warnings"]))?;
     run(cargo(&ci.root).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
     // lutra-core as the embedded crate uses it: no allocator
     run(cargo(&ci.root).args(["clippy", "-p", "lutra-core", "--no-default-features", "--", "-D", "warnings"]))?;
@@ -875,6 +890,107 @@ fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool) -> Result<(Optio
     };
     print!("{uart}");
     Ok((out.status.code(), uart))
+}
+
+/// What one fuzz target's run did (libFuzzer's own counts).
+struct FuzzRun {
+    target: String,
+    executions: u64,
+    seconds: f64,
+    corpus: usize,
+    edges: u64,
+    features: u64,
+    peak_rss_mb: u64,
+}
+
+/// `cargo xtask fuzz [--seconds S] [TARGET...]`: the seeds written by lutra-core's
+/// `fuzz_seeds` test, then each target for S seconds on its corpus (kept in
+/// fuzz/corpus/, so runs build on each other), failing on any crash, timeout or OOM
+/// (the input is left in fuzz/artifacts/). Prints a table and writes
+/// target/fuzz-summary.json.
+fn fuzz(root: &Path, args: &[String]) -> Result<Vec<FuzzRun>> {
+    let mut seconds = 60u64;
+    let mut targets = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => seconds = it.next().and_then(|v| v.parse().ok()).ok_or("--seconds needs a number")?,
+            t if FUZZ_TARGETS.contains(&t) => targets.push(t),
+            other => return Err(format!("unknown fuzz target or option `{other}`; targets: {}", FUZZ_TARGETS.join(" "))),
+        }
+    }
+    if targets.is_empty() {
+        targets = FUZZ_TARGETS.to_vec();
+    }
+    nightly_ready()?;
+    let want = format!("cargo-fuzz {CARGO_FUZZ_VERSION}");
+    if !quiet(cargo(root).args(["fuzz", "--version"])).is_some_and(|v| v.starts_with(&want)) {
+        run(cargo(root).args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]))?;
+    }
+    fetch_stories(root)?;
+    fetch_gemma(root)?;
+    let fuzz_dir = root.join("fuzz");
+    let seeds = fuzz_dir.join("seeds");
+    run(cargo(root).args(["test", "-p", "lutra-core", "--test", "fuzz_seeds"]).env("LUTRA_FUZZ_SEEDS", &seeds))?;
+    let nightly_fuzz = || {
+        let mut c = Command::new("rustup");
+        c.args(["run", NIGHTLY, "cargo", "fuzz"]).current_dir(&fuzz_dir);
+        c
+    };
+    run(nightly_fuzz().args(["build"]))?;
+    let mut runs = Vec::new();
+    for target in targets {
+        let corpus = fuzz_dir.join("corpus").join(target);
+        fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+        let mut c = nightly_fuzz();
+        c.args(["run", target]).arg(&corpus).arg(seeds.join(target));
+        c.args(["--", &format!("-max_total_time={seconds}"), "-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1"]);
+        println!("$ {}", show(&c));
+        let t0 = Instant::now();
+        let out = c.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(&c)))?;
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(format!(
+                "fuzz target `{target}` found a failure ({}); input in fuzz/artifacts/{target}/\n{}",
+                out.status,
+                tail.join("\n")
+            ));
+        }
+        let stat = |key: &str| log.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse::<u64>().ok());
+        // the last status line: "#N  DONE  cov: E ft: F corp: C/..."
+        let last = log.lines().rev().find(|l| l.starts_with('#') && l.contains("cov: ")).unwrap_or("");
+        let after = |key: &str| {
+            last.split(key).nth(1).and_then(|v| v.split_whitespace().next()).map(|v| v.split('/').next().unwrap_or(v).to_string())
+        };
+        let run = FuzzRun {
+            target: target.to_string(),
+            executions: stat("stat::number_of_executed_units:").unwrap_or(0),
+            seconds: t0.elapsed().as_secs_f64(),
+            corpus: fs::read_dir(&corpus).map(|d| d.count()).unwrap_or(0),
+            edges: after("cov: ").and_then(|v| v.parse().ok()).unwrap_or(0),
+            features: after("ft: ").and_then(|v| v.parse().ok()).unwrap_or(0),
+            peak_rss_mb: stat("stat::peak_rss_mb:").unwrap_or(0),
+        };
+        println!("{target}: {} executions in {:.0} s, {} corpus files, {} edges", run.executions, run.seconds, run.corpus, run.edges);
+        runs.push(run);
+    }
+    println!("\n| target | executions | wall s | crashes | corpus files | coverage (edges) | features | peak RSS MB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut json = Vec::new();
+    for r in &runs {
+        println!(
+            "| {} | {} | {:.0} | 0 | {} | {} | {} | {} |",
+            r.target, r.executions, r.seconds, r.corpus, r.edges, r.features, r.peak_rss_mb
+        );
+        json.push(format!(
+            "{{\"target\":\"{}\",\"executions\":{},\"seconds\":{:.1},\"crashes\":0,\"corpus\":{},\"edges\":{},\"features\":{},\"peak_rss_mb\":{}}}",
+            r.target, r.executions, r.seconds, r.corpus, r.edges, r.features, r.peak_rss_mb
+        ));
+    }
+    let summary = root.join("target/fuzz-summary.json");
+    fs::write(&summary, format!("[{}]\n", json.join(",\n"))).map_err(|e| format!("{}: {e}", summary.display()))?;
+    Ok(runs)
 }
 
 // ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ pub enum Meta {
     U32s(Vec<u32>),
     Bools(Vec<bool>),
     Strs(Vec<String>),
+    F32s(Vec<f32>),
 }
 
 impl Meta {
@@ -20,7 +21,7 @@ impl Meta {
             Meta::F32(_) => 6,
             Meta::Bool(_) => 7,
             Meta::Str(_) => 8,
-            Meta::U32s(_) | Meta::Bools(_) | Meta::Strs(_) => 9,
+            Meta::U32s(_) | Meta::Bools(_) | Meta::Strs(_) | Meta::F32s(_) => 9,
         }
     }
 
@@ -44,6 +45,11 @@ impl Meta {
                 out.extend(8u32.to_le_bytes());
                 out.extend((v.len() as u64).to_le_bytes());
                 v.iter().for_each(|s| put_str(out, s));
+            }
+            Meta::F32s(v) => {
+                out.extend(6u32.to_le_bytes());
+                out.extend((v.len() as u64).to_le_bytes());
+                v.iter().for_each(|x| out.extend(x.to_le_bytes()));
             }
         }
     }

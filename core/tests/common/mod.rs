@@ -35,3 +35,5 @@ impl Rng {
 }
 
 pub mod gguf_writer;
+pub mod llama2c_files;
+pub mod tiny_gemma;

@@ -1,0 +1,43 @@
+//! llama2.c files written by hand: `tokenizer.bin` and checkpoints of random weights.
+
+use lutra_core::llama2c::{Config, TensorKind};
+
+use super::Rng;
+
+/// A `tokenizer.bin`: the longest piece's length, then per token a score, a length and
+/// the bytes.
+pub fn write_tokenizer(max_len: i32, vocab: &[(f32, Vec<u8>)]) -> Vec<u8> {
+    let mut out = max_len.to_le_bytes().to_vec();
+    for (score, piece) in vocab {
+        out.extend_from_slice(&score.to_le_bytes());
+        out.extend_from_slice(&(piece.len() as i32).to_le_bytes());
+        out.extend_from_slice(piece);
+    }
+    out
+}
+
+/// `<unk>`, BOS, EOS, the 256 `<0xXX>` byte tokens, then `extra`.
+pub fn vocab(extra: &[(&str, f32)]) -> Vec<(f32, Vec<u8>)> {
+    let mut v = vec![(0.0, b"<unk>".to_vec()), (0.0, b"\n<s>\n".to_vec()), (0.0, b"\n</s>\n".to_vec())];
+    v.extend((0..=255u8).map(|b| (0.0, format!("<0x{b:02X}>").into_bytes())));
+    v.extend(extra.iter().map(|(p, s)| (*s, p.as_bytes().to_vec())));
+    v
+}
+
+/// A checkpoint of `c` with normal random weights (norms near 1).
+pub fn random_checkpoint(c: &Config, rng: &mut Rng) -> Vec<u8> {
+    let mut out = c.to_header().to_vec();
+    for kind in TensorKind::ALL {
+        if kind == TensorKind::Wcls && c.shared_classifier {
+            continue;
+        }
+        let (rows, cols) = c.shape(kind);
+        let layers = if kind.per_layer() { c.n_layers } else { 1 };
+        let norm = matches!(kind, TensorKind::RmsAtt | TensorKind::RmsFfn | TensorKind::RmsFinal);
+        for _ in 0..layers * rows * cols {
+            let x = if norm { 1.0 + 0.1 * rng.normal() } else { 0.3 * rng.normal() };
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    out
+}

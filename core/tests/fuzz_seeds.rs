@@ -1,0 +1,110 @@
+//! The files the fuzzers (`fuzz/`) start from, each checked to load here: a tiny Gemma 3
+//! GGUF with a SentencePiece vocabulary and its packed `.lutra` form, a tiny llama2.c
+//! checkpoint with its `tokenizer.bin` and their packed form, a PQ codebook file.
+//! With `LUTRA_FUZZ_SEEDS=DIR` they are also written to `DIR/<target>/` (`cargo xtask
+//! fuzz` does this before it fuzzes).
+
+mod common;
+use common::gguf_writer::{write_gguf, Meta};
+use common::llama2c_files::{random_checkpoint, vocab, write_tokenizer};
+use common::tiny_gemma::{meta_270m, tensors, VOCAB};
+use common::Rng;
+
+use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
+use lutra_core::llama2c::Config;
+use lutra_core::pq::{Codebooks, PqShape, Rotation};
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+fn tiny_gemma() -> Vec<u8> {
+    let mut kvs = meta_270m(2);
+    kvs.push(("tokenizer.ggml.model".into(), Meta::Str("llama".into())));
+    kvs.push(("tokenizer.ggml.scores".into(), Meta::F32s((0..VOCAB).map(|i| -(i as f32)).collect())));
+    write_gguf(&kvs, &tensors(2, 7))
+}
+
+fn tiny_llama2c() -> (Vec<u8>, Vec<u8>) {
+    let words: Vec<(&str, f32)> = [" a", " b", "ab", " ab", "ba", " the", "he", "th"].iter().map(|w| (*w, -1.0)).collect();
+    let v = vocab(&words);
+    let c = Config {
+        dim: 32,
+        hidden_dim: 64,
+        n_layers: 2,
+        n_heads: 2,
+        n_kv_heads: 1,
+        vocab_size: v.len(),
+        seq_len: 16,
+        shared_classifier: true,
+    };
+    (random_checkpoint(&c, &mut Rng(3)), write_tokenizer(8, &v))
+}
+
+fn packed(model: &Model, origin: &[u8]) -> Vec<u8> {
+    let mut writer = lutra_core::pack::Writer::new();
+    model.write_packed(origin, &mut writer).unwrap();
+    let mut out = Vec::new();
+    writer
+        .finish(|p| {
+            out.extend_from_slice(p);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+    out
+}
+
+/// A few greedy tokens: the model runs, not only loads.
+fn runs(model: &Model) {
+    let mut session = Session::new(model, 8, &Attention::Exact).unwrap();
+    let prompt = [model.bos(), 3, 4];
+    let mut g = Generation::start(&mut session, &prompt, SamplerConfig::greedy(), 3).unwrap();
+    while g.step(&mut session, &SingleThread).unwrap().is_some() {}
+}
+
+fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    let gemma = tiny_gemma();
+    let gemma_model = Model::from_gguf(&gemma).expect("the tiny Gemma seed imports");
+    runs(&gemma_model);
+    let gemma_packed = packed(&gemma_model, &gemma);
+    runs(&Model::from_gguf(&gemma_packed).expect("the packed Gemma seed imports"));
+    let (checkpoint, tokenizer) = tiny_llama2c();
+    let llama = Model::from_llama2c(&checkpoint, &tokenizer, 4).expect("the tiny llama2.c seed imports");
+    runs(&llama);
+    let llama_packed = packed(&llama, &tokenizer);
+    runs(&Model::from_gguf(&llama_packed).expect("the packed llama2.c seed imports"));
+    let mut rng = Rng(5);
+    let shape = PqShape::new(2, 1, 16, 4, 16).unwrap();
+    let books = Codebooks::new(shape, "tiny", Rotation::None, rng.vec(2 * 16 * 16, 1.0)).unwrap();
+    let codebook = books.to_gguf();
+    assert_eq!(Codebooks::from_gguf(&codebook).unwrap(), books);
+    // the targets' framing: bits selector and checkpoint length; vocabulary size
+    let mut checkpoint_with_tokenizer = vec![3];
+    checkpoint_with_tokenizer.extend((checkpoint.len() as u32).to_le_bytes());
+    checkpoint_with_tokenizer.extend(&checkpoint);
+    checkpoint_with_tokenizer.extend(&tokenizer);
+    vec![
+        ("gguf", "tiny-gemma3.gguf", gemma.clone()),
+        ("gguf", "tiny-gemma3.lutra", gemma_packed.clone()),
+        ("gguf", "codebook.gguf", codebook.clone()),
+        ("model", "tiny-gemma3.gguf", gemma),
+        ("model", "tiny-gemma3.lutra", gemma_packed),
+        ("model", "tiny-llama2c.lutra", llama_packed),
+        ("llama2c", "tiny", checkpoint_with_tokenizer),
+        ("tokenizer_bin", "tiny", [&(llama.vocab_size() as u16).to_le_bytes()[..], &tokenizer].concat()),
+        ("codebook", "tiny.gguf", codebook),
+        ("tokenize", "text", b" the ab ba\n\xe2\x82\xac \x00".to_vec()),
+        ("engine", "settings", vec![4, 200, 12, 90, 1, 2, 3, b' ', b'a', b'b']),
+    ]
+}
+
+#[test]
+fn fuzz_seeds_load_and_run() {
+    let seeds = seeds();
+    if let Some(dir) = std::env::var_os("LUTRA_FUZZ_SEEDS") {
+        for (target, name, bytes) in &seeds {
+            let dir = std::path::Path::new(&dir).join(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+}

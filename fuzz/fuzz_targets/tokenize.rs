@@ -1,0 +1,52 @@
+//! The real tokenizers on any text: stories15M's llama2.c tokenizer and Gemma 3's
+//! SentencePiece vocabulary (models/, fetched by `cargo xtask models all`). Encoding never
+//! fails on valid UTF-8, every id is in the vocabulary, and Gemma's (byte fallback, no
+//! added prefix) decodes back to the very text — unless the text holds U+2581, the
+//! vocabulary's own space mark, which decodes to a space (as in llama.cpp).
+#![no_main]
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use lutra_core::gguf::Gguf;
+use lutra_core::spm::SpmTokenizer;
+use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
+
+const MODELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models");
+
+fn stories() -> &'static Llama2cTokenizer {
+    static T: OnceLock<Llama2cTokenizer> = OnceLock::new();
+    T.get_or_init(|| {
+        let bytes = std::fs::read(format!("{MODELS}/stories15M/tokenizer.bin")).expect("models/stories15M/tokenizer.bin");
+        Llama2cTokenizer::from_bytes(&bytes, 32000).unwrap()
+    })
+}
+
+fn gemma() -> &'static SpmTokenizer {
+    static T: OnceLock<SpmTokenizer> = OnceLock::new();
+    T.get_or_init(|| {
+        let path = format!("{MODELS}/gemma-3-270m-q4_k_m.gguf");
+        let len = std::fs::metadata(&path).expect("models/gemma-3-270m-q4_k_m.gguf").len();
+        let mut head = vec![0u8; 16 << 20];
+        let n = std::io::Read::read(&mut std::fs::File::open(&path).unwrap(), &mut head).unwrap();
+        SpmTokenizer::from_gguf(&Gguf::parse_prefix(&head[..n], len).unwrap()).unwrap()
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    for t in [stories() as &dyn Tokenizer, gemma() as &dyn Tokenizer] {
+        let mut ids = Vec::new();
+        t.encode(text, true, &mut ids).expect("valid UTF-8 always encodes");
+        assert!(ids.iter().all(|&id| (id as usize) < t.vocab_size()));
+        let mut back = Vec::new();
+        t.decode(&ids, &mut back).unwrap();
+    }
+    if text.contains('\u{2581}') {
+        return;
+    }
+    let mut ids = Vec::new();
+    gemma().encode(text, false, &mut ids).unwrap();
+    let mut back = Vec::new();
+    gemma().decode(&ids, &mut back).unwrap();
+    assert_eq!(back, text.as_bytes(), "Gemma's tokenizer does not round-trip {text:?}");
+});
