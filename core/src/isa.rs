@@ -146,6 +146,10 @@ fn x86_best() -> Isa {
 #[cfg(target_arch = "x86_64")]
 fn detect_x86() -> Isa {
     use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
+    // Miri runs the portable code: it has no cpuid, and checks no SIMD intrinsics
+    if cfg!(miri) {
+        return Isa::Scalar;
+    }
     let leaf0 = __cpuid(0);
     let leaf1 = __cpuid(1);
     let ssse3 = leaf1.ecx & (1 << 9) != 0;

@@ -403,3 +403,24 @@ fn a_packed_file_imports_to_the_same_model_and_damage_is_refused() {
     newer[version_at] = 2;
     assert!(import_packed(&newer).err().is_some_and(|e| e.contains("version 2")));
 }
+
+/// Found by `cargo xtask fuzz` (target `model`): a `block_count` of 0x3E00_0001 made the
+/// import reserve room for a billion layers before it looked for their tensors. Every
+/// size a buffer is made from is now bounded, and refused by key beyond the bound.
+#[test]
+fn hyperparameters_beyond_the_limits_are_refused_before_anything_is_allocated() {
+    for (key, value) in [
+        ("gemma3.block_count", 0x3E00_0001),
+        ("gemma3.embedding_length", 1 << 20),
+        ("gemma3.feed_forward_length", u32::MAX),
+        ("gemma3.attention.head_count", 1 << 16),
+        ("gemma3.context_length", u32::MAX),
+    ] {
+        let kvs = with(meta_270m(2), key, Some(Meta::U32(value)));
+        match config(&kvs) {
+            Err(ModelError::Unsupported { key: k, .. }) => assert_eq!(k, key),
+            other => panic!("{key} = {value}: {other:?}"),
+        }
+        assert!(matches!(import(&kvs, &tensors(2, 1)), Err(ModelError::Unsupported { .. })), "{key}");
+    }
+}

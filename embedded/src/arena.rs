@@ -229,3 +229,73 @@ impl<const N: usize> Heap for StaticArena<N> {
         StaticArena::reset_peak(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(size: usize, align: usize) -> Layout {
+        Layout::from_size_align(size, align).unwrap()
+    }
+
+    #[test]
+    fn blocks_are_aligned_disjoint_and_the_top_one_is_reused() {
+        let arena = StaticArena::<4096>::new();
+        // SAFETY (test): every block is used within its layout and freed with it.
+        unsafe {
+            let a = arena.alloc(layout(10, 1));
+            let b = arena.alloc(layout(100, 64));
+            assert!(!a.is_null() && !b.is_null());
+            assert_eq!(b as usize % 64, 0);
+            assert!(b as usize >= a as usize + 10, "blocks overlap");
+            b.write_bytes(0xAB, 100);
+            a.write_bytes(0xCD, 10);
+            assert_eq!(*b, 0xAB);
+            let used = arena.stats().used;
+            arena.dealloc(b, layout(100, 64));
+            assert!(arena.stats().used < used, "the top block is given back");
+            let c = arena.alloc(layout(100, 64));
+            assert_eq!(c, b, "and reused");
+            // a block below the top stays a hole
+            let before = arena.stats().used;
+            arena.dealloc(a, layout(10, 1));
+            assert_eq!(arena.stats().used, before);
+        }
+    }
+
+    #[test]
+    fn the_top_block_grows_in_place_and_others_move_with_their_bytes() {
+        let arena = StaticArena::<4096>::new();
+        // SAFETY (test): as above; reallocated blocks are used through the new pointer.
+        unsafe {
+            let a = arena.alloc(layout(16, 8));
+            a.write_bytes(7, 16);
+            let grown = arena.realloc(a, layout(16, 8), 64);
+            assert_eq!(grown, a, "the top block grows where it is");
+            let b = arena.alloc(layout(8, 8));
+            let moved = arena.realloc(grown, layout(64, 8), 128);
+            assert_ne!(moved, grown);
+            assert!((0..16).all(|i| *moved.add(i) == 7), "moved with its bytes");
+            assert!(moved as usize >= b as usize + 8);
+        }
+    }
+
+    #[test]
+    fn full_or_sealed_refuses_and_counts() {
+        let arena = StaticArena::<256>::new();
+        // SAFETY (test): as above.
+        unsafe {
+            assert!(arena.alloc(layout(512, 1)).is_null(), "bigger than the arena");
+            let a = arena.alloc(layout(64, 8));
+            arena.seal();
+            assert!(arena.alloc(layout(8, 8)).is_null());
+            assert!(arena.realloc(a, layout(64, 8), 128).is_null(), "no growing while sealed");
+            assert_eq!(arena.realloc(a, layout(64, 8), 32), a, "shrinking is fine");
+            arena.unseal();
+            assert!(!arena.alloc(layout(8, 8)).is_null());
+        }
+        let s = arena.stats();
+        assert_eq!((s.refused, s.refused_sealed), (3, 2));
+        assert!(s.peak <= 256 && s.used <= s.peak);
+    }
+}

