@@ -598,7 +598,7 @@ fn lint(ci: &mut Ci) -> Result {
     run(cargo(&ci.root)
         .args(["clippy"])
         .args(metal)
-        .args(["--features", "lutra-metal/defmt", "--", "-D", "warnings"])
+        .args(["--features", "lutra-metal/defmt,lutra-metal/raspi4b", "--", "-D", "warnings"])
         .env_remove("LUTRA_METAL_MODEL"))?;
     let wasm = ["-p", "lutra-core", "-p", "lutra-wasm", "--target", WASM32];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(wasm).args(["--", "-D", "warnings"]))?;
@@ -868,7 +868,7 @@ fn pi_tests(ci: &mut Ci) -> Result {
         "1",
     ]))?;
     for (defmt, image) in [(false, "kernel8.img"), (true, "kernel8-defmt.img")] {
-        let (code, uart) = boot_metal(ci, &packed, &dir.join(image), defmt)?;
+        let (code, uart) = boot_metal(ci, &packed, &dir.join(image), defmt, Board::Raspi3b)?;
         let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
         let refusals = uart.lines().filter(|l| l.starts_with("refuses a ")).count();
         if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 {
@@ -882,13 +882,20 @@ fn pi_tests(ci: &mut Ci) -> Result {
     // 8 bits adds residual tables
     let packed8 = dir.join("stories15M-q8.lutra");
     run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "8", "-o"]).arg(&packed8))?;
-    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"), false)?;
+    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"), false, Board::Raspi3b)?;
     if code != Some(1) || !uart.contains("refused: the model does not fit") {
         return Err(format!("the bare-metal image with an 8-bit model: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
     }
     println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
-    ci.counts.push(("bare-metal image under qemu -M raspi3b, plain UART and defmt (text = x86, 7 refusals)".into(), 9));
-    ci.ran("neon", "bare metal (qemu -M raspi3b)");
+    // a Pi 4: another memory map and UART, on qemu 10 from bookworm-backports
+    let (code, uart) = boot_metal(ci, &packed, &dir.join("kernel8-raspi4b.img"), false, Board::Raspi4b)?;
+    let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
+    if code != Some(0) || text != Some(on_x86.as_str()) || !uart.starts_with("lutra-metal on raspi4b") {
+        return Err(format!("the raspi4b image exited with {code:?}, text {text:?}\n  the x86 CLI wrote {on_x86:?}\nUART:\n{uart}"));
+    }
+    println!("bare metal kernel8-raspi4b.img (qemu -M raspi4b): NEON text = x86 SSSE3 text");
+    ci.counts.push(("bare-metal image under qemu -M raspi3b (plain UART, defmt) and -M raspi4b (text = x86, 7 refusals)".into(), 10));
+    ci.ran("neon", "bare metal (qemu -M raspi3b, raspi4b)");
     Ok(())
 }
 
@@ -896,17 +903,26 @@ fn pi_tests(ci: &mut Ci) -> Result {
 /// writes the raw `image`, boots it on `qemu-system-aarch64 -M raspi3b` (semihosting
 /// exit, a timeout in case it hangs) and returns qemu's exit code and what the UART
 /// printed (decoded by `defmt-print` for a defmt image).
-fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool) -> Result<(Option<i32>, String)> {
+fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool, board: Board) -> Result<(Option<i32>, String)> {
     let mut build = cargo(&ci.root);
     build.args(["build", "--release", "-p", "lutra-metal", "--target", BARE_METAL]).env("LUTRA_METAL_MODEL", model);
     if defmt {
         build.args(["--features", "defmt"]).env("DEFMT_LOG", "info");
     }
+    let qemu_binary = match board {
+        Board::Raspi3b => PathBuf::from("qemu-system-aarch64"),
+        Board::Raspi4b => {
+            build.args(["--features", "raspi4b"]);
+            backports_qemu(&ci.target_dir)?
+        }
+    };
     run(&mut build)?;
     let elf = ci.target_dir.join(BARE_METAL).join("release/lutra-metal");
     run(Command::new("aarch64-linux-gnu-objcopy").args(["-O", "binary"]).arg(&elf).arg(image))?;
     let mut qemu = Command::new("timeout");
-    qemu.args(["300", "qemu-system-aarch64", "-M", "raspi3b", "-serial", "stdio", "-display", "none", "-semihosting", "-kernel"])
+    qemu.arg("300")
+        .arg(&qemu_binary)
+        .args(["-M", board.machine(), "-serial", "stdio", "-display", "none", "-semihosting", "-kernel"])
         .arg(image);
     println!("$ {}", show(&qemu));
     let out = qemu.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(&qemu)))?;
@@ -924,6 +940,59 @@ fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool) -> Result<(Optio
     };
     print!("{uart}");
     Ok((out.status.code(), uart))
+}
+
+/// The Raspberry Pi boards the bare-metal image is built and booted for.
+#[derive(Clone, Copy)]
+enum Board {
+    Raspi3b,
+    Raspi4b,
+}
+
+impl Board {
+    fn machine(self) -> &'static str {
+        match self {
+            Board::Raspi3b => "raspi3b",
+            Board::Raspi4b => "raspi4b",
+        }
+    }
+}
+
+/// `qemu-system-aarch64` 10 from Debian's bookworm-backports (Debian 12's 7.2 has no
+/// `raspi4b`), unpacked under the target dir rather than installed, so every other step
+/// keeps the system's qemu. Adds the backports suite to apt's sources (at the default
+/// low priority: nothing else is upgraded) the first time.
+fn backports_qemu(target_dir: &Path) -> Result<PathBuf> {
+    let dir = target_dir.join("qemu-backports");
+    let binary = dir.join("usr/bin/qemu-system-aarch64");
+    if binary.exists() {
+        return Ok(binary);
+    }
+    let sources = Path::new("/etc/apt/sources.list.d/backports.sources");
+    if !sources.exists() {
+        let debian = fs::read_to_string("/etc/apt/sources.list.d/debian.sources").map_err(|e| format!("debian.sources: {e}"))?;
+        // the first stanza (the main mirror), with the suite swapped
+        let first: Vec<String> = debian
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| if l.starts_with("Suites:") { "Suites: bookworm-backports".to_string() } else { l.to_string() })
+            .collect();
+        fs::write(sources, first.join("\n") + "\n").map_err(|e| format!("{}: {e}", sources.display()))?;
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+    }
+    let download = dir.join("download");
+    fs::create_dir_all(&download).map_err(|e| format!("{}: {e}", download.display()))?;
+    run(Command::new("apt-get").args(["download", "-q", "qemu-system-arm/bookworm-backports"]).current_dir(&download))?;
+    let deb = fs::read_dir(&download)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .ok_or("apt-get download left no .deb")?;
+    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&dir))?;
+    let version = run_capture(Command::new(&binary).arg("--version"))?;
+    expect_contains(&version, "version 10.", "backports qemu-system-aarch64")?;
+    Ok(binary)
 }
 
 /// What one fuzz target's run did (libFuzzer's own counts).

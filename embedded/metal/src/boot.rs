@@ -55,11 +55,18 @@ unsafe impl Sync for Table {}
 
 static LEVEL1: Table = Table(UnsafeCell::new([0; 512]));
 static LEVEL2: Table = Table(UnsafeCell::new([0; 512]));
+static LEVEL2_TOP: Table = Table(UnsafeCell::new([0; 512]));
 
-/// Identity map of the first 2 GiB at EL2: RAM (below the peripherals at 0x3F00_0000)
-/// normal write-back cacheable, the peripherals and the local block at 0x4000_0000
-/// device memory. Without it every access is Device memory: unaligned loads fault and
-/// nothing is cached.
+/// The board's memory map: where the peripherals start (everything from there up to
+/// 4 GiB is device memory; RAM below it is normal, cacheable).
+#[cfg(not(feature = "raspi4b"))]
+const PERIPHERALS: u64 = 0x3F00_0000; // BCM2837: up to the local block at 0x4000_0000
+#[cfg(feature = "raspi4b")]
+const PERIPHERALS: u64 = 0xFC00_0000; // BCM2711, low-peripheral mode
+
+/// Identity map of the 32-bit address space at EL2: RAM normal write-back cacheable, the
+/// peripherals (and, on a Pi 3, the local block at 0x4000_0000) device memory. Without it
+/// every access is Device memory: unaligned loads fault and nothing is cached.
 pub fn enable_mmu() -> Result<(), &'static str> {
     if exception_level() != 2 {
         return Err("the MMU is set up for EL2 (a raw kernel8.img); this image was entered at another level");
@@ -72,19 +79,34 @@ pub fn enable_mmu() -> Result<(), &'static str> {
     const NORMAL: u64 = 0 << 2; // MAIR attribute 0
     const DEVICE: u64 = 1 << 2; // MAIR attribute 1
     const EXECUTE_NEVER: u64 = 1 << 54;
-    const PERIPHERALS: u64 = 0x3F00_0000;
+    const GIB: u64 = 1 << 30;
     let device = BLOCK | ACCESSED | READ_WRITE | DEVICE | EXECUTE_NEVER;
+    let normal = BLOCK | ACCESSED | READ_WRITE | INNER_SHAREABLE | NORMAL;
+    let kind = |address: u64| if address >= PERIPHERALS || (!cfg!(feature = "raspi4b") && address >= GIB) { device } else { normal };
     // SAFETY: the MMU is off and this is the only core running: nothing else reads the
     // tables while they are written.
     unsafe {
         let level2 = &mut *LEVEL2.0.get();
         for (i, entry) in level2.iter_mut().enumerate() {
             let address = (i as u64) << 21;
-            *entry = address | if address >= PERIPHERALS { device } else { BLOCK | ACCESSED | READ_WRITE | INNER_SHAREABLE | NORMAL };
+            *entry = address | kind(address);
         }
+        // the first GiB in 2 MiB blocks, the other three whole, except the last GiB of
+        // a Pi 4, where the peripherals start inside it: 2 MiB blocks there too
         let level1 = &mut *LEVEL1.0.get();
         level1[0] = LEVEL2.0.get() as u64 | TABLE;
-        level1[1] = 0x4000_0000 | device;
+        for (g, entry) in level1.iter_mut().enumerate().take(4).skip(1) {
+            let address = g as u64 * GIB;
+            *entry = address | kind(address);
+        }
+        if cfg!(feature = "raspi4b") {
+            let top = &mut *LEVEL2_TOP.0.get();
+            for (i, entry) in top.iter_mut().enumerate() {
+                let address = 3 * GIB + ((i as u64) << 21);
+                *entry = address | kind(address);
+            }
+            level1[3] = LEVEL2_TOP.0.get() as u64 | TABLE;
+        }
     }
     let mair: u64 = 0xFF; // attribute 0: normal, write-back; attribute 1: device nGnRnE
                           // T0SZ = 32 (4 GiB, walks start at level 1), inner/outer write-back write-allocate,
@@ -120,10 +142,16 @@ pub fn enable_mmu() -> Result<(), &'static str> {
     Ok(())
 }
 
-/// The PL011 UART of the BCM2837 (raspi3b).
+/// The board's PL011 UART (UART0).
 pub struct Uart;
 
+#[cfg(not(feature = "raspi4b"))]
 const UART_DATA: usize = 0x3F20_1000;
+#[cfg(feature = "raspi4b")]
+const UART_DATA: usize = 0xFE20_1000;
+
+/// The board this image is built for.
+pub const BOARD: &str = if cfg!(feature = "raspi4b") { "raspi4b" } else { "raspi3b" };
 const UART_FLAGS: usize = UART_DATA + 0x18;
 const TRANSMIT_FULL: u32 = 1 << 5;
 

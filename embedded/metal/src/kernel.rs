@@ -66,7 +66,8 @@ extern "C" fn kernel_main() -> ! {
     #[cfg(not(feature = "defmt"))]
     let _ = log::set_logger(&LOG).map(|()| log::set_max_level(log::LevelFilter::Info));
     say!(
-        "lutra-metal on raspi3b: EL{}, MMU and caches on, kernels {}; arena {} bytes (compile time: stories15M, {CONTEXT} positions)",
+        "lutra-metal on {}: EL{}, MMU and caches on, kernels {}; arena {} bytes (compile time: stories15M, {CONTEXT} positions)",
+        boot::BOARD,
         boot::exception_level(),
         Isa::best().name(),
         ARENA.capacity()

@@ -1,5 +1,5 @@
-//! `lutra-metal`: a `kernel8.img` for a Raspberry Pi 3 (and `qemu-system-aarch64 -M
-//! raspi3b`) with no OS. It boots at EL2, turns on FP/NEON, the MMU and the caches,
+//! `lutra-metal`: a `kernel8.img` for a Raspberry Pi 3 (`qemu-system-aarch64 -M raspi3b`)
+//! or, with `--features raspi4b`, a Pi 4 (`-M raspi4b`, qemu ≥ 9) with no OS. It boots at EL2, turns on FP/NEON, the MMU and the caches,
 //! checks that damaged copies of the packed model embedded in the image are refused,
 //! then runs it: a few greedy tokens of a fixed prompt over the PL011 UART, and exits
 //! through semihosting with a status (0 ran, 1 refused, 3 a self-check failed).
