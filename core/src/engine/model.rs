@@ -396,35 +396,21 @@ impl Model {
             Vocabulary::Llama2c(t) => t.text_bytes(),
             Vocabulary::Spm(t) => t.text_bytes(),
         };
-        match &self.inner.net {
-            Network::Llama(m) => {
-                let c = &m.config;
-                budget::Dims {
-                    family: budget::Family::Llama { residual_tables: m.classifier.layout().bits() >= 5 },
-                    dim: c.dim,
-                    hidden_dim: c.hidden_dim,
-                    layers: c.n_layers,
-                    heads: c.n_heads,
-                    kv_heads: c.n_kv_heads,
-                    head_dim: c.head_size(),
-                    vocab_size: c.vocab_size,
-                    token_bytes,
-                }
-            }
-            Network::Gemma3(m) => {
-                let c = &m.config;
-                budget::Dims {
-                    family: budget::Family::Gemma3 { sliding_window: c.sliding_window, global_every: c.swa_period },
-                    dim: c.dim,
-                    hidden_dim: c.hidden_dim,
-                    layers: c.n_layers,
-                    heads: c.n_heads,
-                    kv_heads: c.n_kv_heads,
-                    head_dim: c.head_dim,
-                    vocab_size: c.vocab_size,
-                    token_bytes,
-                }
-            }
+        let family = match &self.inner.net {
+            Network::Llama(m) => budget::Family::Llama { residual_tables: m.classifier.layout().bits() >= 5 },
+            Network::Gemma3(m) => budget::Family::Gemma3 { sliding_window: m.config.sliding_window, global_every: m.config.swa_period },
+        };
+        let i = &self.inner.info;
+        budget::Dims {
+            family,
+            dim: i.dim,
+            hidden_dim: i.hidden_dim,
+            layers: i.layers,
+            heads: i.heads,
+            kv_heads: i.kv_heads,
+            head_dim: i.head_dim,
+            vocab_size: i.vocab_size,
+            token_bytes,
         }
     }
 
