@@ -2,6 +2,7 @@
 //! headers and lengths refused with typed errors, never a panic.
 
 mod common;
+use common::llama2c_files::write_checkpoint_with;
 use common::Rng;
 
 use lutra_core::llama2c::{Checkpoint, Config, Llama2cError, TensorKind, HEADER_BYTES, MAX_DIM, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_VOCAB};
@@ -17,20 +18,7 @@ fn value(kind: TensorKind, layer: usize, i: usize) -> f32 {
 
 /// A llama2.c checkpoint with `value` in every element, in run.c's order.
 fn write_checkpoint(c: &Config) -> Vec<u8> {
-    let mut out = c.to_header().to_vec();
-    for kind in TensorKind::ALL {
-        if kind == TensorKind::Wcls && c.shared_classifier {
-            continue;
-        }
-        let (rows, cols) = c.shape(kind);
-        let layers = if kind.per_layer() { c.n_layers } else { 1 };
-        for layer in 0..layers {
-            for i in 0..rows * cols {
-                out.extend_from_slice(&value(kind, layer, i).to_le_bytes());
-            }
-        }
-    }
-    out
+    write_checkpoint_with(c, value)
 }
 
 fn tiny(shared: bool) -> Config {

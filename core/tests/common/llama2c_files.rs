@@ -24,8 +24,9 @@ pub fn vocab(extra: &[(&str, f32)]) -> Vec<(f32, Vec<u8>)> {
     v
 }
 
-/// A checkpoint of `c` with normal random weights (norms near 1).
-pub fn random_checkpoint(c: &Config, rng: &mut Rng) -> Vec<u8> {
+/// A checkpoint of `c` in run.c's order, element `i` of layer `layer` of `kind` being
+/// `value(kind, layer, i)`.
+pub fn write_checkpoint_with(c: &Config, mut value: impl FnMut(TensorKind, usize, usize) -> f32) -> Vec<u8> {
     let mut out = c.to_header().to_vec();
     for kind in TensorKind::ALL {
         if kind == TensorKind::Wcls && c.shared_classifier {
@@ -33,11 +34,22 @@ pub fn random_checkpoint(c: &Config, rng: &mut Rng) -> Vec<u8> {
         }
         let (rows, cols) = c.shape(kind);
         let layers = if kind.per_layer() { c.n_layers } else { 1 };
-        let norm = matches!(kind, TensorKind::RmsAtt | TensorKind::RmsFfn | TensorKind::RmsFinal);
-        for _ in 0..layers * rows * cols {
-            let x = if norm { 1.0 + 0.1 * rng.normal() } else { 0.3 * rng.normal() };
-            out.extend_from_slice(&x.to_le_bytes());
+        for layer in 0..layers {
+            for i in 0..rows * cols {
+                out.extend_from_slice(&value(kind, layer, i).to_le_bytes());
+            }
         }
     }
     out
+}
+
+/// A checkpoint of `c` with normal random weights (norms near 1).
+pub fn random_checkpoint(c: &Config, rng: &mut Rng) -> Vec<u8> {
+    write_checkpoint_with(c, |kind, _, _| {
+        if matches!(kind, TensorKind::RmsAtt | TensorKind::RmsFfn | TensorKind::RmsFinal) {
+            1.0 + 0.1 * rng.normal()
+        } else {
+            0.3 * rng.normal()
+        }
+    })
 }
