@@ -20,6 +20,3 @@ pub mod logging;
 pub mod packed;
 #[cfg(feature = "std")]
 pub mod pi;
-
-#[cfg(feature = "std")]
-pub use pi::generate_sealed;

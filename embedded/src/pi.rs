@@ -40,14 +40,24 @@ pub struct Report {
     pub kv_cache_bytes: usize,
     /// Bytes of weights read in place from the mapped file.
     pub mapped_weight_bytes: usize,
-    /// Arena bytes in use once the model was loaded (tokenizer, model structure).
-    pub model_arena: usize,
-    /// The session's budget (`budget::Dims::session_bytes`) and what it really took.
+    /// The session's budget (`budget::Dims::session_bytes`).
     pub session_budget: usize,
-    pub session_used: usize,
-    /// The arena at the end: its peak is the heap's high-water mark.
-    pub arena: ArenaStats,
+    /// The arena before loading, once the model was loaded (tokenizer, model
+    /// structure), once the session and generation started (prefill done: sealed from
+    /// here), and at the end (its peak is the heap's high-water mark).
+    pub arena: [ArenaStats; 4],
     pub arena_capacity: usize,
+}
+
+impl Report {
+    /// Arena bytes the model's import took.
+    pub fn model_bytes(&self) -> usize {
+        self.arena[1].used - self.arena[0].used
+    }
+    /// Arena bytes the session and generation took.
+    pub fn session_bytes(&self) -> usize {
+        self.arena[2].used - self.arena[1].used
+    }
 }
 
 /// Loads a packed `.lutra` model (anything else is refused: pack it first) whose import
@@ -77,10 +87,11 @@ pub fn load(path: &Path, free: usize) -> Result<Model, String> {
 /// Runs `opts` on `heap` (the binary's global allocator), writing the prompt and the
 /// generated text to `out` as it comes.
 pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<Report, String> {
+    let before = heap.stats();
     let t0 = Instant::now();
     let model = load(opts.model, heap.free())?;
     let load = t0.elapsed();
-    let model_arena = heap.stats().used;
+    let loaded = heap.stats();
     let most = model.engine().info().context_length.min(4096);
     let context = match opts.context {
         // the longest context that fits what is left of the arena
@@ -99,7 +110,7 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
     let mut generation = Generation::start(engine_session, &prompt, opts.sampler, opts.max_tokens).map_err(|e| e.to_string())?;
     engine_session.prefill(&gemv).map_err(|e| e.to_string())?;
     let prefill = t1.elapsed();
-    let session_used = heap.stats().used - model_arena;
+    let started = heap.stats();
     write!(out, "{}", opts.prompt).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
     let t2 = Instant::now();
     let mut written = Ok(());
@@ -127,10 +138,8 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
         stop: generation.stop_reason(),
         kv_cache_bytes,
         mapped_weight_bytes,
-        model_arena,
         session_budget,
-        session_used,
-        arena: heap.stats(),
+        arena: [before, loaded, started, heap.stats()],
         arena_capacity: heap.capacity(),
     })
 }
@@ -151,39 +160,4 @@ fn fitting_context(model: &Model, most: usize, free: usize) -> Option<usize> {
         }
     }
     Some(lo)
-}
-
-/// Greedy text of `max_tokens` tokens after `prompt` with `heap` sealed while they are
-/// generated, and the arena's statistics after loading, after start and at the end.
-pub fn generate_sealed(
-    path: &Path,
-    threads: usize,
-    prompt: &str,
-    max_tokens: usize,
-    heap: &dyn Heap,
-) -> Result<(String, [ArenaStats; 3], usize), String> {
-    let model = load(path, heap.free())?;
-    let loaded = heap.stats();
-    let context = model.engine().info().context_length.min(4096);
-    let budget = check_fits(model.engine(), context, heap.free()).map_err(|s| Refusal::TooBig(s).to_string())?;
-    let mut session = model.session(&SessionOptions { context, threads, attention: Attention::Exact }).map_err(|e| e.to_string())?;
-    let prompt = model.engine().encode(prompt, true).map_err(|e| e.to_string())?;
-    let (engine_session, gemv) = session.parts();
-    let mut generation = Generation::start(engine_session, &prompt, SamplerConfig::greedy(), max_tokens).map_err(|e| e.to_string())?;
-    engine_session.prefill(&gemv).map_err(|e| e.to_string())?;
-    let started = heap.stats();
-    let mut text = heapless::String::<4096>::new();
-    stream(
-        &mut generation,
-        engine_session,
-        &gemv,
-        |s| if s { heap.seal() } else { heap.unseal() },
-        |t| {
-            // a full buffer keeps what it has: the test compares a prefix
-            let _ = text.push_str(t);
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let end = heap.stats();
-    Ok((text.as_str().into(), [loaded, started, end], budget))
 }

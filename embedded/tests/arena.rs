@@ -8,8 +8,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use lutra_core::sampler::SamplerConfig;
 use lutra_embedded::arena::StaticArena;
 use lutra_embedded::budget;
+use lutra_embedded::pi::{run, Options};
 
 /// Two runs' budgets of stories15M at its full context (the first run's blocks are not
 /// all reclaimed: a bump arena), plus std's own allocations (the thread pool, stdout).
@@ -83,10 +85,14 @@ fn main() {
     ARMED.store(true, Ordering::Release);
     println!("arena {} bytes", ARENA.capacity());
     for threads in [1, 2] {
-        let base = ARENA.stats().used;
-        let (text, [loaded, started, end], budget) =
-            lutra_embedded::generate_sealed(&file, threads, "Once upon a time", 40, &ARENA).unwrap();
-        let (import, session) = (loaded.used - base, started.used - loaded.used);
+        // room for the whole text before the arena is sealed
+        let mut out = Vec::with_capacity(64 << 10);
+        let opts =
+            Options { model: &file, prompt: "Once upon a time", max_tokens: 40, sampler: SamplerConfig::greedy(), threads, context: 0 };
+        let report = run(&opts, &ARENA, &mut out).unwrap();
+        let [_, _, started, end] = report.arena;
+        let (import, session, budget) = (report.model_bytes(), report.session_bytes(), report.session_budget);
+        let text = String::from_utf8_lossy(&out);
         println!(
             "threads {threads}: import {import} bytes (budget {}), session {session} bytes (budget {budget}), {} allocations refused while sealed\n{text}",
             budget::import_bytes(&budget::STORIES15M),
