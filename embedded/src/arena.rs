@@ -21,7 +21,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 pub struct ArenaStats {
     /// Bytes from the start of the arena to the end of the last live block.
     pub used: usize,
-    /// The most `used` has been since [`StaticArena::reset_peak`] (or ever).
+    /// The most `used` has ever been.
     pub peak: usize,
     /// Allocations and growing reallocations served.
     pub allocations: usize,
@@ -83,31 +83,13 @@ impl<const N: usize> StaticArena<N> {
         r
     }
 
-    fn base(&self) -> usize {
-        self.memory.get() as usize
-    }
-
-    pub fn stats(&self) -> ArenaStats {
-        self.with(|s| s.stats)
-    }
-
     /// Whether `ptr` points into the arena.
     pub fn contains(&self, ptr: *const u8) -> bool {
         (self.base()..self.base() + N).contains(&(ptr as usize))
     }
 
-    /// From now on every allocation fails (and is counted in `refused_sealed`).
-    pub fn seal(&self) {
-        self.with(|s| s.sealed = true);
-    }
-
-    pub fn unseal(&self) {
-        self.with(|s| s.sealed = false);
-    }
-
-    /// Starts measuring a new peak from what is in use now.
-    pub fn reset_peak(&self) {
-        self.with(|s| s.stats.peak = s.stats.used);
+    fn base(&self) -> usize {
+        self.memory.get() as usize
     }
 
     /// Offset of a new block of `layout`, or `None` (counted) when it does not fit.
@@ -203,9 +185,9 @@ unsafe impl<const N: usize> GlobalAlloc for StaticArena<N> {
 pub trait Heap: Sync {
     fn capacity(&self) -> usize;
     fn stats(&self) -> ArenaStats;
+    /// From now on every allocation fails (and is counted in `refused_sealed`).
     fn seal(&self);
     fn unseal(&self);
-    fn reset_peak(&self);
     /// Bytes still free above the top block.
     fn free(&self) -> usize {
         self.capacity() - self.stats().used
@@ -217,16 +199,13 @@ impl<const N: usize> Heap for StaticArena<N> {
         N
     }
     fn stats(&self) -> ArenaStats {
-        StaticArena::stats(self)
+        self.with(|s| s.stats)
     }
     fn seal(&self) {
-        StaticArena::seal(self)
+        self.with(|s| s.sealed = true);
     }
     fn unseal(&self) {
-        StaticArena::unseal(self)
-    }
-    fn reset_peak(&self) {
-        StaticArena::reset_peak(self)
+        self.with(|s| s.sealed = false);
     }
 }
 

@@ -5,7 +5,7 @@
 //! region as the only heap, sealed while generating; [`budget`], what a model needs
 //! from it, known before anything is imported; [`packed`], a `.lutra` image read in
 //! place from a `&'static [u8]` (`include_bytes!` on bare metal); and one logging
-//! shim ([`info!`], [`warn!`]): `log` on Linux, `defmt` on bare metal.
+//! shim ([`info!`]): `log` on Linux, `defmt` on bare metal.
 //! With `std` (default), [`pi`] is what the static `lutra-pi` binary runs.
 #![no_std]
 

@@ -4,20 +4,14 @@
 
 #[cfg(not(feature = "defmt"))]
 #[doc(hidden)]
-pub use log::{info as __info, warn as __warn};
+pub use log::info as __info;
 
 #[cfg(feature = "defmt")]
 #[doc(hidden)]
-pub use defmt::{info as __info, warn as __warn};
+pub use defmt::info as __info;
 
 /// An informational message through the shim.
 #[macro_export]
 macro_rules! info {
     ($($arg:tt)*) => { $crate::logging::__info!($($arg)*) };
-}
-
-/// A warning through the shim.
-#[macro_export]
-macro_rules! warn {
-    ($($arg:tt)*) => { $crate::logging::__warn!($($arg)*) };
 }
