@@ -527,12 +527,7 @@ fn install(ci: &mut Ci) -> Result {
     } else {
         run(Command::new("rustup").args(["component", "add", "--toolchain", NIGHTLY, "miri"]))?;
     }
-    let want = format!("cargo-fuzz {CARGO_FUZZ_VERSION}");
-    if quiet(cargo(&ci.root).args(["fuzz", "--version"])).is_some_and(|v| v.starts_with(&want)) {
-        println!("{want} present");
-    } else {
-        run(cargo(&ci.root).args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]))?;
-    }
+    cargo_fuzz_ready(&ci.root)?;
 
     // wasm-bindgen: the CLI, the test runner and Cargo.lock must agree exactly
     let lock = fs::read_to_string(ci.root.join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
@@ -868,16 +863,25 @@ fn pi_tests(ci: &mut Ci) -> Result {
         "-t",
         "1",
     ]))?;
-    for (defmt, image) in [(false, "kernel8.img"), (true, "kernel8-defmt.img")] {
-        let (code, uart) = boot_metal(ci, &packed, &dir.join(image), defmt, Board::Raspi3b)?;
+    // a Pi 3 (plain UART, defmt frames) and a Pi 4 (another memory map and UART, on qemu
+    // 10 from bookworm-backports)
+    let images = [
+        (false, Board::Raspi3b, "kernel8.img"),
+        (true, Board::Raspi3b, "kernel8-defmt.img"),
+        (false, Board::Raspi4b, "kernel8-raspi4b.img"),
+    ];
+    for (defmt, board, image) in images {
+        let (code, uart) = boot_metal(ci, &packed, &dir.join(image), defmt, board)?;
         let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
         let refusals = uart.lines().filter(|l| l.starts_with("refuses a ")).count();
-        if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 {
+        let on_board = uart.starts_with(&format!("lutra-metal on {}", board.machine()));
+        if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 || !on_board {
             return Err(format!(
-                "the bare-metal image {image} (raspi3b) exited with {code:?}, {refusals} of 3 damaged copies refused, text {text:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}\nUART:\n{uart}"
+                "the bare-metal image {image} ({}) exited with {code:?}, {refusals} of 3 damaged copies refused, text {text:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}\nUART:\n{uart}",
+                board.machine()
             ));
         }
-        println!("bare metal {image} (qemu -M raspi3b): NEON text = x86 SSSE3 text; 3 damaged copies refused");
+        println!("bare metal {image} (qemu -M {}): NEON text = x86 SSSE3 text; 3 damaged copies refused", board.machine());
     }
     // a model whose session does not fit the image's compile-time arena: stories15M at
     // 8 bits adds residual tables
@@ -888,14 +892,7 @@ fn pi_tests(ci: &mut Ci) -> Result {
         return Err(format!("the bare-metal image with an 8-bit model: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
     }
     println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
-    // a Pi 4: another memory map and UART, on qemu 10 from bookworm-backports
-    let (code, uart) = boot_metal(ci, &packed, &dir.join("kernel8-raspi4b.img"), false, Board::Raspi4b)?;
-    let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
-    if code != Some(0) || text != Some(on_x86.as_str()) || !uart.starts_with("lutra-metal on raspi4b") {
-        return Err(format!("the raspi4b image exited with {code:?}, text {text:?}\n  the x86 CLI wrote {on_x86:?}\nUART:\n{uart}"));
-    }
-    println!("bare metal kernel8-raspi4b.img (qemu -M raspi4b): NEON text = x86 SSSE3 text");
-    ci.counts.push(("bare-metal image under qemu -M raspi3b (plain UART, defmt) and -M raspi4b (text = x86, 7 refusals)".into(), 10));
+    ci.counts.push(("bare-metal image under qemu -M raspi3b (plain UART, defmt) and -M raspi4b (text = x86, 10 refusals)".into(), 13));
     ci.ran("neon", "bare metal (qemu -M raspi3b, raspi4b)");
     Ok(())
 }
@@ -996,6 +993,16 @@ fn backports_qemu(target_dir: &Path) -> Result<PathBuf> {
     Ok(binary)
 }
 
+/// cargo-fuzz at the pinned version, installed if it is not.
+fn cargo_fuzz_ready(root: &Path) -> Result {
+    let want = format!("cargo-fuzz {CARGO_FUZZ_VERSION}");
+    if quiet(cargo(root).args(["fuzz", "--version"])).is_some_and(|v| v.starts_with(&want)) {
+        println!("{want} present");
+        return Ok(());
+    }
+    run(cargo(root).args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]))
+}
+
 /// What one fuzz target's run did (libFuzzer's own counts).
 struct FuzzRun {
     target: String,
@@ -1027,10 +1034,7 @@ fn fuzz(root: &Path, args: &[String]) -> Result<Vec<FuzzRun>> {
         targets = FUZZ_TARGETS.to_vec();
     }
     nightly_ready()?;
-    let want = format!("cargo-fuzz {CARGO_FUZZ_VERSION}");
-    if !quiet(cargo(root).args(["fuzz", "--version"])).is_some_and(|v| v.starts_with(&want)) {
-        run(cargo(root).args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]))?;
-    }
+    cargo_fuzz_ready(root)?;
     fetch_stories(root)?;
     fetch_gemma(root)?;
     let fuzz_dir = root.join("fuzz");
