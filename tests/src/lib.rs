@@ -1,3 +1,4 @@
 //! Cross-crate tests live in tests/tests/.
 
+pub mod blocks;
 pub mod golden;

@@ -2,5 +2,6 @@
 //! reference that `lutra bench --llamacpp` and the Gemma golden data measure against.
 
 pub mod attention;
+pub mod blocks;
 pub mod ggml;
 pub mod model;
