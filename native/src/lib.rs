@@ -29,6 +29,7 @@ pub mod inspect;
 #[cfg(feature = "llamacpp")]
 pub mod llamacpp;
 mod load;
+pub mod memory;
 pub mod progress;
 pub mod threads;
 
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 
 pub use load::LoadOptions;
 use lutra_core::engine::Generation;
+pub use memory::MemoryLimit;
 use threads::{Pool, PoolGemv};
 
 /// What can go wrong: a file that cannot be opened, a model file the engine refuses,
@@ -54,6 +56,17 @@ pub enum Error {
     },
     /// The engine refused a request (a prompt too long, a bad setting, ...).
     Engine(engine::Error),
+    /// The model's weights, or a session of it, would need more memory than the limit.
+    OutOfMemory {
+        /// What needs it: "its weights", or a session's description.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// The limit it exceeds.
+        limit: MemoryLimit,
+        /// The longest context that fits, for a session.
+        fitting_context: Option<usize>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -62,6 +75,14 @@ impl fmt::Display for Error {
             Error::Open(e) => write!(f, "{e}"),
             Error::Model { path, source } => write!(f, "{}: {source}", path.display()),
             Error::Engine(e) => write!(f, "{e}"),
+            Error::OutOfMemory { what, needed, limit, fitting_context } => {
+                write!(f, "{what} need {} of memory, more than {limit}", memory::human(*needed))?;
+                match fitting_context {
+                    Some(c) => write!(f, "; a context of {c} positions fits (--ctx {c})"),
+                    None if limit.from_user => write!(f, "; raise --max-memory or use a smaller model"),
+                    None => write!(f, "; use a smaller model, or set --max-memory to try anyway"),
+                }
+            }
         }
     }
 }
@@ -71,6 +92,7 @@ impl std::error::Error for Error {
         match self {
             Error::Open(e) => Some(e),
             Error::Model { source, .. } | Error::Engine(source) => Some(source),
+            Error::OutOfMemory { .. } => None,
         }
     }
 }
@@ -86,6 +108,7 @@ impl From<engine::Error> for Error {
 #[derive(Clone)]
 pub struct Model {
     engine: engine::Model,
+    memory_limit: Option<MemoryLimit>,
 }
 
 impl Model {
@@ -97,7 +120,36 @@ impl Model {
 
     /// As [`Model::load`], with options.
     pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model, Error> {
-        Ok(Model { engine: load::load(path.as_ref(), opts)? })
+        let memory_limit = MemoryLimit::new(opts.max_memory);
+        Ok(Model { engine: load::load(path.as_ref(), opts, memory_limit)?, memory_limit })
+    }
+
+    /// Refuses a session of `context` positions when the weights and the session's
+    /// memory (the engine's upper bound, [`engine::budget`]) exceed the memory limit the
+    /// model was loaded under; the error names the longest context that fits.
+    pub fn check_session_memory(&self, context: usize) -> Result<(), Error> {
+        let Some(limit) = self.memory_limit else { return Ok(()) };
+        let (dims, weights) = (self.dims(), self.info().matrix_bytes as u64);
+        let needed = |c: usize| weights.saturating_add(dims.session_bytes(c) as u64);
+        if needed(context) <= limit.bytes {
+            return Ok(());
+        }
+        // session bytes grow with the context: the longest that fits, by bisection
+        let (mut fits, mut over) = (0, context);
+        while over - fits > 1 {
+            let mid = fits + (over - fits) / 2;
+            if needed(mid) <= limit.bytes {
+                fits = mid;
+            } else {
+                over = mid;
+            }
+        }
+        Err(Error::OutOfMemory {
+            what: format!("the weights and a session of {context} positions"),
+            needed: needed(context),
+            limit,
+            fitting_context: (fits > 0).then_some(fits),
+        })
     }
 
     /// The engine's model, for use with [`engine::Session`] directly.
@@ -108,6 +160,7 @@ impl Model {
     /// A session: a KV cache and a thread pool.
     pub fn session(&self, opts: &SessionOptions) -> Result<Session, Error> {
         let context = if opts.context == 0 { self.info().context_length.min(4096) } else { opts.context };
+        self.check_session_memory(context)?;
         let inner = engine::Session::new(&self.engine, context, &opts.attention)?;
         Ok(Session { inner, pool: Pool::new(opts.threads.max(1)) })
     }

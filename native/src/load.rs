@@ -8,12 +8,14 @@ use std::sync::Arc;
 
 use lutra_core::engine::{self, InMemory, Lent, LoadProgress};
 use lutra_core::gguf::Gguf;
+use lutra_core::model::import::weight_bytes_needed;
 use lutra_core::{pack, Backing};
 use memmap2::Mmap;
 
 use crate::inspect::map_file;
 use crate::progress::Progress;
 use crate::Error;
+use crate::MemoryLimit;
 
 /// How to load a model file.
 #[derive(Debug, Clone)]
@@ -25,21 +27,31 @@ pub struct LoadOptions {
     pub bits: u8,
     /// A progress bar on stderr while the weights import.
     pub progress: bool,
+    /// The most memory the weights and a session may take, in bytes (`None`: the
+    /// machine's physical memory). A model over it is refused before loading.
+    pub max_memory: Option<u64>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { tokenizer: None, bits: 4, progress: false }
+        LoadOptions { tokenizer: None, bits: 4, progress: false, max_memory: None }
     }
 }
 
 /// Loads a GGUF file (by its magic) or a llama2.c checkpoint.
-pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<engine::Model, Error> {
+pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) -> Result<engine::Model, Error> {
     let map = map_file(path).map_err(Error::Open)?;
     let in_file = |e: engine::Error| Error::Model { path: path.to_path_buf(), source: e };
-    if map.starts_with(b"GGUF") {
+    // llama2.c checkpoints have no magic: a file named as GGUF is read as one, so a
+    // damaged header is reported as such rather than as a checkpoint without tokenizer
+    let named_gguf = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf") || e.eq_ignore_ascii_case("lutra"));
+    if map.starts_with(b"GGUF") || named_gguf {
         let file = Arc::new(MappedFile(map));
         let gguf = Gguf::parse(file.bytes()).map_err(|e| in_file(e.into()))?;
+        let needed = weight_bytes_needed(&gguf).map_err(|e| in_file(e.into()))?;
+        if let Some(limit) = limit.filter(|l| needed > l.bytes) {
+            return Err(Error::OutOfMemory { what: format!("{}: its weights", path.display()), needed, limit, fitting_context: None });
+        }
         let model = if pack::is_packed(&gguf) {
             // a packed .lutra: its matrices are read in place from the mapping, kept for
             // as long as the model lives

@@ -214,3 +214,15 @@ fn bad_requests_get_typed_errors() {
     let truncated = &read("stories15M/model.bin")[..1000];
     assert!(matches!(Model::from_llama2c(truncated, &read("stories15M/tokenizer.bin"), 4), Err(Error::Checkpoint(_))));
 }
+
+/// What `--max-memory` compares before loading (the header's estimate of the imported
+/// weights) is what loading then holds: the matrices, plus the small f32 vectors.
+#[test]
+fn weight_estimate_from_the_header_matches_the_loaded_model() {
+    let bytes = read("gemma-3-270m-q4_k_m.gguf");
+    let gguf = lutra_core::gguf::Gguf::parse(&bytes).unwrap();
+    let estimate = lutra_core::model::import::weight_bytes_needed(&gguf).unwrap();
+    let vectors: u64 = gguf.tensors().filter(|t| t.n_dims == 1).map(|t| t.byte_size().unwrap()).sum();
+    let matrices = Model::from_gguf(&bytes).unwrap().info().matrix_bytes as u64;
+    assert_eq!(estimate, matrices + vectors, "estimate {estimate}, matrices {matrices}, vectors {vectors}");
+}

@@ -161,6 +161,14 @@ impl Int8Matrix {
         self.codes.len() + self.scales.len()
     }
 
+    /// Bytes a `rows × cols` matrix holds (what [`Self::bytes`] will say), without making
+    /// it; `None` for a shape this type refuses or whose size overflows.
+    pub fn bytes_for(rows: usize, cols: usize) -> Option<usize> {
+        Self::check_shape(rows, cols).ok()?;
+        let scales = rows.div_ceil(GROUP_ROWS).checked_mul(GROUP_ROWS)?.checked_mul(cols / BLOCK)?.checked_mul(4)?;
+        rows.checked_mul(cols)?.checked_add(scales)
+    }
+
     /// Row `row` as f32: `d · q`, as llama.cpp dequantizes Q8_0.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
         if row >= self.rows {

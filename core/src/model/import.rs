@@ -11,6 +11,7 @@ use core::ops::Range;
 use crate::gguf::{GgmlType, Gguf, GgufError, TensorInfo};
 use crate::int8::Int8Matrix;
 use crate::pack;
+use crate::quant::convert;
 use crate::{AlignedBytes, Error, PackedMatrix};
 
 pub type Matrix = PackedMatrix<AlignedBytes>;
@@ -167,6 +168,41 @@ pub fn weights(
     }?;
     consumed(0..data.len());
     Ok(Weights::Lookup(m))
+}
+
+/// Bytes a loaded model of GGUF `g` holds its tensors in, from the header alone: each
+/// tensor in the form [`weights`] imports it to (a packed file's tensors as stored), or
+/// its size in the file. What a caller compares with the memory it has before loading.
+pub fn weight_bytes_needed(g: &Gguf<'_>) -> Result<u64, GgufError> {
+    let packed = pack::is_packed(g);
+    let mut total = 0u64;
+    for t in g.tensors() {
+        let in_file = t.byte_size()?;
+        // a tensor stored as it is (or that the import will refuse) counts at its size in the file
+        let held = if packed { None } else { imported_bytes(&t) };
+        total = total.saturating_add(held.map_or(in_file, |b| b as u64));
+    }
+    Ok(total)
+}
+
+/// Bytes of the form [`weights`] imports matrix `t` to, where it converts it.
+fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
+    if t.n_dims != 2 {
+        return None;
+    }
+    let (rows, cols) = (usize::try_from(t.dims[1]).ok()?, usize::try_from(t.dims[0]).ok()?);
+    let layout = match t.ggml_type {
+        GgmlType::Q8_0 => return Int8Matrix::bytes_for(rows, cols),
+        GgmlType::Q4_0 => convert::q4_0_layout(rows, cols),
+        GgmlType::Q5_0 => convert::q5_0_layout(rows, cols),
+        GgmlType::Q4_K => convert::q4_k_layout(rows, cols),
+        GgmlType::Q6_K => convert::q6_k_layout(rows, cols),
+        GgmlType::Q2_K => convert::q2_k_layout(rows, cols),
+        GgmlType::Q3_K => convert::q3_k_layout(rows, cols),
+        GgmlType::TQ2_0 | GgmlType::TQ1_0 => convert::tq2_0_layout(rows, cols),
+        _ => return None,
+    };
+    layout.ok().map(|l| l.total_bytes())
 }
 
 /// Import F32 vector `name` of `len` values.

@@ -43,6 +43,7 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
     }
     let context = a.ctx.min(model.info().context_length);
     super::warn_if_codebooks_short(&attention, context);
+    model.check_session_memory(context).map_err(|e| e.to_string())?;
     let mut session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
     let pool = Pool::new(a.threads.max(1));
     let gemv = PoolGemv(&pool);

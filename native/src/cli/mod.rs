@@ -118,12 +118,15 @@ pub struct ModelArgs {
     /// Bits per weight that f32 checkpoints are quantized to (1..8)
     #[arg(long, default_value_t = 4)]
     pub bits: u8,
+    /// Most memory the weights and the session may use (e.g. 800M, 2G); default: the machine's RAM. A model or context over it is refused before loading
+    #[arg(long, value_parser = lutra::memory::parse_size)]
+    pub max_memory: Option<u64>,
 }
 
 impl ModelArgs {
     /// Loads the model, with a progress bar when `progress`.
     pub fn load(&self, progress: bool) -> Result<lutra::Model, String> {
-        let opts = lutra::LoadOptions { tokenizer: self.tokenizer.clone(), bits: self.bits, progress };
+        let opts = lutra::LoadOptions { tokenizer: self.tokenizer.clone(), bits: self.bits, progress, max_memory: self.max_memory };
         lutra::Model::load_with(&self.model, &opts).map_err(|e| e.to_string())
     }
 }
