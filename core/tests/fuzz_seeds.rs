@@ -5,9 +5,9 @@
 //! fuzz` does this before it fuzzes).
 
 mod common;
-use common::gguf_writer::{write_gguf, Meta};
+use common::gguf_writer::write_gguf;
 use common::llama2c_files::{random_checkpoint, vocab, write_tokenizer};
-use common::tiny_gemma::{meta_270m, tensors, VOCAB};
+use common::tiny_gemma::{meta_270m, tensors, with_tokenizer};
 use common::Rng;
 
 use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
@@ -18,10 +18,7 @@ use lutra_core::pq::{Codebooks, PqShape, Rotation};
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn tiny_gemma() -> Vec<u8> {
-    let mut kvs = meta_270m(2);
-    kvs.push(("tokenizer.ggml.model".into(), Meta::Str("llama".into())));
-    kvs.push(("tokenizer.ggml.scores".into(), Meta::F32s((0..VOCAB).map(|i| -(i as f32)).collect())));
-    write_gguf(&kvs, &tensors(2, 7))
+    write_gguf(&with_tokenizer(meta_270m(2)), &tensors(2, 7))
 }
 
 fn tiny_llama2c() -> (Vec<u8>, Vec<u8>) {

@@ -162,7 +162,7 @@ impl Model {
         source: &mut dyn TensorSource,
         mut progress: impl FnMut(LoadProgress<'_>),
     ) -> Result<Model, Error> {
-        let arch = gguf.get_str("general.architecture").unwrap_or("");
+        let arch = gguf.get_str("general.architecture").ok_or(ModelError::MissingMetadata("general.architecture"))?;
         if pack::is_packed(gguf) {
             pack::check_header(gguf).map_err(|why| Error::Model(ModelError::BadPackedFile(why)))?;
             if arch == "llama" && gguf.get_str(pack::SOURCE_KEY) == Some("llama2c") {

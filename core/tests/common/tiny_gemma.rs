@@ -69,6 +69,13 @@ pub fn sized(
     ])
 }
 
+/// `kvs` with the SentencePiece keys a runnable model needs: the tokenizer type and
+/// scores (the token list is in [`sized`]).
+pub fn with_tokenizer(kvs: Kvs) -> Kvs {
+    let kvs = with(kvs, "tokenizer.ggml.model", Some(Meta::Str("llama".into())));
+    with(kvs, "tokenizer.ggml.scores", Some(Meta::F32s((0..VOCAB).map(|i| -(i as f32)).collect())))
+}
+
 /// The 4B's, 12B's and 27B's additions: their `rope_scaling: {rope_type: linear, factor: 8}`
 /// and (newer converters) the sliding layers' base.
 pub fn scaled(kvs: Kvs) -> Kvs {

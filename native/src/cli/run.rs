@@ -50,6 +50,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let context = a.ctx.min(model.info().context_length);
     super::warn_if_codebooks_short(&attention, context);
+    model.check_session_memory(context).map_err(|e| e.to_string())?;
     let mut session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
     let pool = Pool::new(a.threads.max(1));
     let gemv = PoolGemv(&pool);
@@ -80,6 +81,13 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     }
     let gen_s = t.elapsed().as_secs_f64();
     writeln!(out, "{}", generation.finish_text()).map_err(io)?;
+    if generation.stop_reason() == Some(lutra::StopReason::ContextFull) {
+        let most = model.info().context_length;
+        eprintln!(
+            "stopped after {} tokens: the context is full ({context} positions; --ctx sets it, up to {most})",
+            generation.generated()
+        );
+    }
     eprintln!(
         "prompt: {} tokens at {:.1} tokens/s; generation: {} tokens at {:.1} tokens/s",
         prompt.len() - 1,
