@@ -8,6 +8,7 @@ mod inspect;
 mod pack;
 mod perplexity;
 mod run;
+mod tokenize;
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,8 @@ enum Command {
     Chat(ChatArgs),
     /// Perplexity of a text, by llama-perplexity's method (chunks of --ctx, second halves scored)
     Perplexity(PerplexityArgs),
+    /// Token ids of a text, as llama-tokenize prints them (works on vocabulary-only GGUFs)
+    Tokenize(tokenize::TokenizeArgs),
     /// Train NoMAD key codebooks (k-means per layer, KV head and sub-space) on a text; writes a GGUF side file
     Calibrate(CalibrateArgs),
 }
@@ -206,6 +209,7 @@ pub fn main() -> Result<(), String> {
         Command::Calibrate(a) => calibrate::calibrate(a),
         Command::Inspect(a) => inspect::inspect(a),
         Command::Pack(a) => pack::pack(a),
+        Command::Tokenize(a) => tokenize::tokenize(a),
         Command::Bench(c) => bench::bench(c),
     }
 }
