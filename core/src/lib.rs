@@ -16,6 +16,8 @@ extern crate alloc;
 
 mod aligned;
 #[cfg(feature = "alloc")]
+pub mod bpe;
+#[cfg(feature = "alloc")]
 #[warn(missing_docs)]
 pub mod engine;
 mod error;
@@ -32,10 +34,13 @@ pub mod model;
 pub mod pack;
 pub mod pq;
 pub mod quant;
+pub mod rng;
 pub mod sampler;
 #[cfg(feature = "alloc")]
 pub mod spm;
 pub mod tokenizer;
+#[cfg(feature = "alloc")]
+pub mod vocab;
 
 pub use aligned::{blocks_as_bytes, blocks_as_bytes_mut, Block64};
 #[cfg(feature = "alloc")]

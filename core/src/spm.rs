@@ -28,7 +28,7 @@
 //! `add_space_prefix` the leading space of the first piece (at the start or after BOS)
 //! is dropped, as SentencePiece does.
 //!
-//! Metadata is checked once, with typed errors ([`SpmError`]) where llama.cpp would
+//! Metadata is checked once, with typed errors ([`VocabError`]) where llama.cpp would
 //! throw, abort or silently substitute: array lengths, element types, duplicate pieces,
 //! out-of-range special ids, malformed byte tokens. An empty piece is renamed
 //! `[EMPTY_<id>]` as llama.cpp does.
@@ -38,105 +38,19 @@ use alloc::{
     string::String,
     vec::Vec,
 };
-use core::fmt;
 
-use crate::gguf::{Array, Gguf, ValueType};
+use crate::gguf::{Gguf, ValueType};
 use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::vocab::{check_model, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens};
+pub use crate::vocab::{TokenType, VocabError, KEY_ADD_BOS, KEY_ADD_EOS, KEY_BOS, KEY_EOS, KEY_EOT, KEY_MODEL, KEY_TOKENS, KEY_TOKEN_TYPE};
 
-/// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum TokenType {
-    Undefined = 0,
-    Normal = 1,
-    Unknown = 2,
-    Control = 3,
-    UserDefined = 4,
-    Unused = 5,
-    Byte = 6,
+/// Matched in the raw text before BPE (CONTROL and UNKNOWN only with `parse_special`).
+fn is_special(t: TokenType) -> bool {
+    matches!(t, TokenType::Control | TokenType::UserDefined | TokenType::Unknown)
 }
 
-impl TokenType {
-    /// As llama.cpp: any value it does not know is UNDEFINED.
-    pub fn from_i64(v: i64) -> TokenType {
-        match v {
-            1 => TokenType::Normal,
-            2 => TokenType::Unknown,
-            3 => TokenType::Control,
-            4 => TokenType::UserDefined,
-            5 => TokenType::Unused,
-            6 => TokenType::Byte,
-            _ => TokenType::Undefined,
-        }
-    }
-
-    /// Matched in the raw text before BPE (CONTROL and UNKNOWN only with `parse_special`).
-    fn is_special(self) -> bool {
-        matches!(self, TokenType::Control | TokenType::UserDefined | TokenType::Unknown)
-    }
-}
-
-/// Why GGUF tokenizer metadata was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpmError {
-    /// A required key is absent.
-    MissingKey(&'static str),
-    /// A key holds another type (for arrays: another element type) than expected.
-    WrongType { key: &'static str, found: ValueType, expected: &'static str },
-    /// `tokenizer.ggml.model` names another tokenizer than SentencePiece's `"llama"`.
-    WrongModel { found: String },
-    /// The vocabulary is empty, or has more tokens than an `i32` id can name.
-    BadVocabSize { tokens: u64 },
-    /// A per-token array whose length differs from the number of tokens.
-    LengthMismatch { key: &'static str, len: u64, tokens: u64 },
-    /// A NaN or infinite score.
-    NonFiniteScore { token: u32 },
-    /// Two tokens with the same piece (llama.cpp aborts on this).
-    DuplicatePiece { first: u32, second: u32 },
-    /// A special-token id at or past the vocabulary size.
-    BadSpecialId { key: &'static str, id: u64, vocab_size: usize },
-    /// A token of type BYTE whose piece is not `<0xXX>`.
-    BadByteToken { token: u32 },
-}
-
-impl fmt::Display for SpmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SpmError::MissingKey(key) => write!(f, "GGUF tokenizer: missing key {key}"),
-            SpmError::WrongType { key, found, expected } => {
-                write!(f, "GGUF tokenizer: {key} holds {}, expected {expected}", found.name())
-            }
-            SpmError::WrongModel { found } => {
-                write!(f, "GGUF tokenizer: tokenizer.ggml.model is {found:?}, only \"llama\" (SentencePiece) is supported")
-            }
-            SpmError::BadVocabSize { tokens } => write!(f, "GGUF tokenizer: vocabulary of {tokens} tokens"),
-            SpmError::LengthMismatch { key, len, tokens } => {
-                write!(f, "GGUF tokenizer: {key} has {len} entries for {tokens} tokens")
-            }
-            SpmError::NonFiniteScore { token } => write!(f, "GGUF tokenizer: token {token} has a NaN or infinite score"),
-            SpmError::DuplicatePiece { first, second } => {
-                write!(f, "GGUF tokenizer: tokens {first} and {second} have the same piece")
-            }
-            SpmError::BadSpecialId { key, id, vocab_size } => {
-                write!(f, "GGUF tokenizer: {key} = {id} is outside the vocabulary of {vocab_size}")
-            }
-            SpmError::BadByteToken { token } => write!(f, "GGUF tokenizer: byte token {token} is not written <0xXX>"),
-        }
-    }
-}
-
-impl core::error::Error for SpmError {}
-
-pub const KEY_MODEL: &str = "tokenizer.ggml.model";
-pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
 pub const KEY_SCORES: &str = "tokenizer.ggml.scores";
-pub const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
-pub const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
-pub const KEY_EOS: &str = "tokenizer.ggml.eos_token_id";
-pub const KEY_EOT: &str = "tokenizer.ggml.eot_token_id";
 pub const KEY_UNK: &str = "tokenizer.ggml.unknown_token_id";
-pub const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
-pub const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 pub const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 pub const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
 
@@ -158,22 +72,14 @@ static ALL_BYTES: [u8; 256] = {
 /// A SentencePiece BPE vocabulary from GGUF metadata, indexed once for encoding.
 #[derive(Debug, Clone)]
 pub struct SpmTokenizer {
-    /// All pieces back to back; token `i` is `text[starts[i]..starts[i + 1]]`.
-    text: Vec<u8>,
-    starts: Vec<usize>,
-    /// What each token decodes to, laid out the same way (byte tokens: empty here).
+    pieces: Pieces,
+    /// What each token decodes to, back to back (byte tokens: empty here).
     shown: Vec<u8>,
     shown_starts: Vec<usize>,
     scores: Vec<f32>,
     types: Vec<TokenType>,
-    /// Token ids sorted by piece bytes (pieces are unique).
-    sorted: Vec<u32>,
-    /// Special tokens in matching order: longest piece first, then lowest id.
-    special: Vec<u32>,
-    /// A byte trie over the special pieces: node -> rank in `special` (or NONE) ...
-    trie_rank: Vec<u32>,
-    /// ... and (node, byte) -> child node. Node 0 is the root.
-    trie_edges: BTreeMap<(u32, u8), u32>,
+    /// Special pieces to find in text.
+    specials: SpecialTokens,
     /// `<0xXX>` token of each byte, or the one-byte piece, as llama.cpp's `byte_to_token`.
     byte_tokens: [u32; 256],
     /// The byte each BYTE token stands for.
@@ -189,103 +95,27 @@ pub struct SpmTokenizer {
     chat_template: Option<String>,
 }
 
-/// A per-token array: checked to exist with one entry per token.
-fn token_array<'a>(g: &Gguf<'a>, key: &'static str, n: u64, expected: &'static str) -> Result<Option<Array<'a>>, SpmError> {
-    let Some(v) = g.get(key) else { return Ok(None) };
-    let a = v.as_array().ok_or(SpmError::WrongType { key, found: v.value_type(), expected })?;
-    if a.len() != n {
-        return Err(SpmError::LengthMismatch { key, len: a.len(), tokens: n });
-    }
-    Ok(Some(a))
-}
-
-fn opt_bool(g: &Gguf<'_>, key: &'static str, default: bool) -> Result<bool, SpmError> {
-    match g.get(key) {
-        None => Ok(default),
-        Some(v) => v.as_bool().ok_or(SpmError::WrongType { key, found: v.value_type(), expected: "bool" }),
-    }
-}
-
-fn opt_id(g: &Gguf<'_>, key: &'static str, default: Option<u32>, n: usize) -> Result<Option<u32>, SpmError> {
-    match g.get(key) {
-        None => Ok(default.filter(|&d| (d as usize) < n)),
-        Some(v) => {
-            let id = v.as_u64().ok_or(SpmError::WrongType { key, found: v.value_type(), expected: "a token id" })?;
-            match u32::try_from(id) {
-                Ok(id) if (id as usize) < n => Ok(Some(id)),
-                _ => Err(SpmError::BadSpecialId { key, id, vocab_size: n }),
-            }
-        }
-    }
-}
-
-/// The byte of a `<0xXX>` piece (either case of hex digits).
-fn parse_byte_piece(piece: &[u8]) -> Option<u8> {
-    if let [b'<', b'0', b'x', hi, lo, b'>'] = *piece {
-        let hex = |c: u8| (c as char).to_digit(16);
-        return Some((hex(hi)? * 16 + hex(lo)?) as u8);
-    }
-    None
-}
-
 impl SpmTokenizer {
     /// Bytes of all pieces together.
     pub fn text_bytes(&self) -> usize {
-        self.text.len()
+        self.pieces.text_bytes()
     }
 
     /// Read the tokenizer of a GGUF file whose `tokenizer.ggml.model` is `"llama"`.
-    pub fn from_gguf(g: &Gguf<'_>) -> Result<Self, SpmError> {
-        match g.get(KEY_MODEL) {
-            None => return Err(SpmError::MissingKey(KEY_MODEL)),
-            Some(v) => match v.as_str() {
-                Some("llama") => {}
-                Some(other) => return Err(SpmError::WrongModel { found: other.into() }),
-                None => return Err(SpmError::WrongType { key: KEY_MODEL, found: v.value_type(), expected: "string" }),
-            },
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Self, VocabError> {
+        check_model(g, "llama", "\"llama\" (SentencePiece)")?;
+        let pieces = Pieces::from_gguf(g)?;
+        let n = pieces.len();
+        let scores = g.get(KEY_SCORES).ok_or(VocabError::MissingKey(KEY_SCORES))?;
+        let expected = "array of f32";
+        let scores = scores.as_array().ok_or(VocabError::WrongType { key: KEY_SCORES, found: scores.value_type(), expected })?;
+        if scores.len() != n as u64 {
+            return Err(VocabError::LengthMismatch { key: KEY_SCORES, len: scores.len(), tokens: n as u64 });
         }
-        let tokens = g.get(KEY_TOKENS).ok_or(SpmError::MissingKey(KEY_TOKENS))?;
-        let tokens =
-            tokens.as_array().ok_or(SpmError::WrongType { key: KEY_TOKENS, found: tokens.value_type(), expected: "array of strings" })?;
-        if tokens.elem_type() != ValueType::String {
-            return Err(SpmError::WrongType { key: KEY_TOKENS, found: tokens.elem_type(), expected: "array of strings" });
-        }
-        let n64 = tokens.len();
-        if n64 == 0 || n64 > i32::MAX as u64 {
-            return Err(SpmError::BadVocabSize { tokens: n64 });
-        }
-        let n = n64 as usize; // <= i32::MAX
-        let scores = token_array(g, KEY_SCORES, n64, "array of f32")?.ok_or(SpmError::MissingKey(KEY_SCORES))?;
         if !matches!(scores.elem_type(), ValueType::F32 | ValueType::I32) {
-            return Err(SpmError::WrongType { key: KEY_SCORES, found: scores.elem_type(), expected: "array of f32" });
+            return Err(VocabError::WrongType { key: KEY_SCORES, found: scores.elem_type(), expected });
         }
-        let types = token_array(g, KEY_TOKEN_TYPE, n64, "array of i32")?;
-        if let Some(t) = types {
-            if !matches!(t.elem_type(), ValueType::I32 | ValueType::U32 | ValueType::I8 | ValueType::U8 | ValueType::I16 | ValueType::U16) {
-                return Err(SpmError::WrongType { key: KEY_TOKEN_TYPE, found: t.elem_type(), expected: "array of i32" });
-            }
-        }
-
-        // pieces (an empty one renamed as llama.cpp does)
-        let mut text = Vec::with_capacity(tokens.bytes().len().saturating_sub(n.saturating_mul(8)));
-        let mut starts = Vec::with_capacity(n + 1);
-        starts.push(0);
-        for (i, v) in tokens.iter().enumerate() {
-            let piece = match v {
-                crate::gguf::Value::String(s) => s,
-                _ => &[],
-            };
-            if piece.is_empty() {
-                text.extend_from_slice(alloc::format!("[EMPTY_{i}]").as_bytes());
-            } else {
-                text.extend_from_slice(piece);
-            }
-            starts.push(text.len());
-        }
-        if starts.len() != n + 1 {
-            return Err(SpmError::LengthMismatch { key: KEY_TOKENS, len: starts.len() as u64 - 1, tokens: n64 });
-        }
-
+        let types = token_types(g, n)?;
         let mut score_vec = Vec::with_capacity(n);
         for (i, v) in scores.iter().enumerate() {
             let s = match v {
@@ -294,30 +124,22 @@ impl SpmTokenizer {
                 _ => f32::NAN,
             };
             if !s.is_finite() {
-                return Err(SpmError::NonFiniteScore { token: i as u32 });
+                return Err(VocabError::NonFiniteScore { token: i as u32 });
             }
             // -0.0 and 0.0 tie in llama.cpp's `<`; the heap orders by total_cmp.
             score_vec.push(s + 0.0);
         }
-        let type_vec: Vec<TokenType> = match types {
-            Some(t) => t.iter().map(|v| TokenType::from_i64(v.as_i64().unwrap_or(0))).collect(),
-            None => alloc::vec![TokenType::Normal; n],
-        };
-        if score_vec.len() != n || type_vec.len() != n {
-            return Err(SpmError::LengthMismatch { key: KEY_SCORES, len: score_vec.len() as u64, tokens: n64 });
+        if score_vec.len() != n {
+            return Err(VocabError::LengthMismatch { key: KEY_SCORES, len: score_vec.len() as u64, tokens: n as u64 });
         }
 
         let mut t = SpmTokenizer {
-            text,
-            starts,
+            pieces,
             shown: Vec::new(),
             shown_starts: Vec::new(),
             scores: score_vec,
-            types: type_vec,
-            sorted: Vec::new(),
-            special: Vec::new(),
-            trie_rank: Vec::new(),
-            trie_edges: BTreeMap::new(),
+            types,
+            specials: SpecialTokens::default(),
             byte_tokens: [NONE; 256],
             byte_of: BTreeMap::new(),
             bos: None,
@@ -331,20 +153,10 @@ impl SpmTokenizer {
             chat_template: None,
         };
 
-        // piece -> id index
-        let mut sorted: Vec<u32> = (0..n as u32).collect();
-        sorted.sort_unstable_by(|&a, &b| t.piece_unchecked(a).cmp(t.piece_unchecked(b)));
-        for w in sorted.windows(2) {
-            if t.piece_unchecked(w[0]) == t.piece_unchecked(w[1]) {
-                return Err(SpmError::DuplicatePiece { first: w[0].min(w[1]), second: w[0].max(w[1]) });
-            }
-        }
-        t.sorted = sorted;
-
         // byte tokens, both ways
         for id in 0..n as u32 {
             if t.types[id as usize] == TokenType::Byte {
-                let b = parse_byte_piece(t.piece_unchecked(id)).ok_or(SpmError::BadByteToken { token: id })?;
+                let b = parse_byte_piece(t.piece_unchecked(id)).ok_or(VocabError::BadByteToken { token: id })?;
                 t.byte_of.insert(id, b);
             }
         }
@@ -355,7 +167,7 @@ impl SpmTokenizer {
         }
 
         // what each token prints as
-        let mut shown = Vec::with_capacity(t.text.len());
+        let mut shown = Vec::with_capacity(t.pieces.text_bytes());
         let mut shown_starts = Vec::with_capacity(n + 1);
         shown_starts.push(0);
         for id in 0..n as u32 {
@@ -381,29 +193,9 @@ impl SpmTokenizer {
         t.shown = shown;
         t.shown_starts = shown_starts;
 
-        // special tokens and their trie
-        let mut special: Vec<u32> = (0..n as u32).filter(|&id| t.types[id as usize].is_special()).collect();
-        special.sort_by(|&a, &b| t.piece_unchecked(b).len().cmp(&t.piece_unchecked(a).len()).then(a.cmp(&b)));
-        let mut trie_rank = alloc::vec![NONE];
-        let mut edges = BTreeMap::new();
-        for (rank, &id) in special.iter().enumerate() {
-            let mut node = 0u32;
-            for &byte in t.piece_unchecked(id) {
-                node = match edges.get(&(node, byte)) {
-                    Some(&c) => c,
-                    None => {
-                        let c = trie_rank.len() as u32;
-                        trie_rank.push(NONE);
-                        edges.insert((node, byte), c);
-                        c
-                    }
-                };
-            }
-            trie_rank[node as usize] = rank as u32;
-        }
-        t.special = special;
-        t.trie_rank = trie_rank;
-        t.trie_edges = edges;
+        // special tokens, found in text before the rest is tokenized
+        let special = (0..n as u32).filter(|&id| is_special(t.types[id as usize])).collect();
+        t.specials = SpecialTokens::new(special, |id| t.piece_unchecked(id), |id| t.types[id as usize] == TokenType::UserDefined);
 
         // special ids and flags (defaults of llama.cpp's "llama" model)
         t.bos = opt_id(g, KEY_BOS, Some(1), n)?;
@@ -422,18 +214,14 @@ impl SpmTokenizer {
         t.chat_template = match g.get(KEY_CHAT_TEMPLATE) {
             None => None,
             Some(v) => {
-                Some(v.as_str().ok_or(SpmError::WrongType { key: KEY_CHAT_TEMPLATE, found: v.value_type(), expected: "string" })?.into())
+                Some(v.as_str().ok_or(VocabError::WrongType { key: KEY_CHAT_TEMPLATE, found: v.value_type(), expected: "string" })?.into())
             }
         };
         Ok(t)
     }
 
     fn piece_unchecked(&self, token: u32) -> &[u8] {
-        let i = token as usize;
-        match (self.starts.get(i), self.starts.get(i + 1)) {
-            (Some(&s), Some(&e)) => self.text.get(s..e).unwrap_or(&[]),
-            _ => &[],
-        }
+        self.pieces.get(token)
     }
 
     fn out_of_range(&self, token: u32) -> TokenizerError {
@@ -459,8 +247,7 @@ impl SpmTokenizer {
 
     /// The id whose piece is exactly `piece`.
     pub fn lookup(&self, piece: &[u8]) -> Option<u32> {
-        let i = self.sorted.partition_point(|&t| self.piece_unchecked(t) < piece);
-        self.sorted.get(i).copied().filter(|&t| self.piece_unchecked(t) == piece)
+        self.pieces.lookup(piece)
     }
 
     /// `tokenizer.ggml.unknown_token_id` (default 0).
@@ -536,7 +323,7 @@ impl SpmTokenizer {
             return Ok(());
         }
         let bytes = text.as_bytes();
-        let specials = self.find_special(bytes, parse_special);
+        let specials = self.specials.find(bytes, parse_special);
         let mut buf = Vec::new();
         let mut prev_special = true;
         let mut at = 0;
@@ -566,47 +353,6 @@ impl SpmTokenizer {
             }
         }
         Ok(())
-    }
-
-    /// (position, id) of the special tokens claimed in `text`, by position.
-    fn find_special(&self, text: &[u8], parse_special: bool) -> Vec<(usize, u32)> {
-        let mut found = Vec::new(); // (rank, position)
-        for p in 0..text.len() {
-            let mut node = 0u32;
-            for &b in &text[p..] {
-                match self.trie_edges.get(&(node, b)) {
-                    None => break,
-                    Some(&c) => {
-                        node = c;
-                        let rank = self.trie_rank[c as usize];
-                        if rank != NONE {
-                            let ty = self.types[self.special[rank as usize] as usize];
-                            if parse_special || ty == TokenType::UserDefined {
-                                found.push((rank, p));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if found.is_empty() {
-            return Vec::new();
-        }
-        // In rank order, each special token takes its leftmost occurrences that lie
-        // wholly in text no earlier token claimed: llama.cpp's fragment splitting.
-        found.sort_unstable();
-        let mut claimed = alloc::vec![false; text.len()];
-        let mut taken = Vec::new();
-        for (rank, p) in found {
-            let id = self.special[rank as usize];
-            let span = p..p + self.piece_unchecked(id).len();
-            if claimed[span.clone()].iter().all(|&c| !c) {
-                claimed[span].iter_mut().for_each(|c| *c = true);
-                taken.push((p, id));
-            }
-        }
-        taken.sort_unstable();
-        taken
     }
 
     /// llama.cpp's `llm_tokenizer_spm_session::tokenize` of escaped text.

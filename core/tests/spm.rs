@@ -8,7 +8,7 @@
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use lutra_core::gguf::{Gguf, ValueType};
-use lutra_core::spm::{format_gemma_chat, gemma_chat_prompt, ChatRole, SpmError, SpmTokenizer, TokenType};
+use lutra_core::spm::{format_gemma_chat, gemma_chat_prompt, ChatRole, SpmTokenizer, TokenType, VocabError};
 use lutra_core::tokenizer::{Tokenizer, TokenizerError};
 
 // ---------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ fn kvs_of(v: &[(Vec<u8>, f32, i32)], add_space_prefix: bool) -> Vec<(&'static st
     ]
 }
 
-fn build(kvs: &[(&str, Val)]) -> Result<SpmTokenizer, SpmError> {
+fn build(kvs: &[(&str, Val)]) -> Result<SpmTokenizer, VocabError> {
     let bytes = write_gguf(kvs);
     let g = Gguf::parse(&bytes).expect("writer output parses");
     SpmTokenizer::from_gguf(&g)
@@ -477,56 +477,59 @@ fn inconsistent_metadata_is_refused() {
     let n = v.len() as u64;
     let base = kvs_of(&v, false);
     let err = |kvs: &[(&str, Val)]| build(kvs).unwrap_err();
-    assert_eq!(err(&with(&base, "tokenizer.ggml.tokens", None)), SpmError::MissingKey("tokenizer.ggml.tokens"));
-    assert_eq!(err(&with(&base, "tokenizer.ggml.scores", None)), SpmError::MissingKey("tokenizer.ggml.scores"));
-    assert_eq!(err(&with(&base, "tokenizer.ggml.model", None)), SpmError::MissingKey("tokenizer.ggml.model"));
-    assert_eq!(err(&with(&base, "tokenizer.ggml.model", Some(Val::Str("gpt2".into())))), SpmError::WrongModel { found: "gpt2".into() });
-    assert!(matches!(err(&with(&base, "tokenizer.ggml.model", Some(Val::U32(1)))), SpmError::WrongType { .. }));
+    assert_eq!(err(&with(&base, "tokenizer.ggml.tokens", None)), VocabError::MissingKey("tokenizer.ggml.tokens"));
+    assert_eq!(err(&with(&base, "tokenizer.ggml.scores", None)), VocabError::MissingKey("tokenizer.ggml.scores"));
+    assert_eq!(err(&with(&base, "tokenizer.ggml.model", None)), VocabError::MissingKey("tokenizer.ggml.model"));
+    assert_eq!(
+        err(&with(&base, "tokenizer.ggml.model", Some(Val::Str("gpt2".into())))),
+        VocabError::WrongModel { found: "gpt2".into(), expected: "\"llama\" (SentencePiece)" }
+    );
+    assert!(matches!(err(&with(&base, "tokenizer.ggml.model", Some(Val::U32(1)))), VocabError::WrongType { .. }));
     // lengths
     let short_scores = Val::F32s(v.iter().skip(1).map(|t| t.1).collect());
     assert_eq!(
         err(&with(&base, "tokenizer.ggml.scores", Some(short_scores))),
-        SpmError::LengthMismatch { key: "tokenizer.ggml.scores", len: n - 1, tokens: n }
+        VocabError::LengthMismatch { key: "tokenizer.ggml.scores", len: n - 1, tokens: n }
     );
     let long_types = Val::I32s(v.iter().map(|t| t.2).chain([1]).collect());
     assert_eq!(
         err(&with(&base, "tokenizer.ggml.token_type", Some(long_types))),
-        SpmError::LengthMismatch { key: "tokenizer.ggml.token_type", len: n + 1, tokens: n }
+        VocabError::LengthMismatch { key: "tokenizer.ggml.token_type", len: n + 1, tokens: n }
     );
     // element types
     let int_tokens = Val::I32s(vec![0; v.len()]);
     assert_eq!(
         err(&with(&base, "tokenizer.ggml.tokens", Some(int_tokens))),
-        SpmError::WrongType { key: "tokenizer.ggml.tokens", found: ValueType::I32, expected: "array of strings" }
+        VocabError::WrongType { key: "tokenizer.ggml.tokens", found: ValueType::I32, expected: "array of strings" }
     );
-    assert!(matches!(err(&with(&base, "tokenizer.ggml.scores", Some(Val::F32(0.0)))), SpmError::WrongType { .. }));
+    assert!(matches!(err(&with(&base, "tokenizer.ggml.scores", Some(Val::F32(0.0)))), VocabError::WrongType { .. }));
     let str_types = Val::Strs(vec![b"x".to_vec(); v.len()]);
-    assert!(matches!(err(&with(&base, "tokenizer.ggml.token_type", Some(str_types))), SpmError::WrongType { .. }));
-    assert!(matches!(err(&with(&base, "tokenizer.ggml.add_bos_token", Some(Val::U32(1)))), SpmError::WrongType { .. }));
+    assert!(matches!(err(&with(&base, "tokenizer.ggml.token_type", Some(str_types))), VocabError::WrongType { .. }));
+    assert!(matches!(err(&with(&base, "tokenizer.ggml.add_bos_token", Some(Val::U32(1)))), VocabError::WrongType { .. }));
     // ids
     assert_eq!(
         err(&with(&base, "tokenizer.ggml.bos_token_id", Some(Val::U32(n as u32)))),
-        SpmError::BadSpecialId { key: "tokenizer.ggml.bos_token_id", id: n, vocab_size: n as usize }
+        VocabError::BadSpecialId { key: "tokenizer.ggml.bos_token_id", id: n, vocab_size: n as usize }
     );
-    assert!(matches!(err(&with(&base, "tokenizer.ggml.eos_token_id", Some(Val::I32(-1)))), SpmError::WrongType { .. }));
-    assert!(matches!(err(&with(&base, "tokenizer.ggml.eos_token_id", Some(Val::Str("1".into())))), SpmError::WrongType { .. }));
+    assert!(matches!(err(&with(&base, "tokenizer.ggml.eos_token_id", Some(Val::I32(-1)))), VocabError::WrongType { .. }));
+    assert!(matches!(err(&with(&base, "tokenizer.ggml.eos_token_id", Some(Val::Str("1".into())))), VocabError::WrongType { .. }));
     // empty vocabulary
     let empty = kvs_of(&[], false);
-    assert_eq!(err(&empty), SpmError::BadVocabSize { tokens: 0 });
+    assert_eq!(err(&empty), VocabError::BadVocabSize { tokens: 0 });
     // non-finite score
     let mut bad = v.clone();
     bad[9].1 = f32::NAN;
-    assert_eq!(err(&kvs_of(&bad, false)), SpmError::NonFiniteScore { token: 9 });
+    assert_eq!(err(&kvs_of(&bad, false)), VocabError::NonFiniteScore { token: 9 });
     // duplicate piece
     let mut dup = v.clone();
     dup.push((b"ab".to_vec(), 0.0, NORMAL));
-    assert_eq!(err(&kvs_of(&dup, false)), SpmError::DuplicatePiece { first: id("ab"), second: v.len() as u32 });
+    assert_eq!(err(&kvs_of(&dup, false)), VocabError::DuplicatePiece { first: id("ab"), second: v.len() as u32 });
     // a BYTE token not written <0xXX>
     let mut bb = v.clone();
     bb[byte(0x41) as usize].0 = b"<0xZZ>".to_vec();
-    assert_eq!(err(&kvs_of(&bb, false)), SpmError::BadByteToken { token: byte(0x41) });
+    assert_eq!(err(&kvs_of(&bb, false)), VocabError::BadByteToken { token: byte(0x41) });
     // errors print
-    assert!(SpmError::MissingKey("k").to_string().contains("k"));
+    assert!(VocabError::MissingKey("k").to_string().contains("k"));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use common::tiny_gemma::{meta_270m, tensors, with, with_tokenizer, Kvs};
 use lutra_core::engine::{Error, Model};
 use lutra_core::gguf::GgufError;
 use lutra_core::model::ModelError;
-use lutra_core::spm::SpmError;
+use lutra_core::spm::VocabError;
 
 /// The metadata of a runnable one-layer model; prompts of its tokens ("t0".."t299", no
 /// space or byte tokens) encode as they are.
@@ -141,7 +141,7 @@ fn classes() -> Vec<Class> {
     add(
         "a tokenizer lutra does not have (gpt2 BPE)",
         tiny(with(runnable(), "tokenizer.ggml.model", Some(Meta::Str("gpt2".into())))),
-        |e| matches!(e, Error::Vocabulary(SpmError::WrongModel { .. })),
+        |e| matches!(e, Error::Vocabulary(VocabError::WrongModel { .. })),
         "tokenizer.ggml.model",
     );
     add(

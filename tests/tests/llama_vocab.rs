@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use lutra_core::bpe::BpeTokenizer;
 use lutra_core::gguf::Gguf;
 use lutra_core::spm::SpmTokenizer;
 use lutra_core::tokenizer::Tokenizer;
@@ -33,12 +34,14 @@ fn cases(inp: &str, out: &str) -> Vec<(String, Vec<u32>)> {
 /// A tokenizer lutra has for a vocabulary file, by its `tokenizer.ggml.model`.
 enum Vocab {
     Spm(SpmTokenizer),
+    Bpe(BpeTokenizer),
 }
 
 impl Vocab {
     fn from_gguf(g: &Gguf<'_>) -> Option<Result<Vocab, String>> {
         match g.get_str("tokenizer.ggml.model")? {
             "llama" => Some(SpmTokenizer::from_gguf(g).map(Vocab::Spm).map_err(|e| e.to_string())),
+            "gpt2" => Some(BpeTokenizer::from_gguf(g).map(Vocab::Bpe).map_err(|e| e.to_string())),
             _ => None,
         }
     }
@@ -47,6 +50,7 @@ impl Vocab {
         let mut out = Vec::new();
         match self {
             Vocab::Spm(t) => t.encode_llama(text, false, false, &mut out).map_err(|e| e.to_string())?,
+            Vocab::Bpe(t) => t.encode_llama(text, false, false, &mut out).map_err(|e| e.to_string())?,
         }
         Ok(out)
     }
@@ -55,6 +59,7 @@ impl Vocab {
         let mut out = Vec::new();
         match self {
             Vocab::Spm(t) => t.decode(ids, &mut out).unwrap(),
+            Vocab::Bpe(t) => t.decode(ids, &mut out).unwrap(),
         }
         out
     }

@@ -6,8 +6,8 @@ use crate::llama2c::Llama2cError;
 use crate::model::ModelError;
 use crate::pq::PqError;
 use crate::sampler::SamplerError;
-use crate::spm::SpmError;
 use crate::tokenizer::TokenizerError;
+use crate::vocab::VocabError;
 
 /// Every way the engine refuses a model, a prompt or a request, with a message for people.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +20,7 @@ pub enum Error {
     /// configurations, shapes that do not fit).
     Model(ModelError),
     /// The GGUF tokenizer could not be built.
-    Vocabulary(SpmError),
+    Vocabulary(VocabError),
     /// A tokenizer file or call was refused.
     Tokenizer(TokenizerError),
     /// Sampler settings or logits were refused.
@@ -141,7 +141,7 @@ macro_rules! wrap {
     )*};
 }
 
-wrap!(GgufError => Gguf, Llama2cError => Checkpoint, ModelError => Model, SpmError => Vocabulary,
+wrap!(GgufError => Gguf, Llama2cError => Checkpoint, ModelError => Model, VocabError => Vocabulary,
       TokenizerError => Tokenizer, SamplerError => Sampler, PqError => Codebooks);
 
 impl From<crate::Error> for Error {

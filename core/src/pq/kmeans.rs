@@ -4,6 +4,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::codebook::nearest;
+use crate::rng::SplitMix64;
 
 /// `k` centroids of `dim` values for the `points` (rows of `dim`), written to `centroids`
 /// (`k × dim`). Same points, `k`, `iterations` and `seed` → same centroids, on every
@@ -14,10 +15,10 @@ pub fn kmeans(points: &[f32], dim: usize, k: usize, iterations: usize, seed: u64
     assert!(n > 0 && dim > 0 && centroids.len() == k * dim, "kmeans: no points or a centroid buffer of the wrong size");
     let point = |i: usize| &points[i * dim..(i + 1) * dim];
     let dist2 = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix64::new(seed);
 
     // k-means++: each next centroid drawn with probability ∝ squared distance to the nearest chosen one
-    centroids[..dim].copy_from_slice(point(rng.below(n)));
+    centroids[..dim].copy_from_slice(point(rng.below(n as u64) as usize));
     let mut best: Vec<f32> = (0..n).map(|i| dist2(point(i), &centroids[..dim])).collect();
     for c in 1..k {
         let total: f64 = best.iter().map(|&d| f64::from(d)).sum();
@@ -33,7 +34,7 @@ pub fn kmeans(points: &[f32], dim: usize, k: usize, iterations: usize, seed: u64
             }
             pick
         } else {
-            rng.below(n)
+            rng.below(n as u64) as usize
         };
         centroids[c * dim..(c + 1) * dim].copy_from_slice(point(pick));
         for (i, b) in best.iter_mut().enumerate() {
@@ -84,24 +85,4 @@ pub fn kmeans(points: &[f32], dim: usize, k: usize, iterations: usize, seed: u64
     }
     let err: f64 = (0..n).map(|i| f64::from(dist2(point(i), &centroids[nearest(centroids, point(i)) * dim..][..dim]))).sum();
     (err / n as f64) as f32
-}
-
-/// splitmix64: small, seedable, identical everywhere.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }

@@ -6,6 +6,7 @@
 //! (`tests/examples/block_golden.rs`).
 
 use llama_cpp_sys_2 as sys;
+use lutra_core::rng::SplitMix64;
 
 /// A block type: ggml's name, and where its f16 scales sit in a block.
 #[derive(Clone, Copy, Debug)]
@@ -52,13 +53,13 @@ impl BlockType {
     /// `n` blocks of random payload bytes whose scales are random finite f16 values,
     /// about a quarter of them taken from [`EDGE_SCALES`].
     pub fn random_blocks(&self, n: usize, seed: u64) -> Vec<u8> {
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix64::new(seed);
         let size = self.block_bytes();
         let mut out = vec![0u8; n * size];
         for block in out.chunks_exact_mut(size) {
-            block.iter_mut().for_each(|b| *b = rng.next() as u8);
+            block.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
             for &at in self.scale_offsets {
-                let r = rng.next();
+                let r = rng.next_u64();
                 let bits = if r.is_multiple_of(4) {
                     EDGE_SCALES[(r >> 8) as usize % EDGE_SCALES.len()]
                 } else {
@@ -89,18 +90,5 @@ impl BlockType {
         // blck_size floats; ggml reads and writes only those.
         unsafe { to_float(blocks.as_ptr().cast(), out.as_mut_ptr(), out.len() as i64) };
         out
-    }
-}
-
-/// splitmix64: a fixed, seedable stream, so a golden file can be regenerated exactly.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
