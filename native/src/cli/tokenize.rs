@@ -6,9 +6,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use lutra::core::bpe::BpeTokenizer;
 use lutra::core::gguf::Gguf;
 use lutra::core::spm::SpmTokenizer;
-use lutra::core::tokenizer::Tokenizer;
+use lutra::core::tokenizer::{Tokenizer, TokenizerError};
 use lutra::inspect::map_file;
 
 use super::ModelArgs;
@@ -37,6 +38,7 @@ pub struct TokenizeArgs {
 /// A tokenizer and how to show its tokens.
 enum Vocab {
     Spm(Box<SpmTokenizer>),
+    Bpe(Box<BpeTokenizer>),
     Model(lutra::Model),
 }
 
@@ -49,29 +51,44 @@ pub fn tokenize(a: TokenizeArgs) -> Result<(), String> {
     let path = &a.model.model;
     let map = map_file(path).map_err(|e| e.to_string())?;
     let in_file = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let vocab = if map.starts_with(b"GGUF") {
-        let g = Gguf::parse(&map).map_err(|e| in_file(&e))?;
-        match g.get_str("tokenizer.ggml.model") {
-            Some("llama") => Vocab::Spm(Box::new(SpmTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
-            // packed llama2.c files carry their tokenizer.bin instead
-            None => Vocab::Model(a.model.load(false)?),
-            Some(other) => {
-                return Err(in_file(&format!("tokenizer.ggml.model {other:?} is not supported (lutra has \"llama\", SentencePiece)")))
+    let vocab =
+        if map.starts_with(b"GGUF") {
+            let g = Gguf::parse(&map).map_err(|e| in_file(&e))?;
+            match g.get_str("tokenizer.ggml.model") {
+                Some("llama") => Vocab::Spm(Box::new(SpmTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
+                Some("gpt2") => Vocab::Bpe(Box::new(BpeTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
+                // packed llama2.c files carry their tokenizer.bin instead
+                None => Vocab::Model(a.model.load(false)?),
+                Some(other) => return Err(in_file(&format!(
+                    "tokenizer.ggml.model {other:?} is not supported (lutra has \"llama\", SentencePiece, and \"gpt2\", byte-level BPE)"
+                ))),
             }
+        } else {
+            Vocab::Model(a.model.load(false)?)
+        };
+    // control tokens print as nothing; show their names, as llama-tokenize does
+    fn named<'t>(
+        piece: Result<&'t [u8], TokenizerError>,
+        name: impl FnOnce() -> Result<&'t [u8], TokenizerError>,
+    ) -> Result<Vec<u8>, String> {
+        match piece {
+            Ok([]) => name(),
+            other => other,
         }
-    } else {
-        Vocab::Model(a.model.load(false)?)
-    };
+        .map(<[u8]>::to_vec)
+        .map_err(|e| e.to_string())
+    }
     let (ids, pieces) = match &vocab {
         Vocab::Spm(t) => {
             let mut ids = Vec::new();
             t.encode_llama(&text, !a.no_bos, a.parse_special, &mut ids).map_err(|e| e.to_string())?;
-            // control tokens print as nothing; show their names, as llama-tokenize does
-            let shown = |prev, id| match t.decode_piece(prev, id) {
-                Ok([]) => t.piece(id),
-                other => other,
-            };
-            let pieces = pieces(&ids, |prev, id| shown(prev, id).map(<[u8]>::to_vec).map_err(|e| e.to_string()))?;
+            let pieces = pieces(&ids, |prev, id| named(t.decode_piece(prev, id), || t.piece(id)))?;
+            (ids, pieces)
+        }
+        Vocab::Bpe(t) => {
+            let mut ids = Vec::new();
+            t.encode_llama(&text, !a.no_bos, a.parse_special, &mut ids).map_err(|e| e.to_string())?;
+            let pieces = pieces(&ids, |prev, id| named(t.decode_piece(prev, id), || t.piece(id)))?;
             (ids, pieces)
         }
         Vocab::Model(m) => {
