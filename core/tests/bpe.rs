@@ -10,89 +10,12 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 
 mod common;
 use common::gguf_writer::{write_gguf, Meta};
+use common::tiny_bpe::{bl, Vocab};
 
 use lutra_core::bpe::{BpeTokenizer, PreTokenizer, VocabError};
 use lutra_core::gguf::Gguf;
 use lutra_core::spm::TokenType;
 use lutra_core::tokenizer::Tokenizer;
-
-/// GPT-2's `bytes_to_unicode`, written independently of the library's table.
-fn byte_char(b: u8) -> char {
-    let printable = |b: u8| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || b >= 0xae;
-    if printable(b) {
-        return b as char;
-    }
-    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
-    char::from_u32(0x100 + rank).unwrap()
-}
-
-/// `s` in the byte alphabet.
-fn bl(s: &str) -> String {
-    s.bytes().map(byte_char).collect()
-}
-
-/// A vocabulary: the 256 byte characters (id = byte), then `extra` (piece, type), with
-/// `merges` ("left right" in the byte alphabet) and further metadata.
-struct Vocab {
-    pre: Option<&'static str>,
-    extra: Vec<(String, u32)>,
-    merges: Option<Vec<String>>,
-    kvs: Vec<(String, Meta)>,
-}
-
-impl Vocab {
-    fn new(pre: &'static str) -> Vocab {
-        Vocab { pre: Some(pre), extra: Vec::new(), merges: Some(Vec::new()), kvs: Vec::new() }
-    }
-
-    fn token(mut self, piece: &str, ty: TokenType) -> Self {
-        self.extra.push((piece.into(), ty as u32));
-        self
-    }
-
-    /// A merge of two pieces given as plain text; the joined piece is added as a token.
-    fn merge(mut self, left: &str, right: &str) -> Self {
-        let joined = bl(&format!("{left}{right}"));
-        if !self.extra.iter().any(|(p, _)| *p == joined) && joined.chars().count() > 1 {
-            self.extra.push((joined, TokenType::Normal as u32));
-        }
-        self.merges.as_mut().unwrap().push(format!("{} {}", bl(left), bl(right)));
-        self
-    }
-
-    fn kv(mut self, key: &str, v: Meta) -> Self {
-        self.kvs.push((key.into(), v));
-        self
-    }
-
-    fn id(&self, piece: &str) -> u32 {
-        256 + self.extra.iter().position(|(p, _)| p == piece).unwrap() as u32
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
-        let mut types = vec![TokenType::Normal as u32; 256];
-        for (p, t) in &self.extra {
-            tokens.push(p.clone());
-            types.push(*t);
-        }
-        let mut kvs = vec![("tokenizer.ggml.model".to_string(), Meta::Str("gpt2".into()))];
-        if let Some(pre) = self.pre {
-            kvs.push(("tokenizer.ggml.pre".into(), Meta::Str(pre.into())));
-        }
-        kvs.push(("tokenizer.ggml.tokens".into(), Meta::Strs(tokens)));
-        kvs.push(("tokenizer.ggml.token_type".into(), Meta::U32s(types)));
-        if let Some(m) = &self.merges {
-            kvs.push(("tokenizer.ggml.merges".into(), Meta::Strs(m.clone())));
-        }
-        kvs.extend(self.kvs.iter().cloned());
-        write_gguf(&kvs, &[])
-    }
-
-    fn load(&self) -> Result<BpeTokenizer, VocabError> {
-        BpeTokenizer::from_gguf(&Gguf::parse(&self.bytes()).unwrap())
-    }
-}
 
 fn encode(t: &BpeTokenizer, text: &str, parse_special: bool) -> Vec<u32> {
     let mut out = Vec::new();

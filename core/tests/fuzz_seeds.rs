@@ -7,18 +7,37 @@
 mod common;
 use common::gguf_writer::write_gguf;
 use common::llama2c_files::{random_checkpoint, vocab, write_tokenizer};
+use common::tiny_bpe::Vocab;
 use common::tiny_gemma::{meta_270m, tensors, with_tokenizer};
 use common::Rng;
 
 use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
 use lutra_core::llama2c::Config;
 use lutra_core::pq::{Codebooks, PqShape, Rotation};
+use lutra_core::spm::TokenType;
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn tiny_gemma() -> Vec<u8> {
     write_gguf(&with_tokenizer(meta_270m(2)), &tensors(2, 7))
+}
+
+/// A byte-level BPE vocabulary with a few merges, a control and a user-defined token;
+/// checked to tokenize.
+fn tiny_bpe(pre: &'static str) -> Vec<u8> {
+    let v = Vocab::new(pre)
+        .merge("a", "b")
+        .merge(" ", "t")
+        .merge("h", "e")
+        .merge(" t", "he")
+        .token("<|endoftext|>", TokenType::Control)
+        .token("<user>", TokenType::UserDefined);
+    let t = v.load().expect("the tiny BPE vocabulary builds");
+    let mut ids = Vec::new();
+    t.encode_llama("ab the<user>", false, false, &mut ids).unwrap();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    v.bytes()
 }
 
 fn tiny_llama2c() -> (Vec<u8>, Vec<u8>) {
@@ -90,6 +109,9 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("tokenizer_bin", "tiny", [&(llama.vocab_size() as u16).to_le_bytes()[..], &tokenizer].concat()),
         ("codebook", "tiny.gguf", codebook),
         ("tokenize", "text", b" the ab ba\n\xe2\x82\xac \x00".to_vec()),
+        ("vocab", "tiny-gemma3.gguf", tiny_gemma()),
+        ("vocab", "tiny-bpe-llama3.gguf", tiny_bpe("llama-bpe")),
+        ("vocab", "tiny-bpe-qwen2.gguf", tiny_bpe("qwen2")),
         ("engine", "settings", vec![4, 200, 12, 90, 1, 2, 3, b' ', b'a', b'b']),
     ]
 }

@@ -1,12 +1,15 @@
-//! The real tokenizers on any text: stories15M's llama2.c tokenizer and Gemma 3's
-//! SentencePiece vocabulary (models/, fetched by `cargo xtask models all`). Encoding never
-//! fails on valid UTF-8, every id is in the vocabulary, and Gemma's (byte fallback, no
-//! added prefix) decodes back to the very text — unless the text holds U+2581, the
-//! vocabulary's own space mark, which decodes to a space (as in llama.cpp).
+//! The real tokenizers on any text: stories15M's llama2.c tokenizer, Gemma 3's
+//! SentencePiece vocabulary, and the byte-level BPE vocabularies of Llama 3 and Qwen 2
+//! from llama.cpp's test files (models/, fetched by `cargo xtask models all`). Encoding
+//! never fails on valid UTF-8, every id is in the vocabulary, and Gemma's (byte
+//! fallback, no added prefix) and the BPE ones decode back to the very text — Gemma's
+//! unless the text holds U+2581, the vocabulary's own space mark, which decodes to a
+//! space (as in llama.cpp).
 #![no_main]
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use lutra_core::bpe::BpeTokenizer;
 use lutra_core::gguf::Gguf;
 use lutra_core::spm::SpmTokenizer;
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
@@ -32,8 +35,34 @@ fn gemma() -> &'static SpmTokenizer {
     })
 }
 
+fn bpe(name: &str, cell: &'static OnceLock<BpeTokenizer>) -> &'static BpeTokenizer {
+    cell.get_or_init(|| {
+        let path = format!("{MODELS}/llama-vocab/ggml-vocab-{name}.gguf");
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        BpeTokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap()
+    })
+}
+
+fn llama3() -> &'static BpeTokenizer {
+    static T: OnceLock<BpeTokenizer> = OnceLock::new();
+    bpe("llama-bpe", &T)
+}
+
+fn qwen2() -> &'static BpeTokenizer {
+    static T: OnceLock<BpeTokenizer> = OnceLock::new();
+    bpe("qwen2", &T)
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
+    for t in [llama3(), qwen2()] {
+        let mut ids = Vec::new();
+        t.encode_llama(text, false, false, &mut ids).expect("valid UTF-8 always encodes");
+        assert!(ids.iter().all(|&id| (id as usize) < t.vocab_size()));
+        let mut back = Vec::new();
+        t.decode(&ids, &mut back).unwrap();
+        assert_eq!(back, text.as_bytes(), "a BPE tokenizer does not round-trip {text:?}");
+    }
     for t in [stories() as &dyn Tokenizer, gemma() as &dyn Tokenizer] {
         let mut ids = Vec::new();
         t.encode(text, true, &mut ids).expect("valid UTF-8 always encodes");

@@ -36,4 +36,5 @@ impl Rng {
 
 pub mod gguf_writer;
 pub mod llama2c_files;
+pub mod tiny_bpe;
 pub mod tiny_gemma;
