@@ -51,21 +51,22 @@ pub fn tokenize(a: TokenizeArgs) -> Result<(), String> {
     let path = &a.model.model;
     let map = map_file(path).map_err(|e| e.to_string())?;
     let in_file = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let vocab =
-        if map.starts_with(b"GGUF") {
-            let g = Gguf::parse(&map).map_err(|e| in_file(&e))?;
-            match g.get_str("tokenizer.ggml.model") {
-                Some("llama") => Vocab::Spm(Box::new(SpmTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
-                Some("gpt2") => Vocab::Bpe(Box::new(BpeTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
-                // packed llama2.c files carry their tokenizer.bin instead
-                None => Vocab::Model(a.model.load(false)?),
-                Some(other) => return Err(in_file(&format!(
+    let vocab = if map.starts_with(b"GGUF") {
+        let g = Gguf::parse(&map).map_err(|e| in_file(&e))?;
+        match g.get_str("tokenizer.ggml.model") {
+            Some("llama") => Vocab::Spm(Box::new(SpmTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
+            Some("gpt2") => Vocab::Bpe(Box::new(BpeTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
+            // packed llama2.c files carry their tokenizer.bin instead
+            None => Vocab::Model(a.model.load(false)?),
+            Some(other) => {
+                return Err(in_file(&format!(
                     "tokenizer.ggml.model {other:?} is not supported (lutra has \"llama\", SentencePiece, and \"gpt2\", byte-level BPE)"
-                ))),
+                )))
             }
-        } else {
-            Vocab::Model(a.model.load(false)?)
-        };
+        }
+    } else {
+        Vocab::Model(a.model.load(false)?)
+    };
     // control tokens print as nothing; show their names, as llama-tokenize does
     fn named<'t>(
         piece: Result<&'t [u8], TokenizerError>,
