@@ -174,7 +174,7 @@ pub enum PreTokenizer {
     Gpt2,
     /// StarCoder: every `\p{N}` alone, then GPT-2's.
     Starcoder,
-    /// Falcon: runs of `[\p{P}\$\+<=>\^~\|`]`, then GPT-2's, then `[0-9][0-9][0-9]`.
+    /// Falcon: runs of ``[\p{P}\$\+<=>\^~\|`]``, then GPT-2's, then `[0-9][0-9][0-9]`.
     Falcon,
     /// llama.cpp's default (a file without `tokenizer.ggml.pre`): runs of
     /// `[\p{P}\$\+<=>\^~\|]`, GPT-2's, runs of `\p{N}`, then `[0-9][0-9][0-9]`.
