@@ -18,6 +18,8 @@ mod aligned;
 #[cfg(feature = "alloc")]
 pub mod bpe;
 #[cfg(feature = "alloc")]
+pub mod chat;
+#[cfg(feature = "alloc")]
 #[warn(missing_docs)]
 pub mod engine;
 mod error;
