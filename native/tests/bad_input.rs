@@ -139,7 +139,7 @@ fn classes() -> Vec<Class> {
         "token_embd.weight",
     );
     add(
-        "a tokenizer lutra does not have (gpt2 BPE)",
+        "a tokenizer the architecture does not use (gpt2 BPE in a gemma3 file)",
         tiny(with(runnable(), "tokenizer.ggml.model", Some(Meta::Str("gpt2".into())))),
         |e| matches!(e, Error::Vocabulary(VocabError::WrongModel { .. })),
         "tokenizer.ggml.model",
