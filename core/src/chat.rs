@@ -218,6 +218,11 @@ impl ChatTemplate {
         BUILTIN_NAMES.iter().find(|(n, _)| *n == name).map(|&(_, t)| t)
     }
 
+    /// llama.cpp's builtin template names, in its order.
+    pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+        BUILTIN_NAMES.iter().map(|&(n, _)| n)
+    }
+
     /// llama.cpp's builtin name of this kind (`None` for [`ChatTemplate::Dots1`], which
     /// llama.cpp only detects).
     pub fn name(self) -> Option<&'static str> {

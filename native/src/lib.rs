@@ -112,7 +112,7 @@ pub struct Model {
 }
 
 impl Model {
-    /// A Gemma 3 GGUF, or a llama2.c checkpoint (its `tokenizer.bin` beside it,
+    /// A GGUF (Gemma 3, Llama, Qwen 2/3), or a llama2.c checkpoint (its `tokenizer.bin` beside it,
     /// quantized to 4 bits): see [`Model::load_with`].
     pub fn load(path: impl AsRef<Path>) -> Result<Model, Error> {
         Model::load_with(path, &LoadOptions::default())
@@ -150,6 +150,12 @@ impl Model {
             limit,
             fitting_context: (fits > 0).then_some(fits),
         })
+    }
+
+    /// The model with chat turns formatted by llama.cpp's builtin template `name`
+    /// (`"chatml"`, `"llama3"`, ...) rather than the one recognized in the file.
+    pub fn with_chat_template(self, name: &str) -> Result<Model, Error> {
+        Ok(Model { engine: self.engine.with_chat_template(name)?, memory_limit: self.memory_limit })
     }
 
     /// The engine's model, for use with [`engine::Session`] directly.

@@ -27,6 +27,8 @@ pub enum Family {
         /// Every `global_every`-th layer keeps all positions.
         global_every: usize,
     },
+    /// GGUF `llama`, `qwen2`, `qwen3`: Gemma 3's buffers without its second RoPE set.
+    LlamaFamily,
 }
 
 /// The hyperparameters memory depends on, and the tokenizer's size.
@@ -123,7 +125,7 @@ impl Dims {
                     if residual_tables { block(4 * if n * big > self.vocab_size { n * big } else { self.vocab_size }) } else { 0 };
                 floats + table_sets + scratch + block(n * 72) + n * rope(self.head_dim)
             }
-            Family::Gemma3 { .. } => {
+            Family::Gemma3 { .. } | Family::LlamaFamily => {
                 let q = self.q_dim();
                 let floats = 2 * block(4 * n * dim) + 2 * block(4 * n * q) + 2 * block(4 * n * kv) + 2 * block(4 * n * hidden);
                 // a table set per distinct (column count, group): inputs of dim, q_dim or

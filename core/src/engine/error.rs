@@ -41,6 +41,8 @@ pub enum Error {
         /// The model's architecture.
         architecture: &'static str,
     },
+    /// A chat template name that is not one of llama.cpp's builtin ones.
+    UnknownChatTemplate(String),
     /// The prompt does not leave a position to generate into.
     PromptTooLong {
         /// Tokens of the prompt.
@@ -105,9 +107,17 @@ impl fmt::Display for Error {
                 write!(f, "the codebooks were calibrated on a {calibrated_on} model, this is {model}")
             }
             Error::UnsupportedArchitecture(arch) => {
-                write!(f, "GGUF architecture {arch:?} is not supported (lutra runs gemma3 GGUFs and llama2.c checkpoints)")
+                write!(f, "GGUF architecture {arch:?} is not supported (lutra runs gemma3, llama, qwen2 and qwen3 GGUFs and llama2.c checkpoints)")
             }
-            Error::NoChatTemplate { architecture } => write!(f, "this {architecture} model has no chat format"),
+            Error::NoChatTemplate { architecture } => write!(
+                f,
+                "this {architecture} model has no chat template lutra recognizes; choose one with --chat-template NAME (chatml, llama3, llama2, mistral-v7, phi3, gemma, ...)"
+            ),
+            Error::UnknownChatTemplate(name) => write!(
+                f,
+                "unknown chat template {name:?}; llama.cpp's builtin names: {}",
+                crate::chat::ChatTemplate::builtin_names().collect::<alloc::vec::Vec<_>>().join(", ")
+            ),
             Error::PromptTooLong { tokens, room, context } => write!(
                 f,
                 "the prompt is {tokens} tokens, but {room} of the context's {context} positions are left: it must leave one to generate into"

@@ -17,6 +17,7 @@
 //! bit.
 
 pub mod budget;
+mod chat;
 mod error;
 mod generate;
 mod model;
@@ -27,6 +28,7 @@ mod text;
 pub use crate::model::import::{InMemory, Lent, TensorSource};
 pub use crate::model::{Gemv, SingleThread};
 pub use crate::sampler::SamplerConfig;
+pub use chat::{ChatHistory, ChatPrompt};
 pub use error::Error;
 pub use generate::{CancelFlag, Generation, StopReason, Token};
 pub use model::{Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};

@@ -6,39 +6,63 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use super::{budget, Error};
+use crate::bpe::BpeTokenizer;
+use crate::chat::ChatTemplate;
 use crate::gguf::Gguf;
 use crate::llama2c::Checkpoint;
 use crate::model::gemma3::Gemma3;
 use crate::model::import::{InMemory, TensorSource};
 use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use crate::model::llama::Llama;
+use crate::model::llama_family::LlamaFamily;
 use crate::model::ModelError;
 use crate::pack;
 use crate::pq::{Codebooks, PqKvCache};
-use crate::spm::{format_gemma_chat, ChatRole, SpmTokenizer};
-use crate::tokenizer::{Llama2cTokenizer, Tokenizer as _};
+use crate::spm::SpmTokenizer;
+use crate::tokenizer::{Llama2cTokenizer, Tokenizer};
 use crate::Isa;
 
 /// A model and its tokenizer, ready to run. Cloning shares the weights.
 #[derive(Clone)]
 pub struct Model {
     inner: Arc<Inner>,
+    info: ModelInfo,
+    chat: Option<ChatTemplate>,
 }
 
 pub(crate) struct Inner {
     pub(crate) net: Network,
     tokenizer: Vocabulary,
-    info: ModelInfo,
 }
 
 pub(crate) enum Network {
     Llama(Box<Llama>),
     Gemma3(Box<Gemma3>),
+    LlamaFamily(Box<LlamaFamily>),
 }
 
 enum Vocabulary {
     Llama2c(Box<Llama2cTokenizer>),
     Spm(Box<SpmTokenizer>),
+    Bpe(Box<BpeTokenizer>),
+}
+
+impl Vocabulary {
+    /// A GGUF file's tokenizer: SentencePiece (`llama`) or byte-level BPE (`gpt2`).
+    fn from_gguf(g: &Gguf<'_>) -> Result<Vocabulary, Error> {
+        Ok(match g.get_str(crate::vocab::KEY_MODEL) {
+            Some("gpt2") => Vocabulary::Bpe(Box::new(BpeTokenizer::from_gguf(g)?)),
+            _ => Vocabulary::Spm(Box::new(SpmTokenizer::from_gguf(g)?)),
+        })
+    }
+
+    fn tokenizer(&self) -> &dyn Tokenizer {
+        match self {
+            Vocabulary::Llama2c(t) => &**t,
+            Vocabulary::Spm(t) => &**t,
+            Vocabulary::Bpe(t) => &**t,
+        }
+    }
 }
 
 /// What a model is, for reports and for front-ends choosing settings.
@@ -67,8 +91,12 @@ pub struct ModelInfo {
     /// How the weights are stored: GGUF tensor types with their counts (`("Q4_K", 108)`),
     /// or `("f32 quantized to 4 bits", n)` for a llama2.c checkpoint.
     pub tensor_types: Vec<(String, usize)>,
-    /// Whether the model has a chat format (Gemma 3's turns) that [`Model::encode_chat`] writes.
+    /// Whether the model has a chat format that [`Model::encode_chat`] writes.
     pub chat: bool,
+    /// The chat format: llama.cpp's name of the builtin template in use (`"gemma"`,
+    /// `"llama3"`, `"chatml"`, ...), recognized in the file's template as
+    /// `llama_chat_apply_template` does, or chosen with [`Model::with_chat_template`].
+    pub chat_template: Option<&'static str>,
     /// Whether the file carries a `tokenizer.chat_template` of its own.
     pub chat_template_in_file: bool,
     /// Whether the weights came from a packed `.lutra` file (read in place, unconverted).
@@ -172,20 +200,24 @@ impl Model {
                 return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed"), true));
             }
         }
-        if arch != "gemma3" {
+        let family = crate::model::llama_family::Arch::from_name(arch);
+        if arch != "gemma3" && family.is_none() {
             return Err(Error::UnsupportedArchitecture(arch.into()));
         }
-        let tokenizer = SpmTokenizer::from_gguf(gguf)?;
+        let tokenizer = Vocabulary::from_gguf(gguf)?;
+        if arch == "gemma3" && !matches!(tokenizer, Vocabulary::Spm(_)) {
+            return Err(crate::vocab::VocabError::WrongModel { found: "gpt2".into(), expected: "llama (SentencePiece)" }.into());
+        }
         let data_start = gguf.data_start();
-        let net = Gemma3::from_gguf_source(gguf, source, |p| {
-            // a chunk has read `consumed` of its tensor; a finished tensor all of it
+        // a chunk has read `consumed` of its tensor; a finished tensor all of it
+        let mut report = |p: crate::model::import::Imported<'_>| {
             let file = gguf.tensor(p.tensor).and_then(|info| {
                 let range = p.consumed.clone().or_else(|| info.byte_size().ok().map(|len| 0..len as usize))?;
                 let start = data_start.checked_add(usize::try_from(info.offset).ok()?)?;
                 Some(start + range.start..start + range.end)
             });
             progress(LoadProgress { done: p.done, total: p.total, tensor: p.tensor, consumed: file });
-        })?;
+        };
         let mut types: Vec<(String, usize)> = Vec::new();
         for t in gguf.tensors() {
             let name = t.ggml_type.name();
@@ -194,24 +226,60 @@ impl Model {
                 None => types.push((name.to_string(), 1)),
             }
         }
-        let c = &net.config;
-        let info = ModelInfo {
-            architecture: "gemma3",
-            dim: c.dim,
-            hidden_dim: c.hidden_dim,
-            layers: c.n_layers,
-            heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            vocab_size: c.vocab_size,
-            context_length: c.context,
-            matrix_bytes: net.matrix_bytes(),
-            tensor_types: types,
-            chat: true,
-            chat_template_in_file: tokenizer.chat_template().is_some(),
-            packed: pack::is_packed(gguf),
+        let file_template = gguf.get_str(crate::spm::KEY_CHAT_TEMPLATE);
+        // Gemma 3 files without a template (the 270M) still have Gemma's turns
+        let chat = file_template.and_then(ChatTemplate::detect).or((arch == "gemma3").then_some(ChatTemplate::Gemma));
+        let (net, info) = if family.is_some() {
+            let net = LlamaFamily::from_gguf_source(gguf, source, &mut report)?;
+            let c = &net.config;
+            let info = ModelInfo {
+                architecture: c.arch.name(),
+                dim: c.dim,
+                hidden_dim: c.hidden_dim,
+                layers: c.n_layers,
+                heads: c.n_heads,
+                kv_heads: c.n_kv_heads,
+                head_dim: c.head_dim,
+                vocab_size: c.vocab_size,
+                context_length: c.context,
+                matrix_bytes: net.matrix_bytes(),
+                tensor_types: types,
+                chat: chat.is_some(),
+                chat_template: chat.and_then(ChatTemplate::name),
+                chat_template_in_file: file_template.is_some(),
+                packed: false,
+            };
+            (Network::LlamaFamily(Box::new(net)), info)
+        } else {
+            let net = Gemma3::from_gguf_source(gguf, source, &mut report)?;
+            let c = &net.config;
+            let info = ModelInfo {
+                architecture: "gemma3",
+                dim: c.dim,
+                hidden_dim: c.hidden_dim,
+                layers: c.n_layers,
+                heads: c.n_heads,
+                kv_heads: c.n_kv_heads,
+                head_dim: c.head_dim,
+                vocab_size: c.vocab_size,
+                context_length: c.context,
+                matrix_bytes: net.matrix_bytes(),
+                tensor_types: types,
+                chat: chat.is_some(),
+                chat_template: chat.and_then(ChatTemplate::name),
+                chat_template_in_file: file_template.is_some(),
+                packed: pack::is_packed(gguf),
+            };
+            (Network::Gemma3(Box::new(net)), info)
         };
-        Ok(Model::new(Network::Gemma3(Box::new(net)), Vocabulary::Spm(Box::new(tokenizer)), info))
+        if info.vocab_size != tokenizer.tokenizer().vocab_size() {
+            return Err(ModelError::Unsupported {
+                key: "tokenizer.ggml.tokens",
+                value: format!("{} tokens for a vocabulary of {}", tokenizer.tokenizer().vocab_size(), info.vocab_size),
+            }
+            .into());
+        }
+        Ok(Model::new(net, tokenizer, info, chat))
     }
 
     /// A llama2.c checkpoint and its `tokenizer.bin`, the weights quantized to `bits` (1..=8).
@@ -249,10 +317,11 @@ impl Model {
             matrix_bytes: net.matrix_bytes(),
             tensor_types: alloc::vec![(kind, 7 * c.n_layers + 1)],
             chat: false,
+            chat_template: None,
             chat_template_in_file: false,
             packed,
         };
-        Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info)
+        Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info, None)
     }
 
     /// Packs the model (`crate::pack`: a `.lutra` file, read in place on load) into
@@ -271,12 +340,29 @@ impl Model {
                 Llama2cTokenizer::from_bytes(origin, net.config.vocab_size)?;
                 net.write_packed(origin, writer);
             }
+            Network::LlamaFamily(_) => {
+                return Err(Error::Model(ModelError::BadPackedFile(format!(
+                    "packing {} models is not implemented yet; run the GGUF file itself",
+                    self.info.architecture
+                ))))
+            }
         }
         Ok(())
     }
 
-    fn new(net: Network, tokenizer: Vocabulary, info: ModelInfo) -> Model {
-        Model { inner: Arc::new(Inner { net, tokenizer, info }) }
+    fn new(net: Network, tokenizer: Vocabulary, info: ModelInfo, chat: Option<ChatTemplate>) -> Model {
+        Model { inner: Arc::new(Inner { net, tokenizer }), info, chat }
+    }
+
+    /// The model with chat turns formatted by llama.cpp's builtin template `name`
+    /// (`"chatml"`, `"llama3"`, `"gemma"`, `"mistral-v7"`, ...; see
+    /// [`ChatTemplate::from_name`]) instead of the one recognized in the file.
+    pub fn with_chat_template(mut self, name: &str) -> Result<Model, Error> {
+        let t = ChatTemplate::from_name(name).ok_or_else(|| Error::UnknownChatTemplate(name.into()))?;
+        self.chat = Some(t);
+        self.info.chat = true;
+        self.info.chat_template = t.name();
+        Ok(self)
     }
 
     pub(crate) fn inner(&self) -> &Inner {
@@ -285,12 +371,12 @@ impl Model {
 
     /// What the model is.
     pub fn info(&self) -> &ModelInfo {
-        &self.inner.info
+        &self.info
     }
 
     /// Tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
-        self.inner.info.vocab_size
+        self.info.vocab_size
     }
 
     /// The beginning-of-sequence token.
@@ -298,64 +384,86 @@ impl Model {
         match &self.inner.tokenizer {
             Vocabulary::Llama2c(t) => t.bos().unwrap_or(1),
             Vocabulary::Spm(t) => t.bos().unwrap_or(2),
+            Vocabulary::Bpe(t) => t.bos().unwrap_or(0),
         }
     }
 
-    /// The tokens of `text`, BOS first when `bos`.
+    /// Whether a text's tokens start with BOS when asked for (`encode(text, true)`): the
+    /// GGUF's `add_bos_token` (Qwen's files say no), always for llama2.c.
+    pub fn adds_bos(&self) -> bool {
+        match &self.inner.tokenizer {
+            Vocabulary::Llama2c(_) => true,
+            Vocabulary::Spm(t) => t.add_bos(),
+            Vocabulary::Bpe(t) => t.add_bos(),
+        }
+    }
+
+    /// The tokens of `text`, BOS first when `bos` (and the vocabulary adds one: [`Model::adds_bos`]).
     pub fn encode(&self, text: &str, bos: bool) -> Result<Vec<u32>, Error> {
         let mut out = Vec::new();
+        self.inner.tokenizer.tokenizer().encode(text, bos && self.adds_bos(), &mut out)?;
+        Ok(out)
+    }
+
+    /// `messages` formatted as llama.cpp's `llama_chat_apply_template` formats them with
+    /// the model's template, ending with the cue for the assistant's answer when
+    /// `add_assistant`.
+    pub fn format_chat(&self, messages: &[(Role, &str)], add_assistant: bool) -> Result<String, Error> {
+        let t = self.chat.ok_or(Error::NoChatTemplate { architecture: self.info.architecture })?;
+        let role = |r: Role| match r {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        let messages: Vec<(&str, &str)> = messages.iter().map(|&(r, text)| (role(r), text)).collect();
+        let mut text = String::new();
+        t.apply(&messages, add_assistant, &mut text);
+        Ok(text)
+    }
+
+    /// Formatted chat text as tokens, control tokens (`<|im_start|>`, `<end_of_turn>`...)
+    /// parsed as such; BOS first when `bos` and the vocabulary adds one.
+    pub fn encode_chat_text(&self, text: &str, bos: bool) -> Result<Vec<u32>, Error> {
+        let mut out = Vec::new();
+        let bos = bos && self.adds_bos();
         match &self.inner.tokenizer {
-            Vocabulary::Llama2c(t) => t.encode(text, bos, &mut out),
-            Vocabulary::Spm(t) => t.encode(text, bos, &mut out),
-        }?;
+            Vocabulary::Spm(t) => t.encode_llama(text, bos, true, &mut out)?,
+            Vocabulary::Bpe(t) => t.encode_llama(text, bos, true, &mut out)?,
+            Vocabulary::Llama2c(_) => return Err(Error::NoChatTemplate { architecture: self.info.architecture }),
+        }
         Ok(out)
     }
 
     /// Chat turns in the model's format, ending with the cue for the assistant's answer.
     /// `first`: the turns open the conversation (BOS first); otherwise they follow an
     /// answer that stopped at (and without feeding) its end-of-turn token, which these
-    /// tokens then close.
+    /// tokens then close: the text that ends an assistant turn in this template, then
+    /// the new turns. (A caller that keeps the whole conversation gets llama.cpp's
+    /// formatting of it exactly from [`ChatHistory`](super::ChatHistory).)
     pub fn encode_chat(&self, turns: &[(Role, &str)], first: bool) -> Result<Vec<u32>, Error> {
-        let Vocabulary::Spm(t) = &self.inner.tokenizer else {
-            return Err(Error::NoChatTemplate { architecture: self.info().architecture });
-        };
-        let turns: Vec<(ChatRole, &str)> = turns
-            .iter()
-            .map(|&(role, text)| {
-                let role = match role {
-                    Role::System => ChatRole::System,
-                    Role::User => ChatRole::User,
-                    Role::Assistant => ChatRole::Model,
-                };
-                (role, text)
-            })
-            .collect();
-        let mut text = String::new();
-        if !first {
-            text.push_str("<end_of_turn>\n");
-        }
-        format_gemma_chat(&turns, true, &mut text);
-        let mut out = Vec::new();
-        t.encode_llama(&text, first, true, &mut out)?;
-        Ok(out)
+        let mut text = if first { String::new() } else { self.turn_end()? };
+        text.push_str(&self.format_chat(turns, true)?);
+        self.encode_chat_text(&text, first)
+    }
+
+    /// What the template writes after an assistant's text to end its turn.
+    fn turn_end(&self) -> Result<String, Error> {
+        const ANSWER: &str = "\u{1}";
+        let open = self.format_chat(&[(Role::User, "?")], true)?;
+        let closed = self.format_chat(&[(Role::User, "?"), (Role::Assistant, ANSWER)], false)?;
+        Ok(closed.strip_prefix(open.as_str()).and_then(|rest| rest.split_once(ANSWER)).map_or(String::new(), |(_, end)| end.into()))
     }
 
     /// The bytes `token` adds to the text after `prev` (not always whole UTF-8
     /// characters: feed them to a [`TextStream`](super::TextStream)).
     pub fn decode_piece(&self, prev: Option<u32>, token: u32) -> Result<&[u8], Error> {
-        Ok(match &self.inner.tokenizer {
-            Vocabulary::Llama2c(t) => t.decode_piece(prev, token),
-            Vocabulary::Spm(t) => t.decode_piece(prev, token),
-        }?)
+        Ok(self.inner.tokenizer.tokenizer().decode_piece(prev, token)?)
     }
 
     /// The text of `tokens` (BOS and EOS left out; bytes that are not UTF-8 as U+FFFD).
     pub fn decode(&self, tokens: &[u32]) -> Result<String, Error> {
         let mut bytes = Vec::new();
-        match &self.inner.tokenizer {
-            Vocabulary::Llama2c(t) => t.decode(tokens, &mut bytes),
-            Vocabulary::Spm(t) => t.decode(tokens, &mut bytes),
-        }?;
+        self.inner.tokenizer.tokenizer().decode(tokens, &mut bytes)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
@@ -365,6 +473,7 @@ impl Model {
         match &self.inner.tokenizer {
             Vocabulary::Llama2c(t) => Some(token) == t.eos() || Some(token) == t.bos(),
             Vocabulary::Spm(t) => t.is_eog(token),
+            Vocabulary::Bpe(t) => t.is_eog(token),
         }
     }
 
@@ -378,6 +487,7 @@ impl Model {
         match &self.inner.net {
             Network::Llama(m) => m.attention_shape(context),
             Network::Gemma3(m) => m.attention_shape(context),
+            Network::LlamaFamily(m) => m.attention_shape(context),
         }
     }
 
@@ -386,6 +496,7 @@ impl Model {
         match &self.inner.net {
             Network::Llama(m) => alloc::vec![0; m.config.n_layers],
             Network::Gemma3(m) => m.config.layer_windows(),
+            Network::LlamaFamily(m) => alloc::vec![0; m.config.n_layers],
         }
     }
 
@@ -395,12 +506,14 @@ impl Model {
         let token_bytes = match &self.inner.tokenizer {
             Vocabulary::Llama2c(t) => t.text_bytes(),
             Vocabulary::Spm(t) => t.text_bytes(),
+            Vocabulary::Bpe(t) => t.text_bytes(),
         };
         let family = match &self.inner.net {
             Network::Llama(m) => budget::Family::Llama { residual_tables: m.classifier.layout().bits() >= 5 },
             Network::Gemma3(m) => budget::Family::Gemma3 { sliding_window: m.config.sliding_window, global_every: m.config.swa_period },
+            Network::LlamaFamily(_) => budget::Family::LlamaFamily,
         };
-        let i = &self.inner.info;
+        let i = &self.info;
         budget::Dims {
             family,
             dim: i.dim,

@@ -8,6 +8,7 @@ use super::Error;
 use crate::model::gemma3::Gemma3State;
 use crate::model::kv::KvCache;
 use crate::model::llama::State as LlamaState;
+use crate::model::llama_family::LlamaFamilyState;
 use crate::model::Gemv;
 
 /// One sequence of a model: its KV cache, its tokens and its position.
@@ -29,6 +30,7 @@ pub struct Session {
 enum State {
     Llama(Box<LlamaState>),
     Gemma3(Box<Gemma3State>),
+    LlamaFamily(Box<LlamaFamilyState>),
 }
 
 /// What a session's KV cache holds and costs.
@@ -63,6 +65,7 @@ impl Session {
         let state = match &model.inner().net {
             Network::Llama(m) => State::Llama(Box::new(LlamaState::with_cache(m, cache)?)),
             Network::Gemma3(m) => State::Gemma3(Box::new(Gemma3State::with_cache(m, cache)?)),
+            Network::LlamaFamily(m) => State::LlamaFamily(Box::new(LlamaFamilyState::with_cache(m, cache)?)),
         };
         // room for every position now: appending while generating never allocates
         let tokens = Vec::with_capacity(context);
@@ -79,6 +82,7 @@ impl Session {
         match &self.state {
             State::Llama(s) => s.context(),
             State::Gemma3(s) => s.context(),
+            State::LlamaFamily(s) => s.context(),
         }
     }
 
@@ -102,6 +106,7 @@ impl Session {
         match &self.state {
             State::Llama(s) => s.cache(),
             State::Gemma3(s) => s.cache(),
+            State::LlamaFamily(s) => s.cache(),
         }
     }
 
@@ -159,6 +164,7 @@ impl Session {
             match (net, &mut self.state) {
                 (Network::Llama(m), State::Llama(s)) => m.forward(gemv, s, token, last).map(drop),
                 (Network::Gemma3(m), State::Gemma3(s)) => m.forward(gemv, s, token, last).map(drop),
+                (Network::LlamaFamily(m), State::LlamaFamily(s)) => m.forward(gemv, s, token, last).map(drop),
                 _ => unreachable!("a session's state is made by its own model"),
             }?;
             self.computed = last + 1;
@@ -167,6 +173,7 @@ impl Session {
         let logits = match &self.state {
             State::Llama(s) => s.logits(),
             State::Gemma3(s) => s.logits(),
+            State::LlamaFamily(s) => s.logits(),
         };
         Ok((logits, &self.tokens))
     }
@@ -180,6 +187,7 @@ impl Session {
         match (net, &mut self.state) {
             (Network::Llama(m), State::Llama(s)) => m.feed_batch(gemv, s, batch, first),
             (Network::Gemma3(m), State::Gemma3(s)) => m.feed_batch(gemv, s, batch, first),
+            (Network::LlamaFamily(m), State::LlamaFamily(s)) => m.feed_batch(gemv, s, batch, first),
             _ => unreachable!("a session's state is made by its own model"),
         }?;
         self.computed = end;

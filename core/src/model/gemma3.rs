@@ -45,18 +45,18 @@
 use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
 use alloc::boxed::Box;
 use alloc::format;
-use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::{vector, weights, InMemory, TensorSource, Weights};
+use super::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
+pub use super::import::Imported;
+use super::import::{Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
-use super::ops::{add, rmsnorm, rmsnorm_in_place, RopeAngles};
+use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
+use super::products::{batch_product, first_rows, Scratch};
 use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
-use crate::int8::Int8Activations;
-use crate::{OwnedTables, Tables};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemma3Config {
@@ -138,7 +138,7 @@ impl Gemma3Config {
         let rope_global = rope_base(g, "gemma3.rope.freq_base")?;
         let rope_global_scale = match optional(g, "gemma3.rope.scaling.type", Value::as_str)?.unwrap_or("linear") {
             "none" => 1.0,
-            "linear" => linear_rope_scale(g)?,
+            "linear" => linear_rope_scale(g, "gemma3.rope.scaling.factor", "gemma3.rope.scale_linear")?,
             other => return Err(unsupported("gemma3.rope.scaling.type", other)),
         };
         if let Some(a) = optional(g, "gemma3.rope.scaling.attn_factor", Value::as_f32)? {
@@ -220,45 +220,6 @@ impl Gemma3Config {
     }
 }
 
-/// `Ok(None)` if `key` is absent, its value if `read` takes it; a per-layer array (which
-/// llama.cpp takes for some keys) is refused, any other type is the wrong one.
-fn optional<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<Option<T>, ModelError> {
-    match g.get(key) {
-        None => Ok(None),
-        Some(v @ Value::Array(_)) => Err(unsupported(key, v)),
-        Some(v) => read(&v).map(Some).ok_or(ModelError::MissingMetadata(key)),
-    }
-}
-
-fn required<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<T, ModelError> {
-    optional(g, key, read)?.ok_or(ModelError::MissingMetadata(key))
-}
-
-fn unsupported(key: &'static str, value: impl core::fmt::Display) -> ModelError {
-    ModelError::Unsupported { key, value: value.to_string() }
-}
-
-/// A RoPE base, 10 000 if absent (llama.cpp's default for both keys).
-fn rope_base(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
-    match optional(g, key, Value::as_f32)?.unwrap_or(10_000.0) {
-        base if base.is_finite() && base > 0.0 => Ok(base),
-        base => Err(unsupported(key, base)),
-    }
-}
-
-/// 1/factor of linear RoPE scaling; 1 when the factor is absent or 0 (llama.cpp's "unset").
-fn linear_rope_scale(g: &Gguf<'_>) -> Result<f32, ModelError> {
-    let (key, factor) = match optional(g, "gemma3.rope.scaling.factor", Value::as_f32)? {
-        Some(f) => ("gemma3.rope.scaling.factor", f),
-        None => ("gemma3.rope.scale_linear", optional(g, "gemma3.rope.scale_linear", Value::as_f32)?.unwrap_or(0.0)),
-    };
-    match factor {
-        0.0 => Ok(1.0),
-        f if f.is_finite() && f > 0.0 => Ok(1.0 / f),
-        f => Err(unsupported(key, f)),
-    }
-}
-
 pub struct Gemma3Layer {
     pub attn_norm: Vec<f32>,
     pub wq: Weights,
@@ -273,45 +234,6 @@ pub struct Gemma3Layer {
     pub w_up: Weights,
     pub w_down: Weights,
     pub post_ffn_norm: Vec<f32>,
-}
-
-/// Reported after each imported tensor, and after each chunk of a tensor imported in
-/// chunks (`consumed` then holds the byte range of the tensor's data read so far).
-pub struct Imported<'a> {
-    pub done: usize,
-    pub total: usize,
-    /// The tensor just imported (or being imported).
-    pub tensor: &'a str,
-    /// `Some(bytes of the tensor's data)` for a chunk, `None` once the tensor is done.
-    pub consumed: Option<core::ops::Range<usize>>,
-}
-
-struct Importer<'g, 'a, 's, F> {
-    g: &'g Gguf<'a>,
-    source: &'s mut dyn TensorSource,
-    progress: F,
-    done: usize,
-    total: usize,
-}
-
-impl<F: FnMut(Imported<'_>)> Importer<'_, '_, '_, F> {
-    fn report(&mut self, tensor: &str) {
-        self.done += 1;
-        (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
-    }
-    fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
-        let (done, total, progress) = (self.done, self.total, &mut self.progress);
-        let m = weights(self.g, self.source, &name, Some(shape), |range| {
-            progress(Imported { done, total, tensor: &name, consumed: Some(range) });
-        })?;
-        self.report(&name);
-        Ok(m)
-    }
-    fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
-        let v = vector(self.g, self.source, &name, len)?;
-        self.report(&name);
-        Ok(v)
-    }
 }
 
 pub struct Gemma3 {
@@ -512,46 +434,6 @@ impl Gemma3 {
     }
 }
 
-/// The first `n` rows of `width` values of a token-major buffer.
-fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExactMut<'_, f32> {
-    v[..n * width].chunks_exact_mut(width)
-}
-
-/// `ys[i] = m · xs[i]` for the first `n` rows of `xs`: over one table set per token for
-/// the lookup kernels, over the token's int8 activations for the dot-product kernels.
-fn batch_product<G: Gemv>(gemv: &G, m: &Weights, scratch: &mut Scratch, xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
-    let (rows, cols) = (m.rows(), m.cols());
-    match m {
-        Weights::Lookup(m) => {
-            let group = m.layout().group();
-            let set = scratch.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
-            let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
-            for (t, x) in set.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
-                t.build(x)?;
-            }
-            let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
-            gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
-        }
-        Weights::Int8(m) => {
-            let act = scratch.int8.iter_mut().find(|a| a.cols() == cols);
-            let act = act.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
-            for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)).take(n) {
-                act.quantize(x)?;
-                gemv.int8_gemv(m, act, y)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Per-token working memory of the products: one table set per token of a batch for
-/// each (columns, group) of lookup matrices, one int8 activation vector for each
-/// column count of int8 matrices.
-struct Scratch {
-    tables: Vec<((usize, usize), Vec<OwnedTables>)>,
-    int8: Vec<Int8Activations>,
-}
-
 /// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
 /// token-major.
 struct Batch {
@@ -571,21 +453,6 @@ struct Batch {
 impl Batch {
     fn new(model: &Gemma3) -> Result<Batch, ModelError> {
         let (c, n) = (&model.config, PREFILL_BATCH);
-        let mut tables = Vec::new();
-        let mut int8: Vec<Int8Activations> = Vec::new();
-        for m in model.matrices() {
-            match m {
-                Weights::Lookup(m) => {
-                    let key = (m.layout().cols(), m.layout().group());
-                    if !tables.iter().any(|(k, _)| *k == key) {
-                        let set = (0..n).map(|_| OwnedTables::new(key.0, key.1)).collect::<Result<Vec<_>, _>>()?;
-                        tables.push((key, set));
-                    }
-                }
-                Weights::Int8(m) if !int8.iter().any(|a| a.cols() == m.cols()) => int8.push(Int8Activations::new(m.cols())?),
-                Weights::Int8(_) => {}
-            }
-        }
         Ok(Batch {
             x: vec![0.0; n * c.dim],
             xb: vec![0.0; n * c.dim],
@@ -595,7 +462,7 @@ impl Batch {
             attn: vec![0.0; n * c.q_dim()],
             hb: vec![0.0; n * c.hidden_dim],
             hb2: vec![0.0; n * c.hidden_dim],
-            scratch: Scratch { tables, int8 },
+            scratch: Scratch::for_matrices(model.matrices())?,
             rope_global: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(true))).collect(),
             rope_local: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(false))).collect(),
         })
@@ -657,15 +524,6 @@ fn gelu_tanh(x: f32) -> f32 {
     let e = exp(-2.0 * u.abs());
     // sigmoid(2u) = 1 / (1 + e) for u ≥ 0, e / (1 + e) below
     x * if u >= 0.0 { 1.0 } else { e } / (1.0 + e)
-}
-
-/// NEOX RoPE: dimension i rotates with i + head_dim/2, by pair i's angle.
-fn rope_neox(head: &mut [f32], angles: &RopeAngles) {
-    let half = head.len() / 2;
-    let (first, second) = head.split_at_mut(half);
-    for (((a, b), &cos), &sin) in first.iter_mut().zip(second).zip(&angles.cos).zip(&angles.sin) {
-        (*a, *b) = (*a * cos - *b * sin, *a * sin + *b * cos);
-    }
 }
 
 #[cfg(test)]

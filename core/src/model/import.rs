@@ -1,8 +1,10 @@
 //! GGUF tensors (Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
 //! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
+//! Float matrices (F32, F16, BF16) become their Q8_0 quantization, as `llama-quantize`
+//! would make it.
 
 use alloc::format;
-use alloc::string::ToString;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::ModelError;
@@ -154,6 +156,9 @@ pub fn weights(
         }
         return Ok(Weights::Int8(m));
     }
+    if let Some(reader) = float_reader(info.ggml_type) {
+        return float_as_q8_0(source, range, rows, cols, reader, consumed).map(Weights::Int8);
+    }
     let data = source.read(range)?;
     let m = match info.ggml_type {
         GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
@@ -168,6 +173,54 @@ pub fn weights(
     }?;
     consumed(0..data.len());
     Ok(Weights::Lookup(m))
+}
+
+/// How to read one value of a float tensor type (F32, F16, BF16) from its bytes.
+type FloatReader = (usize, fn(&[u8]) -> f32);
+
+/// Bytes per value, and how to read one, for the float tensor types (F32, F16, BF16).
+fn float_reader(t: GgmlType) -> Option<FloatReader> {
+    match t {
+        GgmlType::F32 => Some((4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        GgmlType::F16 => Some((2, |b| crate::f16::f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]])))),
+        GgmlType::BF16 => Some((2, |b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))),
+        _ => None,
+    }
+}
+
+/// A float matrix quantized to Q8_0 as `llama-quantize` does it (ggml's
+/// `quantize_row_q8_0_ref`: scale amax/127 rounded to f16, codes `roundf(x · 127/amax)`
+/// from the f32 scale), so an F32 file runs as its Q8_0 quantization would, on the int8
+/// kernels. A block with a non-finite weight gets a NaN scale, which the import refuses.
+fn float_as_q8_0(
+    source: &mut dyn TensorSource,
+    range: Range<u64>,
+    rows: usize,
+    cols: usize,
+    (value_bytes, to_f32): FloatReader,
+    mut consumed: impl FnMut(Range<usize>),
+) -> Result<Int8Matrix, ModelError> {
+    const BLOCK: usize = 32;
+    let mut m = Int8Matrix::for_q8_0(rows, cols)?;
+    let row_bytes = cols * value_bytes;
+    let chunk = (1 << 20) / row_bytes.max(1) + 1;
+    let mut blocks = Vec::with_capacity(chunk.min(rows) * m.q8_0_row_bytes());
+    for first in (0..rows).step_by(chunk) {
+        let piece = first * row_bytes..(first + chunk.min(rows - first)) * row_bytes;
+        let data = source.read(range.start + piece.start as u64..range.start + piece.end as u64)?;
+        blocks.clear();
+        for values in data.chunks_exact(BLOCK * value_bytes) {
+            let x: [f32; BLOCK] = core::array::from_fn(|j| to_f32(&values[j * value_bytes..]));
+            let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = if x.iter().all(|v| v.is_finite()) { amax / 127.0 } else { f32::NAN };
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            blocks.extend_from_slice(&crate::f16::f32_to_f16_bits(d).to_le_bytes());
+            blocks.extend(x.iter().map(|&v| libm::roundf(v * id) as i8 as u8));
+        }
+        m.set_q8_0_rows(first, &blocks)?;
+        consumed(piece);
+    }
+    Ok(m)
 }
 
 /// Bytes a loaded model of GGUF `g` holds its tensors in, from the header alone: each
@@ -192,7 +245,7 @@ fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
     }
     let (rows, cols) = (usize::try_from(t.dims[1]).ok()?, usize::try_from(t.dims[0]).ok()?);
     let layout = match t.ggml_type {
-        GgmlType::Q8_0 => return Int8Matrix::bytes_for(rows, cols),
+        GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return Int8Matrix::bytes_for(rows, cols),
         GgmlType::Q4_0 => convert::q4_0_layout(rows, cols),
         GgmlType::Q5_0 => convert::q5_0_layout(rows, cols),
         GgmlType::Q4_K => convert::q4_k_layout(rows, cols),
@@ -307,4 +360,43 @@ pub fn meta_u32(g: &Gguf<'_>, key: &'static str) -> Result<usize, ModelError> {
 /// A required `f32` metadata value.
 pub fn meta_f32(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
     g.get_f32(key).ok_or(ModelError::MissingMetadata(key))
+}
+
+/// Reported after each imported tensor, and after each chunk of a tensor imported in
+/// chunks (`consumed` then holds the byte range of the tensor's data read so far).
+pub struct Imported<'a> {
+    pub done: usize,
+    pub total: usize,
+    /// The tensor just imported (or being imported).
+    pub tensor: &'a str,
+    /// `Some(bytes of the tensor's data)` for a chunk, `None` once the tensor is done.
+    pub consumed: Option<core::ops::Range<usize>>,
+}
+
+pub(super) struct Importer<'g, 'a, 's, F> {
+    pub(super) g: &'g Gguf<'a>,
+    pub(super) source: &'s mut dyn TensorSource,
+    pub(super) progress: F,
+    pub(super) done: usize,
+    pub(super) total: usize,
+}
+
+impl<F: FnMut(Imported<'_>)> Importer<'_, '_, '_, F> {
+    pub(super) fn report(&mut self, tensor: &str) {
+        self.done += 1;
+        (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
+    }
+    pub(super) fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
+        let (done, total, progress) = (self.done, self.total, &mut self.progress);
+        let m = weights(self.g, self.source, &name, Some(shape), |range| {
+            progress(Imported { done, total, tensor: &name, consumed: Some(range) });
+        })?;
+        self.report(&name);
+        Ok(m)
+    }
+    pub(super) fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
+        let v = vector(self.g, self.source, &name, len)?;
+        self.report(&name);
+        Ok(v)
+    }
 }

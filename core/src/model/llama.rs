@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 
 use super::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
-use super::ops::{add, rmsnorm, RopeAngles};
+use super::ops::{add, rmsnorm, rope_adjacent, RopeAngles};
 use super::{check_feed, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::Gguf;
 use crate::llama2c::{Checkpoint, F32Tensor};
@@ -489,11 +489,7 @@ impl State {
 /// llama2.c's RoPE: rotate adjacent pairs (2j, 2j + 1) of every head by pair j's angle.
 fn rope(q: &mut [f32], k: &mut [f32], head_size: usize, angles: &RopeAngles) {
     for head in q.chunks_exact_mut(head_size).chain(k.chunks_exact_mut(head_size)) {
-        for ((pair, &cos), &sin) in head.chunks_exact_mut(2).zip(&angles.cos).zip(&angles.sin) {
-            let (a, b) = (pair[0], pair[1]);
-            pair[0] = a * cos - b * sin;
-            pair[1] = a * sin + b * cos;
-        }
+        rope_adjacent(head, angles);
     }
 }
 

@@ -2,10 +2,13 @@
 //! llama2.c's `run.c`: norm, qkv, rope, attention, output, residual, ffn.
 
 pub mod gemma3;
+mod hparams;
 pub mod import;
 pub mod kv;
 pub mod llama;
+pub mod llama_family;
 mod ops;
+mod products;
 
 use core::fmt;
 

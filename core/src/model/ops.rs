@@ -47,3 +47,21 @@ impl RopeAngles {
         }
     }
 }
+
+/// NEOX RoPE: dimension i rotates with i + head_dim/2, by pair i's angle.
+pub(crate) fn rope_neox(head: &mut [f32], angles: &RopeAngles) {
+    let half = head.len() / 2;
+    let (first, second) = head.split_at_mut(half);
+    for (((a, b), &cos), &sin) in first.iter_mut().zip(second).zip(&angles.cos).zip(&angles.sin) {
+        (*a, *b) = (*a * cos - *b * sin, *a * sin + *b * cos);
+    }
+}
+
+/// Normal (llama2.c, ggml's default) RoPE: adjacent pairs (2j, 2j + 1) rotate by pair j's angle.
+pub(crate) fn rope_adjacent(head: &mut [f32], angles: &RopeAngles) {
+    for ((pair, &cos), &sin) in head.chunks_exact_mut(2).zip(&angles.cos).zip(&angles.sin) {
+        let (a, b) = (pair[0], pair[1]);
+        pair[0] = a * cos - b * sin;
+        pair[1] = a * sin + b * cos;
+    }
+}

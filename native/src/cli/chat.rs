@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use lutra::engine::{CancelFlag, Error, Generation, Session, StopReason};
+use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, Session, StopReason};
 use lutra::threads::{Pool, PoolGemv};
 use lutra::Role;
 
@@ -18,7 +18,7 @@ use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
 pub struct ChatArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// A system prompt (Gemma puts it in front of the first user turn)
+    /// A system prompt (as the template places it: Gemma's in front of the first user turn)
     #[arg(long)]
     system: Option<String>,
     /// Most tokens per answer
@@ -33,6 +33,9 @@ pub struct ChatArgs {
     ctx: usize,
     #[command(flatten)]
     attention: AttentionArgs,
+    /// Print each formatted prompt fed to the model to stderr (Rust string escapes, one `prompt: "..."` line per turn)
+    #[arg(long)]
+    verbose_prompt: bool,
 }
 
 pub fn chat(a: ChatArgs) -> Result<(), String> {
@@ -73,6 +76,7 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     let mut lines = std::io::stdin().lock().lines();
     let mut first = true;
+    let mut history = ChatHistory::new();
     loop {
         if interactive {
             eprint!("> ");
@@ -87,7 +91,15 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
             turns.push((Role::System, system));
         }
         turns.push((Role::User, line.as_str()));
-        let tokens = model.encode_chat(&turns, first).map_err(|e| e.to_string())?;
+        let prompt = history.prompt(&model, &turns).map_err(|e| e.to_string())?;
+        if a.verbose_prompt {
+            eprintln!("prompt: {:?}", prompt.text);
+        }
+        if prompt.restart {
+            // the template re-formats earlier turns: start the session over
+            session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
+        }
+        let tokens = prompt.tokens;
         cancel.reset();
         let mut generation = match Generation::start(&mut session, &tokens, sampler, a.n_predict) {
             Ok(g) => g.with_cancel_flag(cancel.clone()),
@@ -100,11 +112,16 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         first = false;
         answering.store(true, Ordering::SeqCst);
         let t = Instant::now();
+        let mut answer = String::new();
         while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
+            answer.push_str(token.text);
             out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
         }
         answering.store(false, Ordering::SeqCst);
-        writeln!(out, "{}", generation.finish_text()).map_err(io)?;
+        let rest = generation.finish_text();
+        answer.push_str(rest);
+        writeln!(out, "{rest}").map_err(io)?;
+        history.add_answer(&answer);
         out.flush().map_err(io)?;
         // only this turn's tokens were computed: earlier turns stay in the session
         eprintln!(

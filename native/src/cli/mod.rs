@@ -112,7 +112,7 @@ fn warn_if_codebooks_short(attention: &Attention, context: usize) {
 /// The model file and how to read it.
 #[derive(Args)]
 pub struct ModelArgs {
-    /// Model file: GGUF (Gemma 3) or llama2.c checkpoint (its tokenizer.bin beside it)
+    /// Model file: GGUF (Gemma 3, Llama 2/3, Mistral, Qwen 2/3) or llama2.c checkpoint (its tokenizer.bin beside it)
     #[arg(short, long)]
     pub model: PathBuf,
     /// tokenizer.bin of a llama2.c checkpoint, if not beside it
@@ -124,13 +124,20 @@ pub struct ModelArgs {
     /// Most memory the weights and the session may use (e.g. 800M, 2G); default: the machine's RAM. A model or context over it is refused before loading
     #[arg(long, value_parser = lutra::memory::parse_size)]
     pub max_memory: Option<u64>,
+    /// Chat format: one of llama.cpp's builtin template names (chatml, llama3, llama2, mistral-v7, phi3, gemma, ...), instead of the one recognized in the file's tokenizer.chat_template
+    #[arg(long)]
+    pub chat_template: Option<String>,
 }
 
 impl ModelArgs {
     /// Loads the model, with a progress bar when `progress`.
     pub fn load(&self, progress: bool) -> Result<lutra::Model, String> {
         let opts = lutra::LoadOptions { tokenizer: self.tokenizer.clone(), bits: self.bits, progress, max_memory: self.max_memory };
-        lutra::Model::load_with(&self.model, &opts).map_err(|e| e.to_string())
+        let model = lutra::Model::load_with(&self.model, &opts).map_err(|e| e.to_string())?;
+        match &self.chat_template {
+            Some(name) => model.with_chat_template(name).map_err(|e| e.to_string()),
+            None => Ok(model),
+        }
     }
 }
 

@@ -1,0 +1,613 @@
+//! The Llama family of GGUF architectures, as llama.cpp runs them: `llama` (Llama 2, 3,
+//! 3.1, 3.2, TinyLlama, SmolLM/SmolLM2, Mistral-7B-style files, stories15M from
+//! llama.cpp's llama2.c converter), `qwen2` and `qwen3`. One graph, with the three
+//! visible differences:
+//!
+//! - `llama` rotates adjacent pairs (ggml's "normal" RoPE); `qwen2` and `qwen3` rotate
+//!   dimension `i` with `i + head_dim/2` (NEOX).
+//! - `qwen3` RMS-normalizes each query and key head before the rotation (QK-norm).
+//! - Biases on the query, key, value and output projections are added where the file has
+//!   them (`qwen2` has q/k/v biases).
+//!
+//! Everything else is shared: RMSNorm, grouped-query attention scaled by 1/√head_dim, a
+//! SiLU-gated FFN, an LM head that is `output.weight` or, when the file has none, the
+//! token embedding (tied). Every product is a LUT GEMV (or an int8 dot product for Q8_0
+//! and float matrices) over the imported weights.
+//!
+//! # Configuration
+//!
+//! Read as llama.cpp's `load_hparams` reads it for these architectures. A value lutra
+//! does not implement is `ModelError::Unsupported` naming the key:
+//!
+//! - Sizes: `embedding_length`, `block_count`, `feed_forward_length`, `context_length`,
+//!   `attention.head_count`, `attention.layer_norm_rms_epsilon` are required;
+//!   `attention.head_count_kv` defaults to the head count, `attention.key_length` and
+//!   `attention.value_length` to dim / heads (they must be equal); per-layer arrays are
+//!   refused. `rope.dimension_count` must equal the key length (llama.cpp refuses partial
+//!   rotation for `llama` too). `expert_count` > 0 (mixture of experts) is refused.
+//! - RoPE: base `rope.freq_base` (default 10 000); `rope.scaling.type` `none` or `linear`
+//!   (`rope.scaling.factor` f multiplies positions by 1/f); `yarn`, `longrope` and others
+//!   are refused, as is `rope.scaling.attn_factor` ≠ 1. Llama 3.1/3.2's "llama3" scaling
+//!   is the `rope_freqs.weight` tensor the converter writes: pair `i`'s frequency is
+//!   divided by its factor, as ggml's `rope_ext` does with `freq_factors`.
+//! - Tensors: every tensor in the file must be one this graph reads (as llama.cpp's
+//!   loader insists): fused `attn_qkv`, FFN biases, an `output.bias`, expert tensors…
+//!   are refused by name rather than ignored.
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
+use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
+use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
+use super::products::{batch_product, first_rows, Scratch};
+use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
+use crate::gguf::{Gguf, Value};
+use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
+
+/// Which member of the family a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+impl Arch {
+    /// The architecture of `general.architecture = name`, if it is one of the family.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "llama" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+
+    /// Whether RoPE rotates dimension `i` with `i + head_dim/2` (else adjacent pairs).
+    pub fn neox_rope(self) -> bool {
+        self != Arch::Llama
+    }
+
+    /// Whether query and key heads are RMS-normalized before RoPE.
+    pub fn qk_norm(self) -> bool {
+        self == Arch::Qwen3
+    }
+
+    fn keys(self) -> &'static Keys {
+        match self {
+            Arch::Llama => &keys!("llama"),
+            Arch::Qwen2 => &keys!("qwen2"),
+            Arch::Qwen3 => &keys!("qwen3"),
+        }
+    }
+}
+
+/// The metadata keys of one architecture (errors name them, so they are `'static`).
+struct Keys {
+    dim: &'static str,
+    hidden_dim: &'static str,
+    n_layers: &'static str,
+    n_heads: &'static str,
+    n_kv_heads: &'static str,
+    key_length: &'static str,
+    value_length: &'static str,
+    context: &'static str,
+    vocab_size: &'static str,
+    norm_eps: &'static str,
+    expert_count: &'static str,
+    rope_dims: &'static str,
+    rope_base: &'static str,
+    rope_scaling: &'static str,
+    rope_factor: &'static str,
+    rope_scale_linear: &'static str,
+    rope_attn_factor: &'static str,
+}
+
+macro_rules! keys {
+    ($arch:literal) => {
+        Keys {
+            dim: concat!($arch, ".embedding_length"),
+            hidden_dim: concat!($arch, ".feed_forward_length"),
+            n_layers: concat!($arch, ".block_count"),
+            n_heads: concat!($arch, ".attention.head_count"),
+            n_kv_heads: concat!($arch, ".attention.head_count_kv"),
+            key_length: concat!($arch, ".attention.key_length"),
+            value_length: concat!($arch, ".attention.value_length"),
+            context: concat!($arch, ".context_length"),
+            vocab_size: concat!($arch, ".vocab_size"),
+            norm_eps: concat!($arch, ".attention.layer_norm_rms_epsilon"),
+            expert_count: concat!($arch, ".expert_count"),
+            rope_dims: concat!($arch, ".rope.dimension_count"),
+            rope_base: concat!($arch, ".rope.freq_base"),
+            rope_scaling: concat!($arch, ".rope.scaling.type"),
+            rope_factor: concat!($arch, ".rope.scaling.factor"),
+            rope_scale_linear: concat!($arch, ".rope.scale_linear"),
+            rope_attn_factor: concat!($arch, ".rope.scaling.attn_factor"),
+        }
+    };
+}
+use keys;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LlamaFamilyConfig {
+    pub arch: Arch,
+    pub dim: usize,
+    pub hidden_dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub context: usize,
+    pub norm_eps: f32,
+    pub rope_base: f32,
+    /// What RoPE multiplies positions by: 1/factor of linear scaling, 1 without.
+    pub rope_scale: f32,
+}
+
+impl LlamaFamilyConfig {
+    /// The hyperparameters of a `llama`, `qwen2` or `qwen3` GGUF file (see the module doc).
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<LlamaFamilyConfig, ModelError> {
+        let name = g.get_str("general.architecture").ok_or(ModelError::MissingMetadata("general.architecture"))?;
+        let arch =
+            Arch::from_name(name).ok_or_else(|| ModelError::WrongArchitecture { expected: "llama, qwen2 or qwen3", found: name.into() })?;
+        let k = arch.keys();
+        let count = |key: &'static str| required(g, key, Value::as_u32).map(|n| n as usize);
+
+        // sizes
+        let dim = count(k.dim)?;
+        let n_layers = count(k.n_layers)?;
+        let n_heads = count(k.n_heads)?;
+        let n_kv_heads = optional(g, k.n_kv_heads, Value::as_u32)?.map_or(n_heads, |n| n as usize);
+        if dim == 0 {
+            return Err(unsupported(k.dim, 0));
+        }
+        if n_layers == 0 {
+            return Err(unsupported(k.n_layers, 0));
+        }
+        if n_heads == 0 {
+            return Err(unsupported(k.n_heads, 0));
+        }
+        if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
+            return Err(unsupported(k.n_kv_heads, format!("{n_kv_heads} (with {n_heads} query heads)")));
+        }
+        let head_dim = optional(g, k.key_length, Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+            return Err(unsupported(k.key_length, head_dim));
+        }
+        let value_dim = optional(g, k.value_length, Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        if value_dim != head_dim {
+            return Err(unsupported(k.value_length, format!("{value_dim} (key_length {head_dim})")));
+        }
+        if let Some(rotated) = optional(g, k.rope_dims, Value::as_u32)? {
+            if rotated as usize != head_dim {
+                return Err(unsupported(k.rope_dims, format!("{rotated} (key_length {head_dim}): partial rotation")));
+            }
+        }
+        if let Some(experts) = optional(g, k.expert_count, Value::as_u32)? {
+            if experts > 0 {
+                return Err(unsupported(k.expert_count, format!("{experts} (mixture of experts)")));
+            }
+        }
+        let hidden_dim = count(k.hidden_dim)?;
+        let context = count(k.context)?;
+        // llama.cpp: the vocab_size key, else the tokenizer's token count
+        let vocab_size = match optional(g, k.vocab_size, Value::as_u32)? {
+            Some(n) => n as usize,
+            None => g
+                .get_array("tokenizer.ggml.tokens")
+                .map(|a| a.len() as usize)
+                .ok_or(ModelError::MissingMetadata("tokenizer.ggml.tokens"))?,
+        };
+
+        // RoPE
+        let rope_scale = match optional(g, k.rope_scaling, Value::as_str)?.unwrap_or("linear") {
+            "none" => 1.0,
+            "linear" => linear_rope_scale(g, k.rope_factor, k.rope_scale_linear)?,
+            other => return Err(unsupported(k.rope_scaling, other)),
+        };
+        if let Some(a) = optional(g, k.rope_attn_factor, Value::as_f32)? {
+            if a != 1.0 {
+                return Err(unsupported(k.rope_attn_factor, a));
+            }
+        }
+
+        // every buffer sized from these is bounded: the limits llama2.c files have too
+        for (key, value, max) in [
+            (k.dim, dim, MAX_DIM),
+            (k.hidden_dim, hidden_dim, MAX_HIDDEN_DIM),
+            (k.n_layers, n_layers, MAX_LAYERS),
+            (k.n_heads, n_heads, MAX_HEADS),
+            (k.key_length, head_dim, MAX_DIM),
+            (k.context, context, MAX_SEQ_LEN),
+            (k.vocab_size, vocab_size, MAX_VOCAB),
+        ] {
+            if value > max {
+                return Err(unsupported(key, format!("{value} (at most {max})")));
+            }
+        }
+        if vocab_size == 0 || context == 0 || hidden_dim == 0 {
+            return Err(unsupported(k.vocab_size, format!("vocabulary {vocab_size}, context {context}, feed-forward {hidden_dim}")));
+        }
+
+        let norm_eps = required(g, k.norm_eps, Value::as_f32)?;
+        if !norm_eps.is_finite() || norm_eps < 0.0 {
+            return Err(unsupported(k.norm_eps, norm_eps));
+        }
+        Ok(LlamaFamilyConfig {
+            arch,
+            dim,
+            hidden_dim,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            vocab_size,
+            context,
+            norm_eps,
+            rope_base: rope_base(g, k.rope_base)?,
+            rope_scale,
+        })
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// RoPE frequencies: at position `pos`, pair `i` turns by `pos · f[i]`,
+    /// `f[i] = scale · base^(−2i/head_dim) / factor[i]` (`factors`: Llama 3's `rope_freqs`).
+    pub fn rope_frequencies(&self, factors: Option<&[f32]>) -> Vec<f32> {
+        let d = self.head_dim as f32;
+        (0..self.head_dim / 2)
+            .map(|i| libm::powf(self.rope_base, -2.0 * i as f32 / d) * self.rope_scale / factors.map_or(1.0, |f| f[i]))
+            .collect()
+    }
+}
+
+/// A matrix and, where the file has one, the bias added to its product.
+pub struct Projection {
+    pub weights: Weights,
+    pub bias: Option<Vec<f32>>,
+}
+
+pub struct LlamaFamilyLayer {
+    pub attn_norm: Vec<f32>,
+    pub wq: Projection,
+    pub wk: Projection,
+    pub wv: Projection,
+    /// `qwen3`'s per-head RMSNorm weights of queries and keys.
+    pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    pub wo: Projection,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Weights,
+    pub w_up: Weights,
+    pub w_down: Weights,
+}
+
+pub struct LlamaFamily {
+    pub config: LlamaFamilyConfig,
+    pub token_embd: Weights,
+    pub layers: Vec<LlamaFamilyLayer>,
+    pub output_norm: Vec<f32>,
+    /// `None`: the LM head is tied to the token embedding.
+    pub output: Option<Weights>,
+    /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`).
+    pub rope_factors: Option<Vec<f32>>,
+}
+
+impl LlamaFamily {
+    /// Import every tensor of a `llama`, `qwen2` or `qwen3` GGUF file.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<LlamaFamily, ModelError> {
+        Self::from_gguf_source(g, &mut InMemory(g.bytes()), |_| {})
+    }
+
+    /// As `from_gguf`, the tensors' bytes read from `source`, `progress` called after each
+    /// tensor (see `Gemma3::from_gguf_source`).
+    pub fn from_gguf_source(
+        g: &Gguf<'_>,
+        source: &mut dyn TensorSource,
+        progress: impl FnMut(Imported<'_>),
+    ) -> Result<LlamaFamily, ModelError> {
+        let c = LlamaFamilyConfig::from_gguf(g)?;
+        let optional_tensor = |name: String| g.tensor(&name).is_some().then_some(name);
+        let has_output = g.tensor("output.weight").is_some();
+        let rope_freqs = optional_tensor("rope_freqs.weight".into());
+        let biases = |l: usize| ["attn_q", "attn_k", "attn_v", "attn_output"].map(|t| optional_tensor(format!("blk.{l}.{t}.bias")));
+        let per_layer = 7 + 2 + if c.arch.qk_norm() { 2 } else { 0 };
+        let bias_count: usize = (0..c.n_layers).map(|l| biases(l).iter().flatten().count()).sum();
+        let total = 2 + usize::from(has_output) + usize::from(rope_freqs.is_some()) + per_layer * c.n_layers + bias_count;
+        // llama.cpp refuses a file with tensors its graph does not read; so does lutra,
+        // naming the first, before importing anything
+        if g.tensor_count() != total as u64 {
+            return Err(unsupported("tensor", unread_tensor(g, &c, total)));
+        }
+
+        let mut imp = Importer { g, source, progress, done: 0, total };
+        let token_embd = imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?;
+        let rope_factors = match rope_freqs {
+            Some(name) => {
+                let f = imp.vector(name, c.head_dim / 2)?;
+                if f.iter().any(|v| !v.is_finite() || *v <= 0.0) {
+                    return Err(unsupported("rope_freqs.weight", "a factor that is not finite and positive"));
+                }
+                Some(f)
+            }
+            None => None,
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let name = |t: &str| format!("blk.{l}.{t}.weight");
+            let [bq, bk, bv, bo] = biases(l);
+            let projection = |imp: &mut Importer<'_, '_, '_, _>, t: &str, shape: (usize, usize), bias: Option<String>| {
+                let weights = imp.matrix(name(t), shape)?;
+                let bias = bias.map(|b| imp.vector(b, shape.0)).transpose()?;
+                Ok::<_, ModelError>(Projection { weights, bias })
+            };
+            let attn_norm = imp.vector(name("attn_norm"), c.dim)?;
+            let wq = projection(&mut imp, "attn_q", (c.q_dim(), c.dim), bq)?;
+            let wk = projection(&mut imp, "attn_k", (c.kv_dim(), c.dim), bk)?;
+            let wv = projection(&mut imp, "attn_v", (c.kv_dim(), c.dim), bv)?;
+            let qk_norm = if c.arch.qk_norm() {
+                Some((imp.vector(name("attn_q_norm"), c.head_dim)?, imp.vector(name("attn_k_norm"), c.head_dim)?))
+            } else {
+                None
+            };
+            let wo = projection(&mut imp, "attn_output", (c.dim, c.q_dim()), bo)?;
+            layers.push(LlamaFamilyLayer {
+                attn_norm,
+                wq,
+                wk,
+                wv,
+                qk_norm,
+                wo,
+                ffn_norm: imp.vector(name("ffn_norm"), c.dim)?,
+                w_gate: imp.matrix(name("ffn_gate"), (c.hidden_dim, c.dim))?,
+                w_up: imp.matrix(name("ffn_up"), (c.hidden_dim, c.dim))?,
+                w_down: imp.matrix(name("ffn_down"), (c.dim, c.hidden_dim))?,
+            });
+        }
+        let output_norm = imp.vector("output_norm.weight".into(), c.dim)?;
+        let output = if has_output { Some(imp.matrix("output.weight".into(), (c.vocab_size, c.dim))?) } else { None };
+        Ok(LlamaFamily { config: c, token_embd, layers, output_norm, output, rope_factors })
+    }
+
+    /// The attention a KV cache for up to `context` positions must serve.
+    pub fn attention_shape(&self, context: usize) -> AttentionShape {
+        let c = &self.config;
+        AttentionShape {
+            layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            context: context.min(c.context).max(1),
+        }
+    }
+
+    /// The LM head: `output.weight`, or the token embedding when they are tied.
+    pub fn lm_head(&self) -> &Weights {
+        self.output.as_ref().unwrap_or(&self.token_embd)
+    }
+
+    /// Every matrix the model multiplies by, the LM head first.
+    pub fn matrices(&self) -> impl Iterator<Item = &Weights> {
+        let layers =
+            self.layers.iter().flat_map(|l| [&l.wq.weights, &l.wk.weights, &l.wv.weights, &l.wo.weights, &l.w_gate, &l.w_up, &l.w_down]);
+        core::iter::once(self.lm_head()).chain(layers)
+    }
+
+    /// Bytes of the imported matrices, the token embedding included.
+    pub fn matrix_bytes(&self) -> usize {
+        let embedding = if self.output.is_some() { self.token_embd.bytes() } else { 0 };
+        embedding + self.matrices().map(Weights::bytes).sum::<usize>()
+    }
+
+    /// Logits for `token` at `pos`; positions fed in order from 0.
+    pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut LlamaFamilyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        self.feed(gemv, s, token, pos)?;
+        let (c, b) = (&self.config, &mut *s.batch);
+        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
+        batch_product(gemv, self.lm_head(), &mut b.scratch, &b.xb, 1, &mut s.logits)?;
+        Ok(&s.logits)
+    }
+
+    /// `forward` without the logits: puts `token` at `pos` into the cache.
+    pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, token: u32, pos: usize) -> Result<(), ModelError> {
+        self.feed_batch(gemv, s, &[token], pos)
+    }
+
+    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
+    /// one pass of each weight matrix: the cache and every later logit are what feeding
+    /// them one by one gives, bit for bit.
+    pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        check_feed(tokens, first_pos, s.context, self.config.vocab_size)?;
+        for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
+            self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
+        }
+        Ok(())
+    }
+
+    fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let (c, b) = (&self.config, &mut *s.batch);
+        let (n, dim, hd, qd, kvd) = (tokens.len(), c.dim, c.head_dim, c.q_dim(), c.kv_dim());
+        let query_scale = 1.0 / libm::sqrtf(hd as f32);
+        for (i, &token) in tokens.iter().enumerate() {
+            self.token_embd.dequantize_row(token as usize, &mut b.x[i * dim..(i + 1) * dim])?;
+            b.rope[i].set_position(first_pos + i);
+        }
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            // attention: norm, q k v (+ biases), QK-norm, rope
+            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+                rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
+            }
+            project(gemv, &layer.wq, &mut b.scratch, &b.xb, n, &mut b.q)?;
+            project(gemv, &layer.wk, &mut b.scratch, &b.xb, n, &mut b.k)?;
+            project(gemv, &layer.wv, &mut b.scratch, &b.xb, n, &mut b.v)?;
+            for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(&b.rope) {
+                for (head, norm) in q
+                    .chunks_exact_mut(hd)
+                    .map(|h| (h, layer.qk_norm.as_ref().map(|n| &n.0)))
+                    .chain(k.chunks_exact_mut(hd).map(|h| (h, layer.qk_norm.as_ref().map(|n| &n.1))))
+                {
+                    if let Some(norm) = norm {
+                        rmsnorm_in_place(head, norm, c.norm_eps);
+                    }
+                    if c.arch.neox_rope() {
+                        rope_neox(head, angles);
+                    } else {
+                        rope_adjacent(head, angles);
+                    }
+                }
+            }
+            // each token stores its key and value, then attends over 0..=pos
+            for i in 0..n {
+                let pos = first_pos + i;
+                s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
+                let (q, out) = (&b.q[i * qd..(i + 1) * qd], &mut b.attn[i * qd..(i + 1) * qd]);
+                s.cache.attend_with(gemv.parallel(), l, 0, pos, q, query_scale, out);
+            }
+
+            // output projection, residual
+            project(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;
+            add(&mut b.x[..n * dim], &b.xb[..n * dim]);
+
+            // ffn: norm, SiLU-gated up, down, residual
+            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+                rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
+            }
+            batch_product(gemv, &layer.w_gate, &mut b.scratch, &b.xb, n, &mut b.hb)?;
+            batch_product(gemv, &layer.w_up, &mut b.scratch, &b.xb, n, &mut b.hb2)?;
+            for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
+                *g = *g / (1.0 + libm::expf(-*g)) * u;
+            }
+            batch_product(gemv, &layer.w_down, &mut b.scratch, &b.hb, n, &mut b.xb)?;
+            add(&mut b.x[..n * dim], &b.xb[..n * dim]);
+        }
+        Ok(())
+    }
+}
+
+/// `ys[i] = p.weights · xs[i] + p.bias` for the first `n` rows of `xs`.
+fn project<G: Gemv>(gemv: &G, p: &Projection, scratch: &mut Scratch, xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
+    batch_product(gemv, &p.weights, scratch, xs, n, ys)?;
+    if let Some(bias) = &p.bias {
+        for y in first_rows(ys, n, bias.len()) {
+            add(y, bias);
+        }
+    }
+    Ok(())
+}
+
+/// The first tensor of `g` that a model of config `c` does not read (`expected` of them).
+fn unread_tensor(g: &Gguf<'_>, c: &LlamaFamilyConfig, expected: usize) -> String {
+    let layer_tensor = |rest: &str| {
+        let known = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"];
+        let qk = ["attn_q_norm", "attn_k_norm"];
+        match rest.split_once('.') {
+            Some((t, "weight")) => known.contains(&t) || (c.arch.qk_norm() && qk.contains(&t)),
+            Some((t, "bias")) => ["attn_q", "attn_k", "attn_v", "attn_output"].contains(&t),
+            _ => false,
+        }
+    };
+    let read = |name: &str| match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+        Some((l, rest)) => l.parse::<usize>().is_ok_and(|l| l < c.n_layers) && layer_tensor(rest),
+        None => ["token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"].contains(&name),
+    };
+    match g.tensors().find(|t| !read(t.name)) {
+        Some(t) => format!("{} (not part of the {} graph)", t.name, c.arch.name()),
+        None => format!("{} tensors in the file, {expected} expected (one is missing)", g.tensor_count()),
+    }
+}
+
+/// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
+/// token-major.
+struct Batch {
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    scratch: Scratch,
+    rope: Vec<RopeAngles>,
+}
+
+impl Batch {
+    fn new(model: &LlamaFamily) -> Result<Batch, ModelError> {
+        let (c, n) = (&model.config, PREFILL_BATCH);
+        let freqs = c.rope_frequencies(model.rope_factors.as_deref());
+        Ok(Batch {
+            x: vec![0.0; n * c.dim],
+            xb: vec![0.0; n * c.dim],
+            q: vec![0.0; n * c.q_dim()],
+            k: vec![0.0; n * c.kv_dim()],
+            v: vec![0.0; n * c.kv_dim()],
+            attn: vec![0.0; n * c.q_dim()],
+            hb: vec![0.0; n * c.hidden_dim],
+            hb2: vec![0.0; n * c.hidden_dim],
+            scratch: Scratch::for_matrices(model.matrices())?,
+            rope: (0..n).map(|_| RopeAngles::new(freqs.clone())).collect(),
+        })
+    }
+}
+
+/// Working memory of one sequence, allocated once.
+pub struct LlamaFamilyState {
+    context: usize,
+    cache: Box<dyn KvCache>,
+    batch: Box<Batch>,
+    logits: Vec<f32>,
+}
+
+impl LlamaFamilyState {
+    /// For up to `context` positions (at most the model's trained context), exact f16 keys.
+    pub fn new(model: &LlamaFamily, context: usize) -> Result<LlamaFamilyState, ModelError> {
+        Self::with_cache(model, Box::new(ExactKvCache::new(model.attention_shape(context), KeyPrecision::F16)))
+    }
+
+    /// With a KV cache made for `model.attention_shape(context)`.
+    pub fn with_cache(model: &LlamaFamily, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
+        let context = cache.shape().context;
+        if cache.shape() != model.attention_shape(context) {
+            return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
+        }
+        let logits = vec![0.0; model.config.vocab_size];
+        Ok(LlamaFamilyState { context, cache, batch: Box::new(Batch::new(model)?), logits })
+    }
+
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// The logits of the last `forward`.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.cache.key_bytes() + self.cache.value_bytes()
+    }
+
+    pub fn cache(&self) -> &dyn KvCache {
+        &*self.cache
+    }
+}

@@ -1,0 +1,78 @@
+//! Products of a batch of token activations with imported weights, whichever kernel
+//! each matrix runs on, and the scratch memory they need.
+
+use alloc::vec::Vec;
+
+use super::import::Weights;
+use super::{Gemv, ModelError, PREFILL_BATCH};
+use crate::int8::Int8Activations;
+use crate::{OwnedTables, Tables};
+
+/// The first `n` rows of `width` values of a token-major buffer.
+pub(super) fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExactMut<'_, f32> {
+    v[..n * width].chunks_exact_mut(width)
+}
+
+/// `ys[i] = m · xs[i]` for the first `n` rows of `xs`: over one table set per token for
+/// the lookup kernels, over the token's int8 activations for the dot-product kernels.
+pub(super) fn batch_product<G: Gemv>(
+    gemv: &G,
+    m: &Weights,
+    scratch: &mut Scratch,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), ModelError> {
+    let (rows, cols) = (m.rows(), m.cols());
+    match m {
+        Weights::Lookup(m) => {
+            let group = m.layout().group();
+            let set = scratch.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
+            let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
+            for (t, x) in set.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
+                t.build(x)?;
+            }
+            let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
+            gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
+        }
+        Weights::Int8(m) => {
+            let act = scratch.int8.iter_mut().find(|a| a.cols() == cols);
+            let act = act.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
+            for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)).take(n) {
+                act.quantize(x)?;
+                gemv.int8_gemv(m, act, y)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per-token working memory of the products: one table set per token of a batch for
+/// each (columns, group) of lookup matrices, one int8 activation vector for each
+/// column count of int8 matrices.
+pub(super) struct Scratch {
+    tables: Vec<((usize, usize), Vec<OwnedTables>)>,
+    int8: Vec<Int8Activations>,
+}
+
+impl Scratch {
+    /// Room for the products of up to `PREFILL_BATCH` tokens with each of `matrices`.
+    pub(super) fn for_matrices<'m>(matrices: impl Iterator<Item = &'m Weights>) -> Result<Scratch, ModelError> {
+        let mut tables = Vec::new();
+        let mut int8: Vec<Int8Activations> = Vec::new();
+        for m in matrices {
+            match m {
+                Weights::Lookup(m) => {
+                    let key = (m.layout().cols(), m.layout().group());
+                    if !tables.iter().any(|(k, _)| *k == key) {
+                        let set = (0..PREFILL_BATCH).map(|_| OwnedTables::new(key.0, key.1)).collect::<Result<Vec<_>, _>>()?;
+                        tables.push((key, set));
+                    }
+                }
+                Weights::Int8(m) if !int8.iter().any(|a| a.cols() == m.cols()) => int8.push(Int8Activations::new(m.cols())?),
+                Weights::Int8(_) => {}
+            }
+        }
+        Ok(Scratch { tables, int8 })
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's own command-line tools from the PyPI llama-cpp-python sdist (the
+# llama.cpp it vendors), once, into a cache outside the repo's target dir, and prints the
+# directory holding the binaries. Used to make reference files (stories15M as a GGUF via
+# llama.cpp's llama2.c converter, its quantizations) and reference figures
+# (llama-perplexity, llama-bench). CI never runs this: its outputs are checked in.
+#
+#   scripts/llamacpp-tools.sh            # build (≈ 10 min on 2 cores) or reuse; prints the bin dir
+#   LUTRA_LLAMACPP_TOOLS=DIR scripts/...  # cache somewhere else
+set -euo pipefail
+VERSION=0.3.36
+CACHE=${LUTRA_LLAMACPP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/lutra/llamacpp-tools-$VERSION}
+TARGETS=(llama-convert-llama2c-to-ggml llama-quantize llama-perplexity llama-bench llama-tokenize)
+BIN=$CACHE/build/bin
+if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)" ]; then
+    mkdir -p "$CACHE"
+    if [ ! -d "$CACHE/src" ]; then
+        python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$CACHE/sdist" "llama-cpp-python==$VERSION" >&2
+        mkdir -p "$CACHE/src"
+        tar xzf "$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz" -C "$CACHE/src" --strip-components=3 \
+            "llama_cpp_python-$VERSION/vendor/llama.cpp"
+    fi
+    cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >&2
+    cmake --build "$CACHE/build" --config Release -j "$(nproc)" --target "${TARGETS[@]}" >&2
+fi
+echo "$BIN"
