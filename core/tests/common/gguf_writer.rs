@@ -9,6 +9,7 @@ pub enum Meta {
     Bool(bool),
     Str(String),
     U32s(Vec<u32>),
+    I32s(Vec<i32>),
     Bools(Vec<bool>),
     Strs(Vec<String>),
     F32s(Vec<f32>),
@@ -21,7 +22,7 @@ impl Meta {
             Meta::F32(_) => 6,
             Meta::Bool(_) => 7,
             Meta::Str(_) => 8,
-            Meta::U32s(_) | Meta::Bools(_) | Meta::Strs(_) | Meta::F32s(_) => 9,
+            Meta::U32s(_) | Meta::I32s(_) | Meta::Bools(_) | Meta::Strs(_) | Meta::F32s(_) => 9,
         }
     }
 
@@ -33,6 +34,11 @@ impl Meta {
             Meta::Str(s) => put_str(out, s),
             Meta::U32s(v) => {
                 out.extend(4u32.to_le_bytes());
+                out.extend((v.len() as u64).to_le_bytes());
+                v.iter().for_each(|x| out.extend(x.to_le_bytes()));
+            }
+            Meta::I32s(v) => {
+                out.extend(5u32.to_le_bytes());
                 out.extend((v.len() as u64).to_le_bytes());
                 v.iter().for_each(|x| out.extend(x.to_le_bytes()));
             }
@@ -93,6 +99,36 @@ impl Tensor {
             data.extend(block.iter().map(|x| (x * id).round() as i8 as u8));
         }
         Tensor { name: name.into(), dims: vec![cols as u64, rows as u64], ggml_type: 8, data }
+    }
+}
+
+impl Tensor {
+    /// A `rows × cols` matrix (row-major `values`), F32.
+    pub fn f32_matrix(name: &str, rows: usize, cols: usize, values: &[f32]) -> Tensor {
+        assert_eq!(values.len(), rows * cols, "writer misuse: F32 shape");
+        Tensor { dims: vec![cols as u64, rows as u64], ..Tensor::f32(name, values) }
+    }
+
+    /// A `rows × cols` matrix, Q4_0 as llama.cpp's `quantize_row_q4_0_ref` makes it: per 32
+    /// values the one of largest magnitude `m`, an f16 scale `d = m / −8`, and codes
+    /// `min(15, trunc(x / d + 8.5))`, value j in the low nibble of byte j, j + 16 in its high one.
+    pub fn q4_0(name: &str, rows: usize, cols: usize, values: &[f32]) -> Tensor {
+        assert!(cols.is_multiple_of(32) && values.len() == rows * cols, "writer misuse: Q4_0 shape");
+        let mut data = Vec::with_capacity(rows * cols / 32 * 18);
+        for block in values.chunks_exact(32) {
+            let (mut amax, mut max) = (0.0f32, 0.0f32);
+            for &v in block {
+                if amax < v.abs() {
+                    (amax, max) = (v.abs(), v);
+                }
+            }
+            let d = max / -8.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            data.extend(half::f16::from_f32(d).to_bits().to_le_bytes());
+            let code = |x: f32| ((x * id + 8.5) as i8).min(15) as u8;
+            data.extend((0..16).map(|j| code(block[j]) | code(block[j + 16]) << 4));
+        }
+        Tensor { name: name.into(), dims: vec![cols as u64, rows as u64], ggml_type: 2, data }
     }
 }
 
