@@ -6,3 +6,4 @@ pub mod chat;
 pub mod gguf_writer;
 pub mod golden;
 pub mod stories_gguf;
+pub mod tiny_llama;

@@ -206,6 +206,49 @@ impl LlamaCppModel {
         Ok(t.elapsed().as_secs_f64())
     }
 
+    /// Teacher forcing: clear the memory, decode `tokens` (positions 0..) as one batch
+    /// with logits for every position, and return them, a vocabulary's worth each: the
+    /// reference a model's forward pass is compared with.
+    pub fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
+        let n = tokens.len();
+        if n == 0 || n > self.n_batch {
+            return Err(format!("llama.cpp logits: {n} tokens (must be 1..={})", self.n_batch));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t >= self.n_vocab) {
+            return Err(format!("llama.cpp logits: token {t} outside the vocabulary of {}", self.n_vocab));
+        }
+        self.clear();
+        // SAFETY: llama_batch_init allocates room for n tokens with one sequence id each;
+        // exactly n entries are written, the batch is decoded and freed once. Each logits
+        // pointer is read (n_vocab floats) before the next decode.
+        unsafe {
+            let mut batch = sys::llama_batch_init(n as i32, 0, 1);
+            for (i, &t) in tokens.iter().enumerate() {
+                *batch.token.add(i) = t as i32;
+                *batch.pos.add(i) = i as i32;
+                *batch.n_seq_id.add(i) = 1;
+                **batch.seq_id.add(i) = 0;
+                *batch.logits.add(i) = 1;
+            }
+            batch.n_tokens = n as i32;
+            let rc = sys::llama_decode(self.ctx, batch);
+            sys::llama_synchronize(self.ctx);
+            sys::llama_batch_free(batch);
+            if rc != 0 {
+                return Err(format!("llama.cpp: llama_decode returned {rc}"));
+            }
+            (0..n)
+                .map(|i| {
+                    let p = sys::llama_get_logits_ith(self.ctx, i as i32);
+                    if p.is_null() {
+                        return Err(format!("llama.cpp: no logits for position {i}"));
+                    }
+                    Ok(std::slice::from_raw_parts(p, self.n_vocab as usize).to_vec())
+                })
+                .collect()
+        }
+    }
+
     /// Parks the threadpool's workers: after a decode they busy-poll for new work for a
     /// while (poll = 50), which would steal cores from whatever is timed next. The next
     /// decode wakes them.
