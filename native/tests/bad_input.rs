@@ -101,9 +101,10 @@ fn classes() -> Vec<Class> {
         |e| matches!(e, Error::Model(ModelError::Gguf(GgufError::UnknownTensorType { type_id: 99 }))),
         "ggml type id 99",
     );
-    let f = edit_tensor("blk.0.attn_q.weight", |f, _, ty, _| put(f, ty, &1u32.to_le_bytes()));
+    // Q4_1 (type 3): a block type lutra has no bit-plane form of
+    let f = edit_tensor("blk.0.attn_q.weight", |f, _, ty, _| put(f, ty, &3u32.to_le_bytes()));
     add(
-        "tensor type not importable (F16 matrix)",
+        "tensor type not importable (Q4_1 matrix)",
         f,
         |e| matches!(e, Error::Model(ModelError::UnsupportedTensorType { .. })),
         "cannot import",

@@ -56,5 +56,5 @@ fn models_without_a_chat_format_are_refused() {
     let out = chat(&model("stories15M/model.bin"), "hello\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("has no chat format") && !stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("has no chat template") && !stderr.contains("panicked"), "{stderr}");
 }

@@ -150,12 +150,17 @@ impl Variant {
 
     /// The GGUF file, the same bytes on every machine.
     pub fn gguf(&self) -> Vec<u8> {
+        self.build(VOCAB, spm_vocab(), CONTEXT)
+    }
+
+    /// The file with a vocabulary of `vocab` tokens described by `tokenizer`'s keys.
+    fn build(&self, vocab: usize, tokenizer: Vec<(String, Meta)>, context: usize) -> Vec<u8> {
         let mut rng = SplitMix64::new(0x11a3a ^ self.name.len() as u64 ^ (self.name.as_bytes()[0] as u64) << 8);
         let (hd, a) = (self.head_dim(), self.arch);
         let u = |n: usize| Meta::U32(n as u32);
         let mut kvs: Vec<(String, Meta)> = vec![
             ("general.architecture".into(), Meta::Str(a.into())),
-            (format!("{a}.context_length"), u(CONTEXT)),
+            (format!("{a}.context_length"), u(context)),
             (format!("{a}.embedding_length"), u(self.dim)),
             (format!("{a}.feed_forward_length"), u(self.hidden)),
             (format!("{a}.block_count"), u(self.layers)),
@@ -172,7 +177,7 @@ impl Variant {
             kvs.push((format!("{a}.rope.scaling.type"), Meta::Str("linear".into())));
             kvs.push((format!("{a}.rope.scaling.factor"), Meta::F32(f)));
         }
-        kvs.extend(spm_vocab());
+        kvs.extend(tokenizer);
 
         let mut tensors = Vec::new();
         let mut matrix = |name: String, rows: usize, cols: usize, scale: f32, rng: &mut SplitMix64| {
@@ -185,7 +190,7 @@ impl Variant {
         };
         // uniform(−s, s) with s = √(3/cols): unit-variance products of unit-variance inputs
         let s = |cols: usize| (3.0 / cols as f32).sqrt();
-        matrix("token_embd.weight".into(), VOCAB, self.dim, 1.0, &mut rng);
+        matrix("token_embd.weight".into(), vocab, self.dim, 1.0, &mut rng);
         let (q, kv) = (self.heads * hd, self.kv_heads * hd);
         let mut layer_tensors = Vec::new();
         for l in 0..self.layers {
@@ -214,7 +219,7 @@ impl Variant {
             }
         }
         if self.untied {
-            matrix("output.weight".into(), VOCAB, self.dim, s(self.dim), &mut rng);
+            matrix("output.weight".into(), vocab, self.dim, s(self.dim), &mut rng);
         }
         let norm: Vec<f32> = (0..self.dim).map(|_| 1.0 + 0.3 * (2.0 * rng.unit() as f32 - 1.0)).collect();
         tensors.extend(layer_tensors);
@@ -224,6 +229,22 @@ impl Variant {
         }
         write_gguf(&kvs, &tensors)
     }
+}
+
+/// `variant`'s weights with the tokenizer (every `tokenizer.*` key) of a real GGUF,
+/// e.g. one of llama.cpp's vocab files: a model the CLI can chat with in that
+/// vocabulary's format, with a context of 1024. The embedding and a tied head grow to
+/// the vocabulary.
+pub fn with_vocab(variant: &Variant, vocab_gguf: &[u8]) -> Result<Vec<u8>, String> {
+    let vocab = lutra_core::gguf::Gguf::parse(vocab_gguf).map_err(|e| e.to_string())?;
+    let n = vocab.get_array("tokenizer.ggml.tokens").ok_or("no tokenizer.ggml.tokens")?.len() as usize;
+    let mut tokenizer = Vec::new();
+    for (key, value) in vocab.metadata() {
+        if key.starts_with("tokenizer.") {
+            tokenizer.push((key.to_string(), Meta::from_value(&value).ok_or_else(|| format!("{key}: a value type the writer lacks"))?));
+        }
+    }
+    Ok(variant.build(n, tokenizer, 1024))
 }
 
 /// The token ids the golden logits are for: BOS, then random ids.
@@ -266,7 +287,19 @@ fn spm_vocab() -> Vec<(String, Meta)> {
         tokens.push(if i < words.len() { w.to_string() } else { format!("{w}{}", i / words.len()) });
         i += 1;
     }
-    let types: Vec<i32> = (0..VOCAB).map(|i| if i == 0 { 2 } else if i < 3 { 3 } else if i < 259 { 6 } else { 1 }).collect();
+    let types: Vec<i32> = (0..VOCAB)
+        .map(|i| {
+            if i == 0 {
+                2
+            } else if i < 3 {
+                3
+            } else if i < 259 {
+                6
+            } else {
+                1
+            }
+        })
+        .collect();
     let scores: Vec<f32> = (0..VOCAB).map(|i| if i < 259 { 0.0 } else { -(i as f32) }).collect();
     vec![
         ("tokenizer.ggml.model".into(), Meta::Str("llama".into())),

@@ -52,7 +52,11 @@ fn tiny_llama_family_files_agree_with_llama_cpp() {
             }
         }
         let bound = 0.999;
-        eprintln!("{}: worst cosine {worst:.6} over {} positions (bound {bound}), {decisive} decisive top-1 agreed", v.name, golden.tokens.len());
+        eprintln!(
+            "{}: worst cosine {worst:.6} over {} positions (bound {bound}), {decisive} decisive top-1 agreed",
+            v.name,
+            golden.tokens.len()
+        );
         assert!(worst >= bound, "{}: cosine {worst} below {bound}", v.name);
     }
 }

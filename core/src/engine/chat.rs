@@ -7,11 +7,13 @@ use alloc::vec::Vec;
 
 use super::{Error, Model, Role};
 
-/// The messages so far and the text the session was fed.
+/// The messages so far, the text the session was fed, and llama.cpp's formatting of the
+/// conversation up to the last assistant cue.
 #[derive(Clone, Debug, Default)]
 pub struct ChatHistory {
     messages: Vec<(Role, String)>,
     fed: String,
+    formatted: String,
 }
 
 /// What to feed for the next turns.
@@ -21,8 +23,8 @@ pub struct ChatPrompt {
     pub text: String,
     /// `text` as tokens (BOS first when it starts the conversation).
     pub tokens: Vec<u32>,
-    /// The template formats earlier messages differently once more follow (some trim
-    /// or rewrite them), so the session must be cleared and fed `tokens` from the start.
+    /// The template formats earlier turns differently once more follow, so the session
+    /// must be cleared and fed `tokens` from the start.
     pub restart: bool,
 }
 
@@ -32,26 +34,48 @@ impl ChatHistory {
         ChatHistory::default()
     }
 
-    /// Adds `turns` and returns the tokens to feed: the formatted conversation, ending
-    /// with the assistant's cue, after the text fed so far.
+    /// Adds `turns` and returns the tokens to feed: llama.cpp's formatting of the whole
+    /// conversation, ending with the assistant's cue, after what the session holds.
+    ///
+    /// After an answer that is the text that closes the answer's turn (the template's
+    /// end of turn: `<|im_end|>\n`, `<end_of_turn>\n`, `</s>`...), then the new turns. So
+    /// the session holds exactly the formatted conversation, except that an answer stands
+    /// as it was generated where a template would reformat it (Gemma's trims it, Mistral
+    /// v7's puts a space before it). Where the template reformats anything else, the
+    /// prompt is the whole conversation again, with `restart` set.
     pub fn prompt(&mut self, model: &Model, turns: &[(Role, &str)]) -> Result<ChatPrompt, Error> {
         let before = self.messages.len();
         self.messages.extend(turns.iter().map(|&(role, text)| (role, String::from(text))));
-        let messages: Vec<(Role, &str)> = self.messages.iter().map(|(r, t)| (*r, t.as_str())).collect();
-        let full = match model.format_chat(&messages, true) {
-            Ok(full) => full,
-            Err(e) => {
-                self.messages.truncate(before);
-                return Err(e);
+        let result = self.next_prompt(model, before);
+        if result.is_err() {
+            self.messages.truncate(before);
+        }
+        result
+    }
+
+    fn next_prompt(&mut self, model: &Model, before: usize) -> Result<ChatPrompt, Error> {
+        let all: Vec<(Role, &str)> = self.messages.iter().map(|(r, t)| (*r, t.as_str())).collect();
+        let full = model.format_chat(&all, true)?;
+        let continued = match all[..before].last() {
+            Some((Role::Assistant, _)) if !self.formatted.is_empty() => {
+                // the conversation so far with the answer closed, as the template has it
+                let closed = model.format_chat(&all[..before], false)?;
+                let end = model.turn_end()?;
+                match full.strip_prefix(closed.as_str()) {
+                    Some(rest) if closed.starts_with(self.formatted.as_str()) && closed.ends_with(end.as_str()) => Some(end + rest),
+                    _ => None,
+                }
             }
+            _ => None,
         };
-        let (text, first) = match full.strip_prefix(self.fed.as_str()) {
-            Some(rest) if !self.fed.is_empty() => (String::from(rest), false),
-            _ => (full.clone(), true),
-        };
-        let tokens = model.encode_chat_text(&text, first)?;
-        let restart = first && !self.fed.is_empty();
-        self.fed = full;
+        let restart = continued.is_none() && !self.fed.is_empty();
+        let text = continued.unwrap_or_else(|| full.clone());
+        let tokens = model.encode_chat_text(&text, self.fed.is_empty() || restart)?;
+        if restart {
+            self.fed.clear();
+        }
+        self.fed.push_str(&text);
+        self.formatted = full;
         Ok(ChatPrompt { text, tokens, restart })
     }
 
@@ -67,7 +91,7 @@ impl ChatHistory {
         &self.messages
     }
 
-    /// All the text fed so far: the formatted conversation.
+    /// All the text the session was fed (since the last restart).
     pub fn text(&self) -> &str {
         &self.fed
     }

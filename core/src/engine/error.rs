@@ -111,7 +111,7 @@ impl fmt::Display for Error {
             }
             Error::NoChatTemplate { architecture } => write!(
                 f,
-                "this {architecture} model has no chat template lutra recognizes; choose one with --chat-template NAME (chatml, llama3, llama2, mistral-v7, phi3, gemma, ...)"
+                "this {architecture} model has no chat template lutra recognizes; choose one with --chat-template NAME (chatml, llama3, llama2, mistral-v7, phi3, gemma, ...) where the model has the control tokens"
             ),
             Error::UnknownChatTemplate(name) => write!(
                 f,

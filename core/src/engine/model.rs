@@ -204,10 +204,9 @@ impl Model {
         if arch != "gemma3" && family.is_none() {
             return Err(Error::UnsupportedArchitecture(arch.into()));
         }
-        let tokenizer = Vocabulary::from_gguf(gguf)?;
-        if arch == "gemma3" && !matches!(tokenizer, Vocabulary::Spm(_)) {
-            return Err(crate::vocab::VocabError::WrongModel { found: "gpt2".into(), expected: "llama (SentencePiece)" }.into());
-        }
+        // Gemma's files are SentencePiece; any other tokenizer there is refused as such
+        let tokenizer =
+            if arch == "gemma3" { Vocabulary::Spm(Box::new(SpmTokenizer::from_gguf(gguf)?)) } else { Vocabulary::from_gguf(gguf)? };
         let data_start = gguf.data_start();
         // a chunk has read `consumed` of its tensor; a finished tensor all of it
         let mut report = |p: crate::model::import::Imported<'_>| {
@@ -359,6 +358,10 @@ impl Model {
     /// [`ChatTemplate::from_name`]) instead of the one recognized in the file.
     pub fn with_chat_template(mut self, name: &str) -> Result<Model, Error> {
         let t = ChatTemplate::from_name(name).ok_or_else(|| Error::UnknownChatTemplate(name.into()))?;
+        if matches!(self.inner.tokenizer, Vocabulary::Llama2c(_)) {
+            // its tokenizer has no control tokens to write turns with
+            return Err(Error::NoChatTemplate { architecture: self.info.architecture });
+        }
         self.chat = Some(t);
         self.info.chat = true;
         self.info.chat_template = t.name();
@@ -447,7 +450,7 @@ impl Model {
     }
 
     /// What the template writes after an assistant's text to end its turn.
-    fn turn_end(&self) -> Result<String, Error> {
+    pub(crate) fn turn_end(&self) -> Result<String, Error> {
         const ANSWER: &str = "\u{1}";
         let open = self.format_chat(&[(Role::User, "?")], true)?;
         let closed = self.format_chat(&[(Role::User, "?"), (Role::Assistant, ANSWER)], false)?;

@@ -16,6 +16,27 @@ pub enum Meta {
 }
 
 impl Meta {
+    /// A value read from a GGUF file, where the writer has its type.
+    #[allow(dead_code)] // not every test crate that includes this copies metadata
+    pub fn from_value(v: &lutra_core::gguf::Value<'_>) -> Option<Meta> {
+        use lutra_core::gguf::{Value, ValueType};
+        Some(match v {
+            Value::U32(x) => Meta::U32(*x),
+            Value::F32(x) => Meta::F32(*x),
+            Value::Bool(x) => Meta::Bool(*x),
+            Value::String(_) => Meta::Str(v.as_str()?.into()),
+            Value::Array(a) => match a.elem_type() {
+                ValueType::U32 => Meta::U32s(a.iter().map(|x| x.as_u32()).collect::<Option<_>>()?),
+                ValueType::I32 => Meta::I32s(a.iter().map(|x| x.as_i64().map(|x| x as i32)).collect::<Option<_>>()?),
+                ValueType::F32 => Meta::F32s(a.iter().map(|x| x.as_f32()).collect::<Option<_>>()?),
+                ValueType::Bool => Meta::Bools(a.iter().map(|x| x.as_bool()).collect::<Option<_>>()?),
+                ValueType::String => Meta::Strs(a.iter().map(|x| x.as_str().map(String::from)).collect::<Option<_>>()?),
+                _ => return None,
+            },
+            _ => return None,
+        })
+    }
+
     fn type_id(&self) -> u32 {
         match self {
             Meta::U32(_) => 4,

@@ -33,7 +33,7 @@ pub struct ChatArgs {
     ctx: usize,
     #[command(flatten)]
     attention: AttentionArgs,
-    /// Print each formatted prompt fed to the model to stderr (Rust string escapes, one `prompt: "..."` line per turn)
+    /// Print each formatted prompt fed to the model and each answer to stderr (Rust string escapes: `prompt: "..."` and `answer: "..."` lines)
     #[arg(long)]
     verbose_prompt: bool,
 }
@@ -93,6 +93,9 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         turns.push((Role::User, line.as_str()));
         let prompt = history.prompt(&model, &turns).map_err(|e| e.to_string())?;
         if a.verbose_prompt {
+            if prompt.restart {
+                eprintln!("restart: the template formats the earlier turns differently now; the conversation is fed again");
+            }
             eprintln!("prompt: {:?}", prompt.text);
         }
         if prompt.restart {
@@ -121,6 +124,9 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         let rest = generation.finish_text();
         answer.push_str(rest);
         writeln!(out, "{rest}").map_err(io)?;
+        if a.verbose_prompt {
+            eprintln!("answer: {answer:?}");
+        }
         history.add_answer(&answer);
         out.flush().map_err(io)?;
         // only this turn's tokens were computed: earlier turns stay in the session

@@ -1,0 +1,188 @@
+//! `lutra` as a user runs it on Llama-family GGUF files with real vocabularies: tiny
+//! random-weight `qwen2`, `llama` (Llama 3 style) and `qwen3` models carrying the
+//! tokenizers of llama.cpp's vocab files (`cargo xtask models vocab`: Qwen 2's byte-level
+//! BPE and its ChatML template, Llama 3's BPE, Phi-3's SentencePiece and its template).
+//! `inspect`, `run`, `perplexity` and `tokenize` work on them; `chat`, driven through a
+//! pipe, feeds exactly the conversation as llama.cpp's `llama_chat_apply_template`
+//! formats it (lutra_core::chat, which tests/tests/chat_template.rs checks against
+//! llama.cpp's own output, 2184 of 2184 cases), turn after turn, for each template kind.
+
+#[allow(dead_code)]
+#[path = "../../core/tests/common/gguf_writer.rs"]
+mod gguf_writer;
+#[allow(dead_code)]
+#[path = "../../tests/src/tiny_llama.rs"]
+mod tiny_llama;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use lutra_core::chat::ChatTemplate;
+use tiny_llama::{with_vocab, VARIANTS};
+
+fn vocab(name: &str) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}: run `cargo xtask models vocab`", p.display()))
+}
+
+/// A tiny model of `variant` (index into VARIANTS) with vocabulary `vocab_name`, written once.
+fn model(variant: usize, vocab_name: &str) -> PathBuf {
+    let path =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{vocab_name}-{}.gguf", VARIANTS[variant].name, std::process::id()));
+    if !path.exists() {
+        // tests run in parallel: write beside, then rename, so no test reads half a file
+        let partial = path.with_extension(format!("{:?}.partial", std::thread::current().id()).replace(['(', ')'], ""));
+        std::fs::write(&partial, with_vocab(&VARIANTS[variant], &vocab(vocab_name)).unwrap()).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
+    }
+    path
+}
+
+fn lutra(args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Undoes Rust's `{:?}` escaping of a string (the escapes `--verbose-prompt` prints).
+fn unescape(quoted: &str) -> String {
+    let s = quoted.strip_prefix('"').and_then(|s| s.strip_suffix('"')).expect("a quoted string");
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some('0') => out.push('\0'),
+            Some('u') => {
+                let hex: String = chars.by_ref().skip(1).take_while(|&c| c != '}').collect();
+                out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+            }
+            Some(other) => out.push(other),
+            None => panic!("dangling escape in {quoted}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn inspect_run_perplexity_and_tokenize_work_on_llama_family_files() {
+    for (variant, vocab_name, arch, template) in
+        [(2, "qwen2", "qwen2", Some("chatml")), (0, "llama-bpe", "llama", None), (3, "phi-3", "qwen3", Some("phi3"))]
+    {
+        let path = model(variant, vocab_name);
+        let m = path.to_str().unwrap();
+        let (ok, stdout, stderr) = lutra(&["inspect", m], "");
+        assert!(ok, "inspect {vocab_name}: {stderr}");
+        assert!(stdout.contains(&format!("architecture    {arch}")), "{stdout}");
+
+        let (ok, stdout, stderr) = lutra(&["run", "-m", m, "-p", "The otter swims", "-n", "12", "--temp", "0", "-t", "1"], "");
+        assert!(ok, "run {vocab_name}: {stderr}");
+        assert!(stdout.starts_with("The otter swims"), "{vocab_name}: {stdout}");
+        assert!(stderr.contains("generation:"), "{stderr}");
+
+        let text = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ppl-{vocab_name}-{}.txt", std::process::id()));
+        std::fs::write(&text, "The river otter swims and eats fish in the water. ".repeat(12)).unwrap();
+        let (ok, stdout, stderr) = lutra(&["perplexity", "-m", m, "-f", text.to_str().unwrap(), "--ctx", "32", "-t", "1"], "");
+        assert!(ok && stdout.starts_with("perplexity "), "perplexity {vocab_name}: {stdout}{stderr}");
+
+        let (ok, stdout, _) = lutra(&["tokenize", "-m", m, "-p", "Hello world", "--ids", "--no-bos"], "");
+        let (ok_vocab, stdout_vocab, _) = lutra(
+            &[
+                "tokenize",
+                "-m",
+                &format!("{}/../models/llama-vocab/ggml-vocab-{vocab_name}.gguf", env!("CARGO_MANIFEST_DIR")),
+                "-p",
+                "Hello world",
+                "--ids",
+                "--no-bos",
+            ],
+            "",
+        );
+        assert!(
+            ok && ok_vocab && stdout == stdout_vocab,
+            "{vocab_name}: the model tokenizes as its vocabulary: {stdout} vs {stdout_vocab}"
+        );
+
+        // the chat format recognized from the file's own template, as llama.cpp names it
+        let (_, _, stderr) = lutra(&["chat", "-m", m, "-n", "0", "--verbose-prompt"], "hi\n");
+        match template {
+            Some(t) => assert!(stderr.contains("prompt:"), "{vocab_name} ({t}): {stderr}"),
+            None => assert!(stderr.contains("no chat template lutra recognizes") && stderr.contains("--chat-template"), "{stderr}"),
+        }
+        std::fs::remove_file(&text).ok();
+    }
+}
+
+/// Two turns through a pipe for each template kind: every prompt fed is the formatted
+/// conversation after what was fed before, so that everything fed (prompts and answers)
+/// is llama.cpp's formatting of the whole conversation, the answers as generated: where
+/// a template reformats an answer (Gemma's trims it, Mistral v7's puts a space before
+/// it) the session keeps the generated text, and nothing is fed twice.
+#[test]
+fn chat_through_a_pipe_feeds_llama_cpps_formatting_of_the_conversation() {
+    let path = model(2, "qwen2");
+    let m = path.to_str().unwrap();
+    let system = "You are a helpful otter.";
+    let turns = ["Where do otters sleep?", "And what do they eat?"];
+    let mut exact = 0;
+    for name in ["chatml", "llama3", "llama2", "mistral-v7", "phi3", "gemma", "zephyr", "deepseek3", "command-r", "vicuna"] {
+        let (ok, _, stderr) = lutra(
+            &["chat", "-m", m, "--chat-template", name, "--system", system, "-n", "6", "--temp", "0", "-t", "1", "--verbose-prompt"],
+            &format!("{}\n{}\n", turns[0], turns[1]),
+        );
+        assert!(ok, "{name}: {stderr}");
+        let (mut fed, mut answers, mut restarts) = (String::new(), Vec::new(), 0);
+        for line in stderr.lines() {
+            if line.starts_with("restart: ") {
+                // the session was cleared: everything is fed again
+                fed.clear();
+                restarts += 1;
+            } else if let Some(q) = line.strip_prefix("prompt: ") {
+                fed.push_str(&unescape(q));
+            } else if let Some(q) = line.strip_prefix("answer: ") {
+                let a = unescape(q);
+                fed.push_str(&a);
+                answers.push(a);
+            }
+        }
+        assert_eq!(answers.len(), 2, "{name}: {stderr}");
+        eprintln!("{name}: {} bytes fed, {restarts} restarts", fed.len());
+        assert_eq!(restarts, 0, "{name}: {stderr}");
+        let messages = [("system", system), ("user", turns[0]), ("assistant", answers[0].as_str()), ("user", turns[1])];
+        let template = ChatTemplate::from_name(name).unwrap();
+        let mut first = String::new();
+        template.apply(&messages[..2], true, &mut first);
+        let first_fed = stderr.lines().find_map(|l| l.strip_prefix("prompt: ")).map(unescape);
+        assert_eq!(first_fed.as_ref(), Some(&first), "{name}: the first prompt is not llama.cpp's formatting");
+        // the session holds llama.cpp's formatting of the conversation with the cue for
+        // the second answer, then that answer; the first answer stands as generated where
+        // the template would reformat it (trimmed, or after a space)
+        let mut want = String::new();
+        template.apply(&messages, true, &mut want);
+        want.push_str(&answers[1]);
+        let after_answer =
+            fed.strip_prefix(&first).and_then(|f| f.strip_prefix(answers[0].as_str())).expect("first prompt, then the answer");
+        let rendered = want.strip_prefix(&first).and_then(|w| w.strip_suffix(after_answer));
+        assert_eq!(rendered.map(str::trim), Some(answers[0].trim()), "{name}: fed\n{fed:?}\nllama.cpp formats\n{want:?}");
+        if rendered == Some(answers[0].as_str()) {
+            exact += 1;
+        }
+    }
+    assert!(exact >= 7, "only {exact} templates fed exactly llama.cpp's text");
+    let (ok, _, stderr) = lutra(&["chat", "-m", m, "--chat-template", "no-such-template"], "hi\n");
+    assert!(!ok && stderr.contains("unknown chat template \"no-such-template\"") && stderr.contains("chatml"), "{stderr}");
+}
