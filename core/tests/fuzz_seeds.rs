@@ -1,5 +1,6 @@
 //! The files the fuzzers (`fuzz/`) start from, each checked to load here: a tiny Gemma 3
-//! GGUF with a SentencePiece vocabulary and its packed `.lutra` form, a tiny llama2.c
+//! GGUF with a SentencePiece vocabulary and its packed `.lutra` form, tiny `llama`,
+//! `qwen2` and `qwen3` GGUFs (F32, Q8_0, Q4_0), a tiny llama2.c
 //! checkpoint with its `tokenizer.bin` and their packed form, a PQ codebook file.
 //! With `LUTRA_FUZZ_SEEDS=DIR` they are also written to `DIR/<target>/` (`cargo xtask
 //! fuzz` does this before it fuzzes).
@@ -9,6 +10,7 @@ use common::gguf_writer::write_gguf;
 use common::llama2c_files::{random_checkpoint, vocab, write_tokenizer};
 use common::tiny_bpe::Vocab;
 use common::tiny_gemma::{meta_270m, tensors, with_tokenizer};
+use common::tiny_llama::VARIANTS;
 use common::Rng;
 
 use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
@@ -93,12 +95,17 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let books = Codebooks::new(shape, "tiny", Rotation::None, rng.vec(2 * 16 * 16, 1.0)).unwrap();
     let codebook = books.to_gguf();
     assert_eq!(Codebooks::from_gguf(&codebook).unwrap(), books);
+    // the Llama family: each branch of the graph, each weight storage
+    let family: Vec<(&str, Vec<u8>)> = VARIANTS.iter().map(|v| (v.name, v.gguf())).collect();
+    for (name, bytes) in &family {
+        runs(&Model::from_gguf(bytes).unwrap_or_else(|e| panic!("the {name} seed imports: {e}")));
+    }
     // the targets' framing: bits selector and checkpoint length; vocabulary size
     let mut checkpoint_with_tokenizer = vec![3];
     checkpoint_with_tokenizer.extend((checkpoint.len() as u32).to_le_bytes());
     checkpoint_with_tokenizer.extend(&checkpoint);
     checkpoint_with_tokenizer.extend(&tokenizer);
-    vec![
+    let mut seeds = vec![
         ("gguf", "tiny-gemma3.gguf", gemma.clone()),
         ("gguf", "tiny-gemma3.lutra", gemma_packed.clone()),
         ("gguf", "codebook.gguf", codebook.clone()),
@@ -113,7 +120,9 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("vocab", "tiny-bpe-llama3.gguf", tiny_bpe("llama-bpe")),
         ("vocab", "tiny-bpe-qwen2.gguf", tiny_bpe("qwen2")),
         ("engine", "settings", vec![4, 200, 12, 90, 1, 2, 3, b' ', b'a', b'b']),
-    ]
+    ];
+    seeds.extend(family.into_iter().map(|(name, bytes)| ("model", name, bytes)));
+    seeds
 }
 
 #[test]

@@ -8,18 +8,18 @@
 //! llama.cpp's own output, 2184 of 2184 cases), turn after turn, for each template kind.
 
 #[allow(dead_code)]
-#[path = "../../core/tests/common/gguf_writer.rs"]
-mod gguf_writer;
-#[allow(dead_code)]
-#[path = "../../tests/src/tiny_llama.rs"]
-mod tiny_llama;
+#[path = "../../core/tests/common"]
+mod common {
+    pub mod gguf_writer;
+    pub mod tiny_llama;
+}
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use lutra_core::chat::ChatTemplate;
-use tiny_llama::{with_vocab, VARIANTS};
+use common::tiny_llama::{with_vocab, VARIANTS};
 
 fn vocab(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));

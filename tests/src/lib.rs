@@ -2,8 +2,13 @@
 
 pub mod blocks;
 pub mod chat;
-#[path = "../../core/tests/common/gguf_writer.rs"]
-pub mod gguf_writer;
 pub mod golden;
 pub mod stories_gguf;
-pub mod tiny_llama;
+
+/// GGUF writers shared with lutra-core's tests.
+#[path = "../../core/tests/common"]
+pub mod common {
+    pub mod gguf_writer;
+    pub mod tiny_llama;
+}
+pub use common::{gguf_writer, tiny_llama};

@@ -38,3 +38,4 @@ pub mod gguf_writer;
 pub mod llama2c_files;
 pub mod tiny_bpe;
 pub mod tiny_gemma;
+pub mod tiny_llama;

@@ -11,7 +11,7 @@
 
 use lutra_core::rng::SplitMix64;
 
-use crate::gguf_writer::{write_gguf, Meta, Tensor};
+use super::gguf_writer::{write_gguf, Meta, Tensor};
 
 pub const VOCAB: usize = 320;
 pub const CONTEXT: usize = 64;
