@@ -5,7 +5,7 @@ use std::io::Write;
 use lutra::{Model, SamplerConfig, SessionOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // a Gemma 3 GGUF, or a llama2.c checkpoint with its tokenizer.bin beside it
+    // a GGUF (Gemma 3, Llama, Qwen 2/3), or a llama2.c checkpoint with its tokenizer.bin beside it
     let path = std::env::args().nth(1).unwrap_or("models/stories15M/model.bin".into());
     let model = Model::load(&path)?;
     let mut session = model.session(&SessionOptions::default())?;

@@ -18,8 +18,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use lutra_core::chat::ChatTemplate;
 use common::tiny_llama::{with_vocab, VARIANTS};
+use lutra_core::chat::ChatTemplate;
 
 fn vocab(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));

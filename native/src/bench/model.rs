@@ -126,7 +126,10 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
     let mut magic = [0u8; 4];
     let is_gguf = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == b"GGUF";
     if !is_gguf || model.info().packed {
-        return Err(format!("{}: --llamacpp needs a GGUF model (llama.cpp reads neither llama2.c checkpoints nor packed files)", path.display()));
+        return Err(format!(
+            "{}: --llamacpp needs a GGUF model (llama.cpp reads neither llama2.c checkpoints nor packed files)",
+            path.display()
+        ));
     }
     let context = model.info().context_length.min(depth + pp.max(tg) + 1);
     let (pp, tg) = (pp.min(context - depth), tg.min(context - depth - 1));
