@@ -95,3 +95,18 @@ fn stories15m_gguf_batched_prefill_equals_token_by_token() {
     let want = model.forward(&SingleThread, &mut one, tokens[99], 99).unwrap().to_vec();
     assert_eq!(model.forward(&SingleThread, &mut batched, tokens[99], 99).unwrap(), &want[..]);
 }
+
+/// The memory estimate from the header alone (what `--max-memory` checks before loading)
+/// is exactly the imported matrices plus the f32 vectors, for F32 matrices (imported as
+/// int8) as for Q8_0 and Q4_0 ones.
+#[test]
+fn weight_estimate_from_the_header_matches_the_loaded_model() {
+    for file in ["stories15M-f32.gguf", "stories15M-q8_0.gguf", "stories15M-q4_0.gguf"] {
+        let (bytes, model) = load(file);
+        let gguf = Gguf::parse(&bytes).unwrap();
+        let estimate = lutra_core::model::import::weight_bytes_needed(&gguf).unwrap();
+        let vectors: u64 = gguf.tensors().filter(|t| t.n_dims == 1).map(|t| t.byte_size().unwrap()).sum();
+        let matrices = model.matrix_bytes() as u64;
+        assert_eq!(estimate, matrices + vectors, "{file}: estimate {estimate}, matrices {matrices}, vectors {vectors}");
+    }
+}
