@@ -228,48 +228,37 @@ impl Model {
         let file_template = gguf.get_str(crate::spm::KEY_CHAT_TEMPLATE);
         // Gemma 3 files without a template (the 270M) still have Gemma's turns
         let chat = file_template.and_then(ChatTemplate::detect).or((arch == "gemma3").then_some(ChatTemplate::Gemma));
-        let (net, info) = if family.is_some() {
+        // (dim, hidden, layers, heads, KV heads, head width, vocabulary, context)
+        let (net, architecture, sizes, matrix_bytes, packed) = if family.is_some() {
             let net = LlamaFamily::from_gguf_source(gguf, source, &mut report)?;
             let c = &net.config;
-            let info = ModelInfo {
-                architecture: c.arch.name(),
-                dim: c.dim,
-                hidden_dim: c.hidden_dim,
-                layers: c.n_layers,
-                heads: c.n_heads,
-                kv_heads: c.n_kv_heads,
-                head_dim: c.head_dim,
-                vocab_size: c.vocab_size,
-                context_length: c.context,
-                matrix_bytes: net.matrix_bytes(),
-                tensor_types: types,
-                chat: chat.is_some(),
-                chat_template: chat.and_then(ChatTemplate::name),
-                chat_template_in_file: file_template.is_some(),
-                packed: false,
-            };
-            (Network::LlamaFamily(Box::new(net)), info)
+            let sizes = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.context);
+            let (architecture, matrix_bytes) = (c.arch.name(), net.matrix_bytes());
+            (Network::LlamaFamily(Box::new(net)), architecture, sizes, matrix_bytes, false)
         } else {
             let net = Gemma3::from_gguf_source(gguf, source, &mut report)?;
             let c = &net.config;
-            let info = ModelInfo {
-                architecture: "gemma3",
-                dim: c.dim,
-                hidden_dim: c.hidden_dim,
-                layers: c.n_layers,
-                heads: c.n_heads,
-                kv_heads: c.n_kv_heads,
-                head_dim: c.head_dim,
-                vocab_size: c.vocab_size,
-                context_length: c.context,
-                matrix_bytes: net.matrix_bytes(),
-                tensor_types: types,
-                chat: chat.is_some(),
-                chat_template: chat.and_then(ChatTemplate::name),
-                chat_template_in_file: file_template.is_some(),
-                packed: pack::is_packed(gguf),
-            };
-            (Network::Gemma3(Box::new(net)), info)
+            let sizes = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.context);
+            let matrix_bytes = net.matrix_bytes();
+            (Network::Gemma3(Box::new(net)), "gemma3", sizes, matrix_bytes, pack::is_packed(gguf))
+        };
+        let (dim, hidden_dim, layers, heads, kv_heads, head_dim, vocab_size, context_length) = sizes;
+        let info = ModelInfo {
+            architecture,
+            dim,
+            hidden_dim,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            vocab_size,
+            context_length,
+            matrix_bytes,
+            tensor_types: types,
+            chat: chat.is_some(),
+            chat_template: chat.and_then(ChatTemplate::name),
+            chat_template_in_file: file_template.is_some(),
+            packed,
         };
         if info.vocab_size != tokenizer.tokenizer().vocab_size() {
             return Err(ModelError::Unsupported {

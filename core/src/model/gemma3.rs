@@ -55,7 +55,7 @@ use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
 use super::products::{batch_product, first_rows, Scratch};
-use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
+use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -361,11 +361,8 @@ impl Gemma3 {
     /// one pass of each weight matrix (prefill): the cache and every later logit are what
     /// feeding them one by one gives, bit for bit.
     pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        check_feed(tokens, first_pos, s.context, self.config.vocab_size)?;
-        for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
-            self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
-        }
-        Ok(())
+        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {

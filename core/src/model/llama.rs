@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use super::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rope_adjacent, RopeAngles};
-use super::{check_feed, group_for, Gemv, ModelError, PREFILL_BATCH};
+use super::{feed_in_batches, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::Gguf;
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::lut::Tables;
@@ -302,11 +302,8 @@ impl Llama {
     /// one pass of each weight matrix (prefill): the cache and every later logit are what
     /// feeding them one by one gives, bit for bit.
     pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        check_feed(tokens, first_pos, s.context, self.config.vocab_size)?;
-        for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
-            self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
-        }
-        Ok(())
+        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {

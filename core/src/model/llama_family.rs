@@ -45,7 +45,7 @@ use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
 use super::products::{batch_product, first_rows, Scratch};
-use super::{check_feed, Gemv, ModelError, PREFILL_BATCH};
+use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
 
@@ -436,11 +436,8 @@ impl LlamaFamily {
     /// one pass of each weight matrix: the cache and every later logit are what feeding
     /// them one by one gives, bit for bit.
     pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        check_feed(tokens, first_pos, s.context, self.config.vocab_size)?;
-        for (i, chunk) in tokens.chunks(PREFILL_BATCH).enumerate() {
-            self.feed_chunk(gemv, s, chunk, first_pos + i * PREFILL_BATCH)?;
-        }
-        Ok(())
+        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {

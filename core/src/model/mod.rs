@@ -112,14 +112,24 @@ impl From<crate::llama2c::Llama2cError> for ModelError {
 /// Tokens a batched prefill (`feed_batch`) runs over one pass of the weights.
 pub const PREFILL_BATCH: usize = 32;
 
-/// Checks a `feed_batch` request: every token in the vocabulary, every position inside
-/// the context.
-fn check_feed(tokens: &[u32], first_pos: usize, context: usize, vocab_size: usize) -> Result<(), ModelError> {
+/// A `feed_batch` request run in pieces of up to `PREFILL_BATCH` tokens, `chunk(piece,
+/// first position)` each, after checking it: every token in the vocabulary, every
+/// position inside the context.
+fn feed_in_batches(
+    tokens: &[u32],
+    first_pos: usize,
+    context: usize,
+    vocab_size: usize,
+    mut chunk: impl FnMut(&[u32], usize) -> Result<(), ModelError>,
+) -> Result<(), ModelError> {
     if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
         return Err(ModelError::TokenOutOfRange { token, vocab_size });
     }
     if first_pos.checked_add(tokens.len()).is_none_or(|end| end > context) {
         return Err(ModelError::ContextFull { pos: first_pos.max(context), context });
+    }
+    for (i, piece) in tokens.chunks(PREFILL_BATCH).enumerate() {
+        chunk(piece, first_pos + i * PREFILL_BATCH)?;
     }
     Ok(())
 }
