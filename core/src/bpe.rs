@@ -56,7 +56,7 @@ use unicode_general_category::{get_general_category, GeneralCategory as Gc};
 
 use crate::gguf::{Array, Gguf, Value, ValueType};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::vocab::{check_model, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens};
+use crate::vocab::{check_model, end_of_generation, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens};
 pub use crate::vocab::{TokenType, VocabError, KEY_ADD_BOS, KEY_ADD_EOS, KEY_BOS, KEY_EOS, KEY_EOT, KEY_MODEL, KEY_TOKENS, KEY_TOKEN_TYPE};
 
 pub const KEY_PRE: &str = "tokenizer.ggml.pre";
@@ -870,6 +870,8 @@ pub struct BpeTokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
+    /// llama.cpp's end-of-generation tokens, sorted (`vocab::end_of_generation`).
+    eog: Vec<u32>,
     add_bos: bool,
     add_eos: bool,
     parse_special: bool,
@@ -941,6 +943,7 @@ impl BpeTokenizer {
             bos: None,
             eos: None,
             eot: None,
+            eog: Vec::new(),
             add_bos: cfg.add_bos,
             add_eos: false,
             parse_special: false,
@@ -1040,6 +1043,7 @@ impl BpeTokenizer {
                 .iter()
                 .find_map(|s| t.lookup(s.as_bytes())),
         };
+        t.eog = end_of_generation(g, n, |piece| t.lookup(piece), t.eos, t.eot);
         t.add_bos = opt_bool(g, KEY_ADD_BOS, t.add_bos)?;
         t.add_eos = opt_bool(g, KEY_ADD_EOS, false)?;
         Ok(t)
@@ -1093,9 +1097,10 @@ impl BpeTokenizer {
         self.eot
     }
 
-    /// Does generation stop at `token` (EOS or end of turn)?
+    /// Does generation stop at `token`: llama.cpp's end-of-generation set (EOS, end of
+    /// turn, and the tokens it recognizes by their text).
     pub fn is_eog(&self, token: u32) -> bool {
-        Some(token) == self.eos || Some(token) == self.eot
+        self.eog.binary_search(&token).is_ok()
     }
 
     /// `tokenizer.ggml.add_bos_token` (default false, true for the Llama 3 family).

@@ -41,7 +41,7 @@ use alloc::{
 
 use crate::gguf::{Gguf, ValueType};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::vocab::{check_model, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens};
+use crate::vocab::{check_model, end_of_generation, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens};
 pub use crate::vocab::{TokenType, VocabError, KEY_ADD_BOS, KEY_ADD_EOS, KEY_BOS, KEY_EOS, KEY_EOT, KEY_MODEL, KEY_TOKENS, KEY_TOKEN_TYPE};
 
 /// Matched in the raw text before BPE (CONTROL and UNKNOWN only with `parse_special`).
@@ -87,6 +87,8 @@ pub struct SpmTokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
+    /// llama.cpp's end-of-generation tokens, sorted (`vocab::end_of_generation`).
+    eog: Vec<u32>,
     unk: Option<u32>,
     add_bos: bool,
     add_eos: bool,
@@ -145,6 +147,7 @@ impl SpmTokenizer {
             bos: None,
             eos: None,
             eot: None,
+            eog: Vec::new(),
             unk: None,
             add_bos: true,
             add_eos: false,
@@ -208,6 +211,7 @@ impl SpmTokenizer {
                 .find_map(|s| t.lookup(s.as_bytes()))
                 .filter(|&id| t.types[id as usize] == TokenType::Control),
         };
+        t.eog = end_of_generation(g, n, |piece| t.lookup(piece), t.eos, t.eot);
         t.add_bos = opt_bool(g, KEY_ADD_BOS, true)?;
         t.add_eos = opt_bool(g, KEY_ADD_EOS, false)?;
         t.add_space_prefix = opt_bool(g, KEY_ADD_SPACE_PREFIX, true)?;
@@ -261,9 +265,10 @@ impl SpmTokenizer {
         self.eot
     }
 
-    /// Does generation stop at `token` (EOS or end of turn)?
+    /// Does generation stop at `token`: llama.cpp's end-of-generation set (EOS, end of
+    /// turn, and the tokens it recognizes by their text).
     pub fn is_eog(&self, token: u32) -> bool {
-        Some(token) == self.eos || Some(token) == self.eot
+        self.eog.binary_search(&token).is_ok()
     }
 
     /// `tokenizer.ggml.add_bos_token` (default true): pass this as `bos` to `encode`.

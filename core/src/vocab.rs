@@ -145,6 +145,63 @@ pub(crate) fn opt_id(g: &Gguf<'_>, key: &'static str, default: Option<u32>, n: u
     }
 }
 
+/// Token texts llama.cpp ends generation at, whatever the ids the file names
+/// (`llama_vocab::impl::load`, llama.cpp of the llama-cpp-python 0.3.36 sdist).
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+/// The fill-in-the-middle pad, repository and file-separator tokens, which llama.cpp
+/// also ends generation at: the id its key names, else the first token spelled so.
+const FIM_ENDS: [(&str, &[&str]); 3] = [
+    ("tokenizer.ggml.fim_pad_token_id", &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"]),
+    ("tokenizer.ggml.fim_rep_token_id", &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"]),
+    ("tokenizer.ggml.fim_sep_token_id", &["<|file_sep|>"]),
+];
+
+/// llama.cpp's end-of-generation set, sorted: EOS, EOT, EOM (`tokenizer.ggml.eom_token_id`),
+/// the fill-in-the-middle ends, and every token spelled as one of its end markers (Llama
+/// 3.1 stops at `<|eot_id|>`, `<|eom_id|>` and `<|end_of_text|>`; Qwen 2.5 at `<|im_end|>`
+/// and `<|endoftext|>`). An id key out of range is ignored, as llama.cpp ignores it.
+pub(crate) fn end_of_generation(
+    g: &Gguf<'_>,
+    n: usize,
+    lookup: impl Fn(&[u8]) -> Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+) -> Vec<u32> {
+    let id = |key: &str| g.get(key).and_then(|v| v.as_u64()).and_then(|id| u32::try_from(id).ok()).filter(|&id| (id as usize) < n);
+    let mut ids: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| lookup(t.as_bytes())).collect();
+    ids.extend([eos, eot, id("tokenizer.ggml.eom_token_id")].into_iter().flatten());
+    for (key, texts) in FIM_ENDS {
+        ids.extend(id(key).or_else(|| texts.iter().find_map(|t| lookup(t.as_bytes()))));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// `tokenizer.ggml.token_type` for `n` tokens (all NORMAL without the key).
 pub(crate) fn token_types(g: &Gguf<'_>, n: usize) -> Result<Vec<TokenType>, VocabError> {
     let Some(v) = g.get(KEY_TOKEN_TYPE) else { return Ok(alloc::vec![TokenType::Normal; n]) };

@@ -26,6 +26,24 @@ use std::path::{Path, PathBuf};
 /// The Gemma 3 270M Q4_K_M golden file over the start of the GPL v3 (in this crate).
 pub const GEMMA3_270M_GPL3: &str = "golden/gemma3-270m-gpl3.txt";
 
+/// The vocab files (`models/llama-vocab/ggml-vocab-NAME.gguf`) whose end-of-generation
+/// tokens `golden/eog.txt` holds.
+pub const EOG_VOCABS: &[&str] = &[
+    "llama-spm",
+    "phi-3",
+    "llama-bpe",
+    "qwen2",
+    "qwen35",
+    "gpt-2",
+    "deepseek-llm",
+    "deepseek-coder",
+    "falcon",
+    "mpt",
+    "refact",
+    "starcoder",
+    "command-r",
+];
+
 /// Absolute path of a golden file of this crate (`tests/golden/...`).
 pub fn golden_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)

@@ -55,6 +55,13 @@ impl Vocab {
         Ok(out)
     }
 
+    fn is_eog(&self, token: u32) -> bool {
+        match self {
+            Vocab::Spm(t) => t.is_eog(token),
+            Vocab::Bpe(t) => t.is_eog(token),
+        }
+    }
+
     fn decode(&self, ids: &[u32]) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
@@ -106,4 +113,26 @@ fn every_supported_vocabulary_tokenizes_as_llama_cpp() {
     println!("{}", table.join("\n"));
     assert!(checked >= 2, "only {checked} vocabularies checked");
     assert!(failures.is_empty(), "{} cases differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Generation ends at exactly the tokens where llama.cpp's does (tests/golden/eog.txt,
+/// `llama_vocab_is_eog` over every id: EOS, end of turn, and the tokens llama.cpp
+/// recognizes by their text, e.g. Llama 3's `<|end_of_text|>` and `<|eot_id|>`, Qwen's
+/// `<|im_end|>` and `<|endoftext|>`).
+#[test]
+fn end_of_generation_tokens_are_llama_cpps() {
+    let golden = std::fs::read_to_string(lutra_tests::golden::golden_path("golden/eog.txt")).unwrap();
+    let mut checked = 0;
+    for line in golden.lines().filter(|l| !l.starts_with('#')) {
+        let (name, ids) = line.split_once(": ").unwrap();
+        let want: Vec<u32> = ids.split_whitespace().map(|t| t.parse().unwrap()).collect();
+        let bytes = std::fs::read(vocab_dir().join(format!("ggml-vocab-{name}.gguf"))).unwrap();
+        let g = Gguf::parse(&bytes).unwrap();
+        let vocab = Vocab::from_gguf(&g).unwrap().unwrap();
+        let n = g.get_array("tokenizer.ggml.tokens").unwrap().len() as u32;
+        let got: Vec<u32> = (0..n).filter(|&t| vocab.is_eog(t)).collect();
+        assert_eq!(got, want, "{name}");
+        checked += 1;
+    }
+    assert_eq!(checked, lutra_tests::golden::EOG_VOCABS.len());
 }
