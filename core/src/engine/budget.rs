@@ -129,10 +129,10 @@ impl Dims {
                 let q = self.q_dim();
                 let floats = 2 * block(4 * n * dim) + 2 * block(4 * n * q) + 2 * block(4 * n * kv) + 2 * block(4 * n * hidden);
                 // a table set per distinct (column count, group): inputs of dim, q_dim or
-                // hidden columns, each in at most two group sizes (Q4_K's 32, Q6_K's 16);
-                // an int8 activation buffer per int8 matrix's column count
+                // hidden columns, each in at most two group sizes (Q4_K's 32, Q6_K's 16)
                 let table_sets = 6 * block(n * 96) + 2 * n * (tables(dim) + tables(q) + tables(hidden)) + block(6 * 80);
-                let int8 = 3 * (2 * block(hidden + hidden / 32 * 4)) + block(3 * 48);
+                // an int8 activation buffer per token for each int8 matrix's column count
+                let int8 = 3 * (n * 2 * block(hidden + hidden / 32 * 4) + block(n * 64)) + block(3 * 48);
                 floats + table_sets + int8 + 2 * (block(n * 72) + n * rope(self.head_dim))
             }
         };

@@ -146,6 +146,13 @@ pub trait Gemv {
     fn int8_gemv(&self, m: &crate::int8::Int8Matrix, x: &crate::int8::Int8Activations, y: &mut [f32]) -> Result<(), Error> {
         crate::int8::gemv(m, x, y)
     }
+    /// A batch of tokens' int8 products, `ys` token-major: each token's `int8_gemv`.
+    fn int8_gemm(&self, m: &crate::int8::Int8Matrix, xs: &[crate::int8::Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
+        if ys.len() != xs.len() * m.rows() {
+            return Err(Error::BufferSize { what: "output rows × batch", expected: xs.len() * m.rows(), got: ys.len() });
+        }
+        xs.iter().zip(ys.chunks_exact_mut(m.rows().max(1))).try_for_each(|(x, y)| self.int8_gemv(m, x, y))
+    }
     /// Who runs attention's pieces; the calling thread unless overridden.
     fn parallel(&self) -> &dyn kv::Parallel {
         &SingleThread

@@ -36,30 +36,30 @@ pub(super) fn batch_product<G: Gemv>(
             gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
         }
         Weights::Int8(m) => {
-            let act = scratch.int8.iter_mut().find(|a| a.cols() == cols);
-            let act = act.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
-            for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)).take(n) {
+            let acts = scratch.int8.iter_mut().find(|a| a.first().is_some_and(|a| a.cols() == cols));
+            let acts = acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
+            for (act, x) in acts.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
                 act.quantize(x)?;
-                gemv.int8_gemv(m, act, y)?;
             }
+            gemv.int8_gemm(m, &acts[..n], &mut ys[..n * rows])?;
         }
     }
     Ok(())
 }
 
 /// Per-token working memory of the products: one table set per token of a batch for
-/// each (columns, group) of lookup matrices, one int8 activation vector for each
-/// column count of int8 matrices.
+/// each (columns, group) of lookup matrices, one int8 activation vector per token for
+/// each column count of int8 matrices.
 pub(super) struct Scratch {
     tables: Vec<((usize, usize), Vec<OwnedTables>)>,
-    int8: Vec<Int8Activations>,
+    int8: Vec<Vec<Int8Activations>>,
 }
 
 impl Scratch {
     /// Room for the products of up to `PREFILL_BATCH` tokens with each of `matrices`.
     pub(super) fn for_matrices<'m>(matrices: impl Iterator<Item = &'m Weights>) -> Result<Scratch, ModelError> {
         let mut tables = Vec::new();
-        let mut int8: Vec<Int8Activations> = Vec::new();
+        let mut int8: Vec<Vec<Int8Activations>> = Vec::new();
         for m in matrices {
             match m {
                 Weights::Lookup(m) => {
@@ -69,7 +69,9 @@ impl Scratch {
                         tables.push((key, set));
                     }
                 }
-                Weights::Int8(m) if !int8.iter().any(|a| a.cols() == m.cols()) => int8.push(Int8Activations::new(m.cols())?),
+                Weights::Int8(m) if !int8.iter().any(|a| a.first().is_some_and(|a| a.cols() == m.cols())) => {
+                    int8.push((0..PREFILL_BATCH).map(|_| Int8Activations::new(m.cols())).collect::<Result<Vec<_>, _>>()?)
+                }
                 Weights::Int8(_) => {}
             }
         }

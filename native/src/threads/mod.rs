@@ -3,7 +3,7 @@
 mod parallel;
 mod pool;
 
-pub use parallel::{gemm, gemv, gemv_rayon, int8_gemv};
+pub use parallel::{gemm, gemv, gemv_rayon, int8_gemm, int8_gemv};
 pub use pool::{ChunkCounter, DisjointSlice, Pool};
 
 use lutra_core::int8::{Int8Activations, Int8Matrix};
@@ -25,6 +25,9 @@ impl Gemv for PoolGemv<'_> {
     }
     fn int8_gemv(&self, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
         int8_gemv(self.0, Isa::best(), m, x, y)
+    }
+    fn int8_gemm(&self, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
+        int8_gemm(self.0, Isa::best(), m, xs, ys)
     }
     fn parallel(&self) -> &dyn Parallel {
         self.0
