@@ -118,6 +118,10 @@ pub struct Report {
     pub vocab_size: Option<u64>,
     /// `tokenizer.ggml.model`, e.g. `llama` or `gpt2`.
     pub tokenizer_model: Option<String>,
+    /// The chat format of `tokenizer.chat_template` as llama.cpp recognizes it (its
+    /// builtin template name: `chatml`, `llama3`...); `Some("unrecognized")` for a template
+    /// it does not recognize, `None` without one.
+    pub chat_template: Option<String>,
     /// Every `{arch}.*` metadata entry, in file order.
     pub hyperparameters: Vec<Entry>,
     /// Number of tensors in the file.
@@ -182,6 +186,9 @@ pub fn inspect_bytes(path: &Path, bytes: &[u8]) -> Result<Report, InspectError> 
         metadata_count: g.metadata_count(),
         vocab_size,
         tokenizer_model: g.get_str("tokenizer.ggml.model").map(str::to_owned),
+        chat_template: g
+            .get_str("tokenizer.chat_template")
+            .map(|t| lutra_core::chat::ChatTemplate::detect(t).and_then(|t| t.name()).unwrap_or("unrecognized").to_owned()),
         hyperparameters,
         tensor_count: g.tensor_count(),
         types,
@@ -328,6 +335,9 @@ impl Report {
             let _ = write!(s, " (tokenizer model {m:?})");
         }
         s.push('\n');
+        if let Some(t) = &self.chat_template {
+            let _ = writeln!(s, "chat template   {t} (from tokenizer.chat_template)");
+        }
         if !self.hyperparameters.is_empty() {
             let _ = writeln!(s, "hyperparameters");
             let width = self.hyperparameters.iter().map(|e| e.key.len()).max().unwrap_or(0);
@@ -383,7 +393,7 @@ impl Report {
         format!(
             concat!(
                 "{{\"file\":{},\"file_bytes\":{},\"version\":{},\"architecture\":{},\"name\":{},\"file_type\":{},",
-                "\"alignment\":{},\"data_offset\":{},\"metadata_count\":{},\"vocab_size\":{},\"tokenizer_model\":{},",
+                "\"alignment\":{},\"data_offset\":{},\"metadata_count\":{},\"vocab_size\":{},\"tokenizer_model\":{},\"chat_template\":{},",
                 "\"hyperparameters\":{{{}}},\"tensor_count\":{},\"types\":[{}],\"total_bytes\":{},\"parameters\":{}}}"
             ),
             json_string(&self.path),
@@ -397,6 +407,7 @@ impl Report {
             self.metadata_count,
             json_opt(self.vocab_size),
             json_opt_str(&self.tokenizer_model),
+            json_opt_str(&self.chat_template),
             hyper.join(","),
             self.tensor_count,
             types.join(","),

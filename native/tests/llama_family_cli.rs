@@ -88,6 +88,9 @@ fn inspect_run_perplexity_and_tokenize_work_on_llama_family_files() {
         let (ok, stdout, stderr) = lutra(&["inspect", m], "");
         assert!(ok, "inspect {vocab_name}: {stderr}");
         assert!(stdout.contains(&format!("architecture    {arch}")), "{stdout}");
+        if let Some(t) = template {
+            assert!(stdout.contains(&format!("chat template   {t} ")), "{stdout}");
+        }
 
         let (ok, stdout, stderr) = lutra(&["run", "-m", m, "-p", "The otter swims", "-n", "12", "--temp", "0", "-t", "1"], "");
         assert!(ok, "run {vocab_name}: {stderr}");
