@@ -5,8 +5,8 @@ mod common;
 use common::Rng;
 
 use lutra_core::quant::convert::{
-    Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES,
-    TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
+    Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_1_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q5_1_BLOCK_BYTES,
+    Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
 };
 use lutra_core::{gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
 
@@ -510,6 +510,88 @@ fn q4_k_and_q6_k_import_losslessly() {
     }
     assert!(matches!(PackedMatrix::from_q4_k(&q4k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
     assert!(matches!(PackedMatrix::from_q6_k(&q6k[..100], rows, cols), Err(Error::BufferSize { .. })));
+}
+
+/// llama.cpp `dequantize_row_q4_1` and `dequantize_row_q5_1`, transcribed (`fifth`: Q5_1).
+fn ggml_dequant_q4_1_q5_1(blocks: &[u8], fifth: bool) -> Vec<f32> {
+    let size = if fifth { Q5_1_BLOCK_BYTES } else { Q4_1_BLOCK_BYTES };
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(size) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let m = half::f16::from_le_bytes([b[2], b[3]]).to_f32();
+        let (qh, qs) = if fifth { (u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..]) } else { (0, &b[4..]) };
+        let mut out = [0.0f32; 32];
+        for j in 0..16 {
+            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+            out[j] = ((qs[j] & 0x0F) | xh_0) as f32 * d + m;
+            out[j + 16] = ((qs[j] >> 4) | xh_1) as f32 * d + m;
+        }
+        y.extend_from_slice(&out);
+    }
+    y
+}
+
+/// llama.cpp `dequantize_row_q5_K`, transcribed.
+fn ggml_dequant_q5_k(blocks: &[u8]) -> Vec<f32> {
+    let scale_min = |j: usize, q: &[u8]| -> (u8, u8) {
+        if j < 4 {
+            (q[j] & 63, q[j + 4] & 63)
+        } else {
+            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        }
+    };
+    let mut y = Vec::new();
+    for b in blocks.chunks_exact(Q5_K_BLOCK_BYTES) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let min = half::f16::from_le_bytes([b[2], b[3]]).to_f32();
+        let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..]);
+        let (mut is, mut u1, mut u2) = (0, 1u8, 2u8);
+        for j in (0..256).step_by(64) {
+            let ql = &qs[j / 2..j / 2 + 32];
+            let (sc, m) = scale_min(is, scales);
+            let (d1, m1) = (d * sc as f32, min * m as f32);
+            let (sc, m) = scale_min(is + 1, scales);
+            let (d2, m2) = (d * sc as f32, min * m as f32);
+            y.extend((0..32).map(|l| d1 * ((ql[l] & 0xF) + if qh[l] & u1 != 0 { 16 } else { 0 }) as f32 - m1));
+            y.extend((0..32).map(|l| d2 * ((ql[l] >> 4) + if qh[l] & u2 != 0 { 16 } else { 0 }) as f32 - m2));
+            is += 2;
+            u1 <<= 2;
+            u2 <<= 2;
+        }
+    }
+    y
+}
+
+/// Q4_1, Q5_1 and Q5_K (offset-with-minimum types, 4 and 5 bits) import as llama.cpp
+/// dequantizes them, and every kernel tier multiplies them like the f64 reference.
+#[test]
+fn q4_1_q5_1_and_q5_k_import_losslessly() {
+    let mut rng = Rng(23);
+    let (rows, cols) = (36, 512);
+    let (mut q4_1, mut q5_1, mut q5_k) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rows * cols / 32 {
+        for (out, payload) in [(&mut q4_1, 16), (&mut q5_1, 20)] {
+            out.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+            out.extend_from_slice(&f16(rng.uniform() * 0.02 - 0.01));
+            out.extend((0..payload).map(|_| rng.next() as u8));
+        }
+    }
+    for _ in 0..rows * cols / 256 {
+        q5_k.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+        q5_k.extend_from_slice(&f16(0.0005 + rng.uniform() * 0.002));
+        q5_k.extend((0..172).map(|_| rng.next() as u8));
+    }
+    let x = rng.vec(cols, 1.0);
+    for (name, m, reference) in [
+        ("Q4_1", PackedMatrix::from_q4_1(&q4_1, rows, cols).unwrap(), ggml_dequant_q4_1_q5_1(&q4_1, false)),
+        ("Q5_1", PackedMatrix::from_q5_1(&q5_1, rows, cols).unwrap(), ggml_dequant_q4_1_q5_1(&q5_1, true)),
+        ("Q5_K", PackedMatrix::from_q5_k(&q5_k, rows, cols).unwrap(), ggml_dequant_q5_k(&q5_k)),
+    ] {
+        assert_imports_like_llama_cpp(name, &m, &reference, &x);
+    }
+    assert!(matches!(PackedMatrix::from_q5_k(&q5_k, rows, 640), Err(Error::ColsNotMultipleOfGroup { cols: 640, group: 256 })));
+    assert!(matches!(PackedMatrix::from_q5_1(&q5_1[..100], rows, cols), Err(Error::BufferSize { .. })));
 }
 
 /// llama.cpp `dequantize_row_q2_K`, transcribed.

@@ -99,6 +99,9 @@ pub fn import_and_dequantize(type_name: &str, blocks: &[u8], rows: usize, cols: 
     let lookup: PackedMatrix<AlignedBytes> = match type_name {
         "Q4_0" => PackedMatrix::from_q4_0(blocks, rows, cols),
         "Q5_0" => PackedMatrix::from_q5_0(blocks, rows, cols),
+        "Q4_1" => PackedMatrix::from_q4_1(blocks, rows, cols),
+        "Q5_1" => PackedMatrix::from_q5_1(blocks, rows, cols),
+        "Q5_K" => PackedMatrix::from_q5_k(blocks, rows, cols),
         "Q8_0" => PackedMatrix::from_q8_0(blocks, rows, cols),
         "Q2_K" => PackedMatrix::from_q2_k(blocks, rows, cols),
         "Q3_K" => PackedMatrix::from_q3_k(blocks, rows, cols),

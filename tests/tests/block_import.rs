@@ -13,7 +13,7 @@ fn imports_equal_llama_cpp_on_the_golden_blocks() {
     let cases = read_cases(&std::fs::read(&path).unwrap()).unwrap();
     let mut types: Vec<&str> = cases.iter().map(|c| c.type_name.as_str()).collect();
     types.dedup();
-    assert_eq!(types, ["Q4_0", "Q5_0", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q6_K", "TQ1_0", "TQ2_0"]);
+    assert_eq!(types, ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "TQ1_0", "TQ2_0"]);
     let refused = cases.iter().filter(|c| matches!(c.expected, Expected::NonFiniteScaleInRow(_))).count();
     assert_eq!(refused, 5 * types.len(), "each type poisoned with each non-finite kind");
     let failures: Vec<String> = cases.iter().filter_map(|c| check_case(c).err()).collect();

@@ -1,4 +1,4 @@
-//! GGUF tensors (Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
+//! GGUF tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
 //! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
 //! Float matrices (F32, F16, BF16) become their Q8_0 quantization, as `llama-quantize`
 //! would make it.
@@ -163,6 +163,9 @@ pub fn weights(
     let m = match info.ggml_type {
         GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
         GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
+        GgmlType::Q4_1 => PackedMatrix::from_q4_1(data, rows, cols),
+        GgmlType::Q5_1 => PackedMatrix::from_q5_1(data, rows, cols),
+        GgmlType::Q5_K => PackedMatrix::from_q5_k(data, rows, cols),
         GgmlType::Q4_K => PackedMatrix::from_q4_k(data, rows, cols),
         GgmlType::Q6_K => PackedMatrix::from_q6_k(data, rows, cols),
         GgmlType::Q2_K => PackedMatrix::from_q2_k(data, rows, cols),
@@ -248,6 +251,9 @@ fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
         GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return Int8Matrix::bytes_for(rows, cols),
         GgmlType::Q4_0 => convert::q4_0_layout(rows, cols),
         GgmlType::Q5_0 => convert::q5_0_layout(rows, cols),
+        GgmlType::Q4_1 => convert::q4_1_layout(rows, cols),
+        GgmlType::Q5_1 => convert::q5_1_layout(rows, cols),
+        GgmlType::Q5_K => convert::q5_k_layout(rows, cols),
         GgmlType::Q4_K => convert::q4_k_layout(rows, cols),
         GgmlType::Q6_K => convert::q6_k_layout(rows, cols),
         GgmlType::Q2_K => convert::q2_k_layout(rows, cols),

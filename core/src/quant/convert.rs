@@ -12,6 +12,13 @@ pub const Q4_0_BLOCK_BYTES: usize = 18;
 pub const Q8_0_BLOCK_BYTES: usize = 34;
 /// llama.cpp `block_q5_0`: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles.
 pub const Q5_0_BLOCK_BYTES: usize = 22;
+/// llama.cpp `block_q4_1`: f16 d, f16 m, 16 bytes of nibbles (element j low, j+16 high).
+pub const Q4_1_BLOCK_BYTES: usize = 20;
+/// llama.cpp `block_q5_1`: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles.
+pub const Q5_1_BLOCK_BYTES: usize = 24;
+/// llama.cpp `block_q5_K`: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 32 bytes of
+/// fifth bits, 128 bytes of nibbles.
+pub const Q5_K_BLOCK_BYTES: usize = 176;
 /// llama.cpp `block_tq2_0`: 64 bytes of 2-bit codes, then f16 d; 256 elements.
 pub const TQ2_0_BLOCK_BYTES: usize = 66;
 /// llama.cpp `block_q4_K`: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles.
@@ -277,6 +284,47 @@ pub fn import_q5_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
     })
 }
 
+/// Layout of an imported Q4_1 matrix: 4 bits, group 32, f16 scale `d` and minimum `m`.
+pub fn q4_1_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 4, 32, Offset::Min)
+}
+
+/// Layout of an imported Q5_1 matrix: 5 bits, group 32, f16 scale `d` and minimum `m`.
+pub fn q5_1_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 5, 32, Offset::Min)
+}
+
+/// Import llama.cpp Q4_1 rows without loss: weight `q·d + m`, codes as Q4_0's.
+pub fn import_q4_1_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q4_1 bytes", layout.rows * (layout.cols / 32) * Q4_1_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 32;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q4_1_BLOCK_BYTES..][..Q4_1_BLOCK_BYTES];
+        (gc.scale, gc.min) = (block_scale(b, row, g)?, f16_at(b, 2, row, g)?);
+        for j in 0..16 {
+            gc.codes[j] = b[4 + j] & 15;
+            gc.codes[j + 16] = b[4 + j] >> 4;
+        }
+        Ok(())
+    })
+}
+
+/// Import llama.cpp Q5_1 rows without loss: weight `q·d + m`, codes as Q5_0's.
+pub fn import_q5_1_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q5_1 bytes", layout.rows * (layout.cols / 32) * Q5_1_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 32;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q5_1_BLOCK_BYTES..][..Q5_1_BLOCK_BYTES];
+        (gc.scale, gc.min) = (block_scale(b, row, g)?, f16_at(b, 2, row, g)?);
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        for j in 0..16 {
+            gc.codes[j] = (b[8 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+            gc.codes[j + 16] = (b[8 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+        }
+        Ok(())
+    })
+}
+
 /// Layout of an imported TQ2_0 matrix: 2 bits, group 256, zero point 1.
 pub fn tq2_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     Layout::new(rows, cols, 2, 256, Offset::Zero(1))
@@ -306,6 +354,12 @@ pub fn import_tq2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
 pub fn q4_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     super_blocks(cols)?;
     Ok(Layout::new(rows, cols, 4, 32, Offset::Min)?.with_scales(ScaleFormat::F32))
+}
+
+/// Layout of an imported Q5_K matrix: as Q4_K's with 5 bits.
+pub fn q5_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    super_blocks(cols)?;
+    Ok(Layout::new(rows, cols, 5, 32, Offset::Min)?.with_scales(ScaleFormat::F32))
 }
 
 /// Layout of an imported Q6_K matrix: 6 bits, group 16, zero point 32, f32 scale `d·sc`.
@@ -351,6 +405,26 @@ pub fn import_q4_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
         let qs = &b[16 + 32 * (j / 2)..][..32];
         for (c, &q) in gc.codes.iter_mut().zip(qs) {
             *c = if j % 2 == 0 { q & 15 } else { q >> 4 };
+        }
+        Ok(())
+    })
+}
+
+/// Import llama.cpp Q5_K rows without loss: as Q4_K's, each code with its fifth bit,
+/// bit `j` of `qh[l]` for element `l` of sub-block `j`.
+pub fn import_q5_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    let per_row = super_blocks(layout.cols)?;
+    check_len("Q5_K bytes", layout.rows * per_row * Q5_K_BLOCK_BYTES, blocks.len())?;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g / 8) * Q5_K_BLOCK_BYTES..][..Q5_K_BLOCK_BYTES];
+        let (d, dmin) = (f16_at(b, 0, row, g)?, f16_at(b, 2, row, g)?);
+        let j = g % 8;
+        let (sc, m) = scale_min_k4(j, &b[4..16]);
+        gc.scale = d * sc as f32;
+        gc.min = -(dmin * m as f32);
+        let (qh, qs) = (&b[16..48], &b[48 + 32 * (j / 2)..][..32]);
+        for ((c, &q), &h) in gc.codes.iter_mut().zip(qs).zip(qh) {
+            *c = (if j % 2 == 0 { q & 15 } else { q >> 4 }) | (((h >> j) & 1) << 4);
         }
         Ok(())
     })
@@ -533,6 +607,21 @@ impl PackedMatrix<crate::AlignedBytes> {
     /// Import llama.cpp `Q5_0` blocks.
     pub fn from_q5_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q5_0_layout(rows, cols)?, |l, o| import_q5_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q4_1` blocks.
+    pub fn from_q4_1(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q4_1_layout(rows, cols)?, |l, o| import_q4_1_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q5_1` blocks.
+    pub fn from_q5_1(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q5_1_layout(rows, cols)?, |l, o| import_q5_1_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q5_K` blocks (super-blocks of 256).
+    pub fn from_q5_k(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q5_k_layout(rows, cols)?, |l, o| import_q5_k_into(blocks, l, o))
     }
 
     /// Import llama.cpp `TQ2_0` blocks (ternary, 256 per block).

@@ -19,13 +19,16 @@ pub struct BlockType {
 }
 
 /// Every block type lutra imports from GGUF.
-pub const BLOCK_TYPES: [BlockType; 9] = [
+pub const BLOCK_TYPES: [BlockType; 12] = [
     BlockType { name: "Q4_0", ty: sys::GGML_TYPE_Q4_0, scale_offsets: &[0] },
+    BlockType { name: "Q4_1", ty: sys::GGML_TYPE_Q4_1, scale_offsets: &[0, 2] },
     BlockType { name: "Q5_0", ty: sys::GGML_TYPE_Q5_0, scale_offsets: &[0] },
+    BlockType { name: "Q5_1", ty: sys::GGML_TYPE_Q5_1, scale_offsets: &[0, 2] },
     BlockType { name: "Q8_0", ty: sys::GGML_TYPE_Q8_0, scale_offsets: &[0] },
     BlockType { name: "Q2_K", ty: sys::GGML_TYPE_Q2_K, scale_offsets: &[80, 82] },
     BlockType { name: "Q3_K", ty: sys::GGML_TYPE_Q3_K, scale_offsets: &[108] },
     BlockType { name: "Q4_K", ty: sys::GGML_TYPE_Q4_K, scale_offsets: &[0, 2] },
+    BlockType { name: "Q5_K", ty: sys::GGML_TYPE_Q5_K, scale_offsets: &[0, 2] },
     BlockType { name: "Q6_K", ty: sys::GGML_TYPE_Q6_K, scale_offsets: &[208] },
     BlockType { name: "TQ1_0", ty: sys::GGML_TYPE_TQ1_0, scale_offsets: &[52] },
     BlockType { name: "TQ2_0", ty: sys::GGML_TYPE_TQ2_0, scale_offsets: &[64] },
