@@ -26,15 +26,15 @@ fn vocab(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}: run `cargo xtask models vocab`", p.display()))
 }
 
-/// A tiny model of `variant` (index into VARIANTS) with vocabulary `vocab_name`, written once.
+/// A tiny model of `variant` (index into VARIANTS) with vocabulary `vocab_name`, written
+/// once per test run (over what an earlier run left).
 fn model(variant: usize, vocab_name: &str) -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{vocab_name}-{}.gguf", VARIANTS[variant].name, std::process::id()));
-    if !path.exists() {
-        // tests run in parallel: write beside, then rename, so no test reads half a file
-        let partial = path.with_extension(format!("{:?}.partial", std::thread::current().id()).replace(['(', ')'], ""));
-        std::fs::write(&partial, with_vocab(&VARIANTS[variant], &vocab(vocab_name)).unwrap()).unwrap();
-        std::fs::rename(&partial, &path).unwrap();
+    static WRITTEN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{vocab_name}.gguf", VARIANTS[variant].name));
+    let mut written = WRITTEN.lock().unwrap();
+    if !written.contains(&path) {
+        std::fs::write(&path, with_vocab(&VARIANTS[variant], &vocab(vocab_name)).unwrap()).unwrap();
+        written.push(path.clone());
     }
     path
 }

@@ -18,8 +18,9 @@ pub struct Perplexity {
     pub key_bytes: usize,
 }
 
-/// The text's tokens (with BOS) cut into non-overlapping chunks of `ctx`, the first
-/// token of each chunk set to BOS, each chunk run from position 0, and only the second
+/// The text's tokens (with BOS where the vocabulary adds one) cut into non-overlapping
+/// chunks of `ctx`, the first token of each chunk set to BOS (where it adds one), each
+/// chunk run from position 0, and only the second
 /// half of each chunk scored: `exp(mean(−log p(next token)))`, in f64.
 pub fn perplexity<G: Gemv>(model: &Model, gemv: &G, text: &str, ctx: usize, attention: &Attention) -> Result<Perplexity, Error> {
     let tokens = model.encode(text, true)?;
@@ -33,7 +34,8 @@ pub fn perplexity<G: Gemv>(model: &Model, gemv: &G, text: &str, ctx: usize, atte
     for chunk in tokens.chunks_exact(ctx) {
         let first = ctx / 2;
         session.reset();
-        session.append(&[model.bos()])?;
+        // llama-perplexity: each chunk starts with BOS where the vocabulary adds one
+        session.append(&[if model.adds_bos() { model.bos() } else { chunk[0] }])?;
         session.feed(gemv, &chunk[1..first])?;
         // ctx ≥ 4, so the first scored position is not the BOS slot
         for pos in first..ctx - 1 {
