@@ -150,11 +150,23 @@ impl Variant {
 
     /// The GGUF file, the same bytes on every machine.
     pub fn gguf(&self) -> Vec<u8> {
-        self.build(VOCAB, spm_vocab(), CONTEXT)
+        self.build(VOCAB, spm_vocab(), CONTEXT, |_, _| {})
+    }
+
+    /// `gguf()` with its metadata and tensors edited by `edit` before writing (for files
+    /// damaged one way at a time).
+    pub fn gguf_edited(&self, edit: impl FnOnce(&mut Vec<(String, Meta)>, &mut Vec<Tensor>)) -> Vec<u8> {
+        self.build(VOCAB, spm_vocab(), CONTEXT, edit)
     }
 
     /// The file with a vocabulary of `vocab` tokens described by `tokenizer`'s keys.
-    fn build(&self, vocab: usize, tokenizer: Vec<(String, Meta)>, context: usize) -> Vec<u8> {
+    fn build(
+        &self,
+        vocab: usize,
+        tokenizer: Vec<(String, Meta)>,
+        context: usize,
+        edit: impl FnOnce(&mut Vec<(String, Meta)>, &mut Vec<Tensor>),
+    ) -> Vec<u8> {
         let mut rng = SplitMix64::new(0x11a3a ^ self.name.len() as u64 ^ (self.name.as_bytes()[0] as u64) << 8);
         let (hd, a) = (self.head_dim(), self.arch);
         let u = |n: usize| Meta::U32(n as u32);
@@ -227,6 +239,7 @@ impl Variant {
         if self.llama3_rope {
             tensors.push(Tensor::f32("rope_freqs.weight", &llama3_rope_factors(self.rope_base, hd)));
         }
+        edit(&mut kvs, &mut tensors);
         write_gguf(&kvs, &tensors)
     }
 }
@@ -244,7 +257,7 @@ pub fn with_vocab(variant: &Variant, vocab_gguf: &[u8]) -> Result<Vec<u8>, Strin
             tokenizer.push((key.to_string(), Meta::from_value(&value).ok_or_else(|| format!("{key}: a value type the writer lacks"))?));
         }
     }
-    Ok(variant.build(n, tokenizer, 1024))
+    Ok(variant.build(n, tokenizer, 1024, |_, _| {}))
 }
 
 /// The token ids the golden logits are for: BOS, then random ids.
