@@ -15,7 +15,7 @@ BIN=$CACHE/build/bin
 if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)" ]; then
     mkdir -p "$CACHE"
     if [ ! -d "$CACHE/src" ]; then
-        python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$CACHE/sdist" "llama-cpp-python==$VERSION" >&2
+        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python --dest "$CACHE/sdist" "llama-cpp-python==$VERSION" >&2
         mkdir -p "$CACHE/src"
         tar xzf "$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz" -C "$CACHE/src" --strip-components=3 \
             "llama_cpp_python-$VERSION/vendor/llama.cpp"

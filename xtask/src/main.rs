@@ -475,7 +475,7 @@ fn fetch_vocab(root: &Path) -> Result {
     let tmp = TempDir::new("sdist")?;
     println!("fetching llama.cpp's tokenizer test files: pip download {LLAMA_CPP_SDIST} (sdist, ~77 MB)");
     run(Command::new(venv.join("bin/pip"))
-        .args(["download", "--quiet", "--no-deps", "--no-binary", ":all:", LLAMA_CPP_SDIST, "-d"])
+        .args(["download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python", LLAMA_CPP_SDIST, "-d"])
         .arg(&tmp.0))?;
     let sdist = fs::read_dir(&tmp.0)
         .map_err(|e| format!("{}: {e}", tmp.0.display()))?
