@@ -61,6 +61,7 @@ fn perplexity_and_bench_model_print_json() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let line = String::from_utf8_lossy(&out.stdout);
     assert!(line.contains("\"pp_tps\":") && line.contains("\"tg_tps\":"), "{line}");
+    assert!(line.contains("\"weights\":\"f32 quantized to 4 bits\""), "{line}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

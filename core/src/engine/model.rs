@@ -68,7 +68,8 @@ impl Vocabulary {
 /// What a model is, for reports and for front-ends choosing settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInfo {
-    /// `gemma3`, or `llama` for llama2.c checkpoints.
+    /// The GGUF `general.architecture` (`gemma3`, `llama`, `qwen2`, `qwen3`), or `llama`
+    /// for llama2.c checkpoints.
     pub architecture: &'static str,
     /// Width of the residual stream (embedding length).
     pub dim: usize,

@@ -158,15 +158,15 @@ pub fn bench(command: BenchCommand) -> Result<(), String> {
                 let (pp, tg) = bench_model(&model, t, &spec)?;
                 let name = a.model.model.display();
                 let kind = &a.attention.attention;
+                let weights = weights_label(model.info());
                 if a.json {
                     println!(
-                        "{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{pp:.1},\"tg_tps\":{tg:.1}}}",
-                        a.model.bits, a.depth
+                        "{{\"model\":\"{name}\",\"weights\":\"{weights}\",\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{pp:.1},\"tg_tps\":{tg:.1}}}",
+                        a.depth
                     );
                 } else {
                     println!(
-                        "{name}, {}-bit, {t} thread(s), depth {}, {kind} attention: prompt {pp:.1} tokens/s, generation {tg:.1} tokens/s (medians of {})",
-                        a.model.bits,
+                        "{name} ({weights}), {t} thread(s), depth {}, {kind} attention: prompt {pp:.1} tokens/s, generation {tg:.1} tokens/s (medians of {})",
                         a.depth,
                         a.runs.max(5)
                     );
@@ -266,6 +266,18 @@ pub fn bench(command: BenchCommand) -> Result<(), String> {
     Ok(())
 }
 
+/// The weights' storage in a few characters: the file's quantized tensor types
+/// (`Q4_0+Q6_K`; norms' F32 left out unless nothing else), or how a llama2.c checkpoint
+/// was quantized.
+fn weights_label(info: &lutra::ModelInfo) -> String {
+    let quantized: Vec<&str> = info.tensor_types.iter().map(|(t, _)| t.as_str()).filter(|t| *t != "F32").collect();
+    if quantized.is_empty() {
+        "F32".to_string()
+    } else {
+        quantized.join("+")
+    }
+}
+
 /// `lutra bench model --llamacpp`: lutra and llama.cpp side by side, per thread count.
 fn versus_llamacpp(a: &BenchModelArgs, model: &lutra::Model, threads: &[usize]) -> Result<(), String> {
     let name = a.model.model.display();
@@ -277,8 +289,8 @@ fn versus_llamacpp(a: &BenchModelArgs, model: &lutra::Model, threads: &[usize]) 
         let num = |v: f64| if v.is_finite() { format!("{v:.1}") } else { "null".into() };
         if a.json {
             println!(
-                "{{\"model\":\"{name}\",\"bits\":{},\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{},\"tg_tps\":{},\"llamacpp_pp_tps\":{},\"llamacpp_tg_tps\":{}}}",
-                a.model.bits,
+                "{{\"model\":\"{name}\",\"weights\":\"{}\",\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{},\"tg_tps\":{},\"llamacpp_pp_tps\":{},\"llamacpp_tg_tps\":{}}}",
+                weights_label(model.info()),
                 r.depth,
                 num(r.pp_tps),
                 num(r.tg_tps),
