@@ -56,7 +56,7 @@ use unicode_general_category::{get_general_category, GeneralCategory as Gc};
 
 use crate::gguf::{Array, Gguf, Value, ValueType};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::vocab::{check_model, end_of_generation, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens};
+use crate::vocab::{check_model, end_of_generation, opt_bool, opt_id, parse_byte_piece, token_types, Pieces, SpecialTokens, EOG_TEXTS};
 pub use crate::vocab::{TokenType, VocabError, KEY_ADD_BOS, KEY_ADD_EOS, KEY_BOS, KEY_EOS, KEY_EOT, KEY_MODEL, KEY_TOKENS, KEY_TOKEN_TYPE};
 
 pub const KEY_PRE: &str = "tokenizer.ggml.pre";
@@ -82,32 +82,6 @@ fn attr_of(t: TokenType) -> u8 {
         TokenType::Unused | TokenType::Undefined => 0,
     }
 }
-
-/// Tokens llama.cpp marks end-of-generation by their text, and so CONTROL.
-const EOG_PIECES: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<turn|>",
-    "<|tool_response>",
-    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
-    "[e~[",
-];
 
 /// FIM tokens llama.cpp finds by text when the file names none (key, candidate pieces);
 /// the one found becomes CONTROL.
@@ -957,7 +931,8 @@ impl BpeTokenizer {
                 }
             }
         }
-        for p in EOG_PIECES {
+        // end-of-generation tokens are CONTROL too
+        for p in EOG_TEXTS {
             if let Some(id) = t.lookup(p.as_bytes()) {
                 t.attrs[id as usize] |= ATTR_CONTROL;
             }

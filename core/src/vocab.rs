@@ -147,7 +147,7 @@ pub(crate) fn opt_id(g: &Gguf<'_>, key: &'static str, default: Option<u32>, n: u
 
 /// Token texts llama.cpp ends generation at, whatever the ids the file names
 /// (`llama_vocab::impl::load`, llama.cpp of the llama-cpp-python 0.3.36 sdist).
-const EOG_TEXTS: &[&str] = &[
+pub(crate) const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
