@@ -101,10 +101,11 @@ fn classes() -> Vec<Class> {
         |e| matches!(e, Error::Model(ModelError::Gguf(GgufError::UnknownTensorType { type_id: 99 }))),
         "ggml type id 99",
     );
-    // Q4_1 (type 3): a block type lutra has no bit-plane form of
-    let f = edit_tensor("blk.0.attn_q.weight", |f, _, ty, _| put(f, ty, &3u32.to_le_bytes()));
+    // IQ4_NL (type 20, no larger than the tensor's own blocks): a codebook type lutra
+    // has no bit-plane form of
+    let f = edit_tensor("blk.0.attn_q.weight", |f, _, ty, _| put(f, ty, &20u32.to_le_bytes()));
     add(
-        "tensor type not importable (Q4_1 matrix)",
+        "tensor type not importable (IQ4_NL matrix)",
         f,
         |e| matches!(e, Error::Model(ModelError::UnsupportedTensorType { .. })),
         "cannot import",

@@ -222,8 +222,9 @@ impl Int8Activations {
             let d = amax / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             for (q, &v) in q.iter_mut().zip(x) {
-                // |v·id| ≤ 127 (up to rounding), so the cast cannot saturate wrongly
-                *q = round_half_away(v * id) as i8;
+                // |v·id| ≤ 127 up to rounding; the clamp matters only where a subnormal
+                // amax makes 1/d infinite (that block's f16 scale is then 0 anyway)
+                *q = round_half_away((v * id).clamp(-127.0, 127.0)) as i8;
             }
             *s = f16_bits_to_f32(f32_to_f16_bits(d));
         }
@@ -318,7 +319,23 @@ fn group_product(isa: Isa, has_minus_128: bool, g: &Group<'_>, out: &mut [f32; G
 
 #[cfg(test)]
 mod rounding_tests {
-    use super::round_half_away;
+    use super::{round_half_away, Int8Activations};
+
+    /// A block whose largest magnitude is subnormal: 1/d overflows to infinity, which
+    /// once overflowed the rounding (a fuzzer's find, through a Gemma prefill).
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn subnormal_blocks_quantize_to_a_zero_scale() {
+        let mut a = Int8Activations::new(64).unwrap();
+        let mut x = [0.0f32; 64];
+        x[3] = f32::from_bits(1);
+        x[5] = -f32::from_bits(0x0040_0000);
+        x[40] = 1.5;
+        a.quantize(&x).unwrap();
+        assert_eq!(a.scales, [0.0, 1.5 / 127.0_f32].map(|d| f32::from(half::f16::from_f32(d))));
+        assert_eq!(a.codes[5], -127);
+        assert_eq!(a.codes[40], 127);
+    }
 
     /// Equal to libm's `roundf` at every half in ±200, its neighbours, and a sweep of all
     /// magnitudes below 2^23.
