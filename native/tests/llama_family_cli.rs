@@ -33,7 +33,11 @@ fn model(variant: usize, vocab_name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{vocab_name}.gguf", VARIANTS[variant].name));
     let mut written = WRITTEN.lock().unwrap();
     if !written.contains(&path) {
-        std::fs::write(&path, with_vocab(&VARIANTS[variant], &vocab(vocab_name)).unwrap()).unwrap();
+        // written beside and renamed over: nextest runs each test in its own process, and
+        // rewriting a file in place that another test's lutra has mapped kills it (SIGBUS)
+        let partial = path.with_extension(format!("{}.partial", std::process::id()));
+        std::fs::write(&partial, with_vocab(&VARIANTS[variant], &vocab(vocab_name)).unwrap()).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
         written.push(path.clone());
     }
     path
