@@ -54,7 +54,7 @@ use super::import::{Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
-use super::products::{batch_product, first_rows, Scratch};
+use super::products::{self, batch_product, first_rows, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 
@@ -373,8 +373,8 @@ impl Gemma3 {
             let x = &mut b.x[i * dim..(i + 1) * dim];
             self.token_embd.dequantize_row(token as usize, x)?;
             x.iter_mut().for_each(|v| *v *= scale);
-            b.rope_global[i].set_position(first_pos + i);
-            b.rope_local[i].set_position(first_pos + i);
+            b.rope.global[i].set_position(first_pos + i);
+            b.rope.local[i].set_position(first_pos + i);
         }
 
         for (l, layer) in self.layers.iter().enumerate() {
@@ -385,7 +385,7 @@ impl Gemma3 {
             batch_product(gemv, &layer.wq, &mut b.scratch, &b.xb, n, &mut b.q)?;
             batch_product(gemv, &layer.wk, &mut b.scratch, &b.xb, n, &mut b.k)?;
             batch_product(gemv, &layer.wv, &mut b.scratch, &b.xb, n, &mut b.v)?;
-            let angles = if c.is_global(l) { &b.rope_global } else { &b.rope_local };
+            let angles = if c.is_global(l) { &b.rope.global } else { &b.rope.local };
             for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(angles) {
                 for head in q.chunks_exact_mut(hd) {
                     rmsnorm_in_place(head, &layer.q_norm, c.norm_eps);
@@ -431,39 +431,20 @@ impl Gemma3 {
     }
 }
 
-/// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
-/// token-major.
-struct Batch {
-    x: Vec<f32>,
-    xb: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    hb: Vec<f32>,
-    hb2: Vec<f32>,
-    scratch: Scratch,
-    rope_global: Vec<RopeAngles>,
-    rope_local: Vec<RopeAngles>,
+/// Rotary angles per token: global layers' and sliding-window layers' frequencies.
+struct Angles {
+    global: Vec<RopeAngles>,
+    local: Vec<RopeAngles>,
 }
 
-impl Batch {
-    fn new(model: &Gemma3) -> Result<Batch, ModelError> {
-        let (c, n) = (&model.config, PREFILL_BATCH);
-        Ok(Batch {
-            x: vec![0.0; n * c.dim],
-            xb: vec![0.0; n * c.dim],
-            q: vec![0.0; n * c.q_dim()],
-            k: vec![0.0; n * c.kv_dim()],
-            v: vec![0.0; n * c.kv_dim()],
-            attn: vec![0.0; n * c.q_dim()],
-            hb: vec![0.0; n * c.hidden_dim],
-            hb2: vec![0.0; n * c.hidden_dim],
-            scratch: Scratch::for_matrices(model.matrices())?,
-            rope_global: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(true))).collect(),
-            rope_local: (0..n).map(|_| RopeAngles::new(c.rope_frequencies(false))).collect(),
-        })
-    }
+/// The batch buffers with both sets of rotary angles.
+type Batch = products::Batch<Angles>;
+
+fn new_batch(model: &Gemma3) -> Result<Batch, ModelError> {
+    let c = &model.config;
+    let angles = |global| (0..PREFILL_BATCH).map(|_| RopeAngles::new(c.rope_frequencies(global))).collect();
+    let rope = Angles { global: angles(true), local: angles(false) };
+    Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
 }
 
 /// Working memory of one sequence, allocated once.
@@ -490,7 +471,7 @@ impl Gemma3State {
         if cache.shape() != model.attention_shape(context) {
             return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
         }
-        Ok(Gemma3State { context, cache, batch: Box::new(Batch::new(model)?), logits: vec![0.0; c.vocab_size] })
+        Ok(Gemma3State { context, cache, batch: Box::new(new_batch(model)?), logits: vec![0.0; c.vocab_size] })
     }
 
     pub fn context(&self) -> usize {

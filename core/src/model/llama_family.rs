@@ -45,7 +45,7 @@ use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
-use super::products::{batch_product, first_rows, Scratch};
+use super::products::{self, batch_product, first_rows, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
@@ -543,38 +543,14 @@ fn unread_tensor(g: &Gguf<'_>, c: &LlamaFamilyConfig, expected: usize) -> String
     }
 }
 
-/// Working memory of up to `PREFILL_BATCH` tokens: activations, tables and rotary angles,
-/// token-major.
-struct Batch {
-    x: Vec<f32>,
-    xb: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    hb: Vec<f32>,
-    hb2: Vec<f32>,
-    scratch: Scratch,
-    rope: Vec<RopeAngles>,
-}
+/// The batch buffers with one set of rotary angles per token.
+type Batch = products::Batch<Vec<RopeAngles>>;
 
-impl Batch {
-    fn new(model: &LlamaFamily) -> Result<Batch, ModelError> {
-        let (c, n) = (&model.config, PREFILL_BATCH);
-        let freqs = c.rope_frequencies(model.rope_factors.as_deref());
-        Ok(Batch {
-            x: vec![0.0; n * c.dim],
-            xb: vec![0.0; n * c.dim],
-            q: vec![0.0; n * c.q_dim()],
-            k: vec![0.0; n * c.kv_dim()],
-            v: vec![0.0; n * c.kv_dim()],
-            attn: vec![0.0; n * c.q_dim()],
-            hb: vec![0.0; n * c.hidden_dim],
-            hb2: vec![0.0; n * c.hidden_dim],
-            scratch: Scratch::for_matrices(model.matrices())?,
-            rope: (0..n).map(|_| RopeAngles::new(freqs.clone())).collect(),
-        })
-    }
+fn new_batch(model: &LlamaFamily) -> Result<Batch, ModelError> {
+    let c = &model.config;
+    let freqs = c.rope_frequencies(model.rope_factors.as_deref());
+    let rope = (0..PREFILL_BATCH).map(|_| RopeAngles::new(freqs.clone())).collect();
+    Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
 }
 
 /// Working memory of one sequence, allocated once.
@@ -598,7 +574,7 @@ impl LlamaFamilyState {
             return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
         }
         let logits = vec![0.0; model.config.vocab_size];
-        Ok(LlamaFamilyState { context, cache, batch: Box::new(Batch::new(model)?), logits })
+        Ok(LlamaFamilyState { context, cache, batch: Box::new(new_batch(model)?), logits })
     }
 
     pub fn context(&self) -> usize {

@@ -1,12 +1,49 @@
 //! Products of a batch of token activations with imported weights, whichever kernel
 //! each matrix runs on, and the scratch memory they need.
 
+use alloc::vec;
 use alloc::vec::Vec;
 
 use super::import::Weights;
 use super::{Gemv, ModelError, PREFILL_BATCH};
 use crate::int8::Int8Activations;
 use crate::{OwnedTables, Tables};
+
+/// Working memory of up to `PREFILL_BATCH` tokens of a transformer with grouped-query
+/// attention and a gated feed-forward: activations (token-major), the products' scratch,
+/// and each model's rotary angles `R`.
+pub(super) struct Batch<R> {
+    pub x: Vec<f32>,
+    pub xb: Vec<f32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub attn: Vec<f32>,
+    pub hb: Vec<f32>,
+    pub hb2: Vec<f32>,
+    pub scratch: Scratch,
+    pub rope: R,
+}
+
+impl<R> Batch<R> {
+    /// Widths per token: the residual stream, all query heads, all key/value heads, the
+    /// feed-forward's hidden layer.
+    pub fn new(dim: usize, q_dim: usize, kv_dim: usize, hidden_dim: usize, scratch: Scratch, rope: R) -> Batch<R> {
+        let n = PREFILL_BATCH;
+        Batch {
+            x: vec![0.0; n * dim],
+            xb: vec![0.0; n * dim],
+            q: vec![0.0; n * q_dim],
+            k: vec![0.0; n * kv_dim],
+            v: vec![0.0; n * kv_dim],
+            attn: vec![0.0; n * q_dim],
+            hb: vec![0.0; n * hidden_dim],
+            hb2: vec![0.0; n * hidden_dim],
+            scratch,
+            rope,
+        }
+    }
+}
 
 /// The first `n` rows of `width` values of a token-major buffer.
 pub(super) fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExactMut<'_, f32> {
