@@ -9,7 +9,7 @@ use core::arch::x86_64::*;
 use core::ops::Range;
 
 use crate::lut::{Job, Tables};
-use crate::{Block64, Interleave, Layout, Offset, ScaleFormat, TILE_ROWS};
+use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
 
 /// `(a & b) | c` for `vpternlogd`.
 const AND_OR: i32 = 0xea;
@@ -125,7 +125,7 @@ crate::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fma,f16c"; 
 /// The float epilogue of one matrix, shared by the one- and two-token kernels: per group
 /// `acc += s·(I·α + β) [+ m·Σa]` as FMAs, so every token gets the same floats either way.
 struct Epilogue<'a> {
-    layout: &'a Layout,
+    job: &'a Job<'a>,
     bytes: *const u8,
     half_range: f32,
     zero: f32,
@@ -134,7 +134,7 @@ struct Epilogue<'a> {
 }
 
 impl<'a> Epilogue<'a> {
-    fn new(job: &'a Job<'_>) -> Self {
+    fn new(job: &'a Job<'a>) -> Self {
         let l = &job.layout;
         let half_range = l.half_range();
         let zero = match l.offset() {
@@ -142,7 +142,7 @@ impl<'a> Epilogue<'a> {
             Offset::Symmetric | Offset::Min => half_range,
         };
         let (with_mins, wide) = (l.offset() == Offset::Min, l.scales() == ScaleFormat::F32);
-        Epilogue { layout: l, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
+        Epilogue { job, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
     }
 
     /// The 32 f32 scales (or minima) of the block at byte `at`.
@@ -165,8 +165,8 @@ impl<'a> Epilogue<'a> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
     #[inline]
     fn affine(&self, tile: usize, g: usize) -> ((__m512, __m512), Option<(__m512, __m512)>) {
-        let mins = if self.with_mins { Some(self.block(self.layout.min_block_offset(tile, g))) } else { None };
-        (self.block(self.layout.scale_block_offset(tile, g)), mins)
+        let mins = if self.with_mins { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
+        (self.block(self.job.scale_block_offset(tile, g)), mins)
     }
 
     /// Adds group `g`'s integer sums `ints`, over one token's `tables`, to that token's `f`.
@@ -200,7 +200,7 @@ impl<'a> Epilogue<'a> {
     #[inline]
     fn store(&self, f: (__m512, __m512), tile: usize, first: usize, y: &mut [f32]) {
         let start = (tile - first) * TILE_ROWS;
-        let n = (self.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
+        let n = (self.job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
         let out = &mut y[start..start + n];
         let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
         // SAFETY: masked stores write only the `n` rows of `out`.
