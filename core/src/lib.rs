@@ -51,7 +51,10 @@ pub use error::Error;
 pub use isa::Isa;
 #[cfg(feature = "alloc")]
 pub use lut::OwnedTables;
-pub use lut::{gemm, gemm_chunk_tiles, gemm_with, gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Tables, TablesMut};
+pub use lut::{
+    gemm, gemm_chunk_tiles, gemm_tiles, gemm_tokens, gemm_with, gemv, gemv_integer, gemv_tiles, gemv_tiles_n, gemv_tiles_pair, Tables,
+    TablesMut,
+};
 pub use quant::{Interleave, Layout, Offset, PackedMatrix, ScaleFormat};
 
 /// Rows per tile: the unit of work of every kernel and of thread splitting.

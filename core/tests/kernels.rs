@@ -8,7 +8,10 @@ use lutra_core::quant::convert::{
     Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_1_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q5_1_BLOCK_BYTES,
     Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
 };
-use lutra_core::{gemv, gemv_integer, gemv_tiles, gemv_tiles_pair, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix, ScaleFormat};
+use lutra_core::{
+    gemm_tiles, gemv, gemv_integer, gemv_tiles, gemv_tiles_n, gemv_tiles_pair, Error, Interleave, Isa, Offset, OwnedTables, PackedMatrix,
+    ScaleFormat,
+};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -102,19 +105,23 @@ fn every_isa_equals_scalar_for_every_format() {
     }
 }
 
-/// The two-token product (prefill) gives each token exactly its own GEMV's floats, for
-/// every width, offset, scale format and group size, over a range of tiles that ends in
-/// a partial tile, on every ISA that reads the layout.
+/// The multi-token products (prefill: two, three and four tokens, and a whole batch
+/// through `gemm_tiles`) give each token exactly its own GEMV's floats, for every width,
+/// offset, scale format and group size, over a range of tiles that ends in a partial
+/// tile, on every ISA that reads the layout.
 #[test]
-fn two_token_products_equal_each_tokens_gemv() {
+fn multi_token_products_equal_each_tokens_gemv() {
     let mut rng = Rng(31);
     for bits in 1..=8u8 {
         for (group, offset) in [(16, Offset::Min), (64, Offset::Symmetric), (128, Offset::Zero(((1u16 << bits) / 2) as u8))] {
             let cols = 256;
             let packed = PackedMatrix::quantize(&rng.vec(ROWS * cols, 0.05), ROWS, cols, bits, group, offset).unwrap();
-            let (x0, x1) = (rng.vec(cols, 1.0), rng.vec(cols, 1.0));
-            let (mut t0, mut t1) = (OwnedTables::new(cols, group).unwrap(), OwnedTables::new(cols, group).unwrap());
-            let tables = [t0.build(&x0).unwrap(), t1.build(&x1).unwrap()];
+            let xs: Vec<Vec<f32>> = (0..5).map(|_| rng.vec(cols, 1.0)).collect();
+            let mut owned: Vec<OwnedTables> = (0..5).map(|_| OwnedTables::new(cols, group).unwrap()).collect();
+            for (t, x) in owned.iter_mut().zip(&xs) {
+                t.build(x).unwrap();
+            }
+            let tables: Vec<_> = owned.iter().map(|t| t.view()).collect();
             for (interleave, scales) in
                 [(Interleave::Permute, ScaleFormat::F16), (Interleave::Permute, ScaleFormat::F32), (Interleave::Shuffle, ScaleFormat::F16)]
             {
@@ -122,17 +129,44 @@ fn two_token_products_equal_each_tokens_gemv() {
                 let tiles = 1..m.layout().tiles();
                 let rows = ROWS - 32;
                 for isa in Isa::available().filter(|i| i.accepts(interleave)) {
-                    let mut want = [vec![0.0; rows], vec![0.0; rows]];
-                    for (t, y) in tables.iter().zip(&mut want) {
-                        gemv_tiles(isa, &m, *t, tiles.clone(), y).unwrap();
-                    }
-                    let (mut y0, mut y1) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
-                    gemv_tiles_pair(isa, &m, tables, tiles.clone(), [&mut y0, &mut y1]).unwrap();
-                    assert_eq!([y0, y1], want, "{} bits={bits} group={group} {offset:?} {scales:?}", isa.name());
+                    let what = format!("{} bits={bits} group={group} {offset:?} {scales:?}", isa.name());
+                    let want: Vec<Vec<f32>> = tables
+                        .iter()
+                        .map(|t| {
+                            let mut y = vec![0.0; rows];
+                            gemv_tiles(isa, &m, *t, tiles.clone(), &mut y).unwrap();
+                            y
+                        })
+                        .collect();
+                    let mut y = vec![vec![f32::NAN; rows]; 5];
+                    let [y0, y1, ..] = &mut y[..] else { unreachable!() };
+                    gemv_tiles_pair(isa, &m, [tables[0], tables[1]], tiles.clone(), [y0, y1]).unwrap();
+                    assert_eq!(y[..2], want[..2], "pair {what}");
+                    let [y0, y1, y2, ..] = &mut y[..] else { unreachable!() };
+                    gemv_tiles_n(isa, &m, [tables[0], tables[1], tables[2]], tiles.clone(), [y0, y1, y2]).unwrap();
+                    assert_eq!(y[..3], want[..3], "three {what}");
+                    let [y0, y1, y2, y3, _] = &mut y[..] else { unreachable!() };
+                    gemv_tiles_n(isa, &m, [tables[0], tables[1], tables[2], tables[3]], tiles.clone(), [y0, y1, y2, y3]).unwrap();
+                    assert_eq!(y[..4], want[..4], "four {what}");
+                    let mut got = vec![vec![f32::NAN; rows]; 5];
+                    let mut outs = got.iter_mut().enumerate();
+                    gemm_tiles(isa, &m, &tables, tiles.clone(), |b| {
+                        let (at, y) = outs.next().expect("one output per token");
+                        assert_eq!(b, at, "tokens' outputs are asked for in order");
+                        y.as_mut_slice()
+                    })
+                    .unwrap();
+                    assert_eq!(got, want, "gemm_tiles {what}");
                 }
                 let mut short = vec![0.0; rows - 1];
-                let err =
-                    gemv_tiles_pair(Isa::best_for(interleave), &m, tables, tiles.clone(), [&mut vec![0.0; rows], &mut short]).unwrap_err();
+                let err = gemv_tiles_pair(
+                    Isa::best_for(interleave),
+                    &m,
+                    [tables[0], tables[1]],
+                    tiles.clone(),
+                    [&mut vec![0.0; rows], &mut short],
+                )
+                .unwrap_err();
                 assert!(matches!(err, Error::BufferSize { .. }), "{err:?}");
             }
         }

@@ -22,7 +22,7 @@ use lutra_core::int8::{self, Int8Activations, Int8Matrix};
 use lutra_core::lut::Tables;
 use lutra_core::model::kv::{AttentionPiece, Parallel};
 use lutra_core::model::Gemv;
-use lutra_core::{gemm_chunk_tiles, gemv_tiles, gemv_tiles_pair, Error, Isa, PackedMatrix, TILE_ROWS};
+use lutra_core::{gemm_chunk_tiles, gemm_tiles, gemv_tiles, Error, Isa, PackedMatrix, TILE_ROWS};
 
 /// Spins of an idle thread before it parks (no clock on wasm32-unknown-unknown): about
 /// 0.1–0.3 ms of atomic loads, longer than the gap between a token's products.
@@ -314,24 +314,10 @@ impl Gemv for PoolGemv {
         split(self.0, l.tiles().div_ceil(per_chunk), 1, |chunks| {
             let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
             let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
-            for (pair, t) in tables.chunks(2).enumerate() {
-                let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
-                // SAFETY: each chunk comes from the counter exactly once, so these rows of
-                // these tokens are written by this call only.
-                unsafe {
-                    match t {
-                        [t0, t1] => gemv_tiles_pair(
-                            isa,
-                            m,
-                            [*t0, *t1],
-                            tiles.clone(),
-                            [out.range_mut(at(2 * pair)), out.range_mut(at(2 * pair + 1))],
-                        ),
-                        _ => gemv_tiles(isa, m, t[0], tiles.clone(), out.range_mut(at(2 * pair))),
-                    }
-                }?;
-            }
-            Ok(())
+            let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
+            // SAFETY: each chunk comes from the counter exactly once, so these rows of
+            // these tokens are written by this call only.
+            gemm_tiles(isa, m, tables, tiles, |b| unsafe { out.range_mut(at(b)) })
         })
     }
 

@@ -488,6 +488,64 @@ macro_rules! define_run {
 }
 pub(crate) use define_run;
 
+/// `define_run` for N tokens' tables over one matrix, for ISAs with a `tile_group_n`
+/// kernel (weights loaded once for every token).
+macro_rules! define_run_n {
+    ($feature:literal ; $f16x32:expr) => {
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn run_n<const N: usize, E: $crate::lut::Epilogue>(
+            jobs: [&$crate::lut::Job<'_>; N],
+            tiles: core::ops::Range<usize>,
+            epis: &mut [E; N],
+        ) {
+            let job = jobs[0];
+            for tile in tiles {
+                for g in 0..job.groups() {
+                    let mut acc = [[0i32; $crate::TILE_ROWS]; N];
+                    // SAFETY: the caller checked that this ISA is available and that all
+                    // jobs share one matrix (so one layout and group length).
+                    unsafe { tile_group_n(job.tile_group(tile, g), jobs.map(|j| j.quads(g)), job.layout.bits(), acc.each_mut()) };
+                    for ((epi, job), acc) in epis.iter_mut().zip(jobs).zip(&acc) {
+                        epi.group(job, tile, g, acc, $f16x32);
+                    }
+                }
+                for (epi, job) in epis.iter_mut().zip(jobs) {
+                    epi.tile_end(job, tile);
+                }
+            }
+        }
+    };
+}
+pub(crate) use define_run_n;
+
+/// Tokens per multi-token lookup pass that `gemm` uses on `isa` (1: each token alone).
+/// AVX2 has a multi-token kernel (`gemv_tiles_n`), but on a Zen 4 it measured slower
+/// than one token at a time (4-bit 2048×640, group 32: 31.9 µs per token alone, 33.6 in
+/// pairs, 37.4 in fours; the i16 accumulators of several tokens do not fit 16 registers
+/// beside the tables), so `gemm` does not use it there.
+pub fn gemm_tokens(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512Vbmi => 2,
+        _ => 1,
+    }
+}
+
+/// Whether `isa` has a `run_n` (multi-token lookup kernel, `define_run_n`).
+fn has_run_n(isa: Isa) -> bool {
+    matches!(isa, Isa::Avx2)
+}
+
+/// The multi-token kernels of the ISAs `has_run_n` names.
+fn dispatch_n<const N: usize, E: Epilogue>(isa: Isa, jobs: [&Job<'_>; N], tiles: Range<usize>, epis: &mut [E; N]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked that AVX2, FMA and F16C are available and that the
+        // jobs share one matrix.
+        Isa::Avx2 => unsafe { x86_64::avx2::run_n(jobs, tiles, epis) },
+        _ => unreachable!("has_run_n names only ISAs with a run_n"),
+    }
+}
+
 fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut E) -> Result<(), Error> {
     if !isa.is_available() {
         return Err(Error::IsaUnavailable(isa));
@@ -591,22 +649,46 @@ pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables
         let tiles = start..(start + per_chunk).min(l.tiles());
         let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
         let mut outs = ys.chunks_exact_mut(l.rows());
-        for pair in tables.chunks(2) {
-            match (pair, outs.next(), outs.next()) {
-                ([t0, t1], Some(y0), Some(y1)) => {
-                    gemv_tiles_pair(isa, m, [*t0, *t1], tiles.clone(), [&mut y0[rows.clone()], &mut y1[rows.clone()]])?
+        gemm_tiles(isa, m, tables, tiles, |_| {
+            &mut outs.next().expect("ys holds tables.len() rows of outputs (checked above)")[rows.clone()]
+        })?;
+    }
+    Ok(())
+}
+
+/// Every token's rows of `tiles` (one chunk of a `gemm`, for splitting across threads):
+/// `out(b)` is token b's output for those rows (as for `gemv_tiles`), asked for once per
+/// token, in order. Tokens run `gemm_tokens(isa)` at a time through the multi-token
+/// kernels, each token's rows what `gemv_tiles` writes, bit for bit.
+pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
+    isa: Isa,
+    m: &PackedMatrix<B>,
+    tables: &[Tables<'_>],
+    tiles: Range<usize>,
+    mut out: impl FnMut(usize) -> &'y mut [f32],
+) -> Result<(), Error> {
+    let mut next = 0;
+    let mut out = || {
+        next += 1;
+        out(next - 1)
+    };
+    for batch in tables.chunks(gemm_tokens(isa)) {
+        match *batch {
+            [t0, t1, t2, t3] => gemv_tiles_n(isa, m, [t0, t1, t2, t3], tiles.clone(), [out(), out(), out(), out()])?,
+            [t0, t1, t2] => gemv_tiles_n(isa, m, [t0, t1, t2], tiles.clone(), [out(), out(), out()])?,
+            [t0, t1] => gemv_tiles_n(isa, m, [t0, t1], tiles.clone(), [out(), out()])?,
+            [t0] => gemv_tiles(isa, m, t0, tiles.clone(), out())?,
+            _ => {
+                for &t in batch {
+                    gemv_tiles(isa, m, t, tiles.clone(), out())?;
                 }
-                ([t], Some(y), None) => gemv_tiles(isa, m, *t, tiles.clone(), &mut y[rows.clone()])?,
-                _ => unreachable!("ys holds tables.len() rows of outputs (checked above)"),
             }
         }
     }
     Ok(())
 }
 
-/// `gemv_tiles` for two tokens' tables over the same tiles: on AVX-512 VBMI each weight
-/// byte is loaded once for both (prefill), elsewhere two calls. Each `y` is what
-/// `gemv_tiles` writes, bit for bit.
+/// `gemv_tiles` for two tokens' tables over the same tiles (see `gemv_tiles_n`).
 pub fn gemv_tiles_pair<B: AsRef<[u8]>>(
     isa: Isa,
     m: &PackedMatrix<B>,
@@ -614,27 +696,57 @@ pub fn gemv_tiles_pair<B: AsRef<[u8]>>(
     tiles: Range<usize>,
     ys: [&mut [f32]; 2],
 ) -> Result<(), Error> {
-    let [y0, y1] = ys;
+    gemv_tiles_n(isa, m, tables, tiles, ys)
+}
+
+/// `gemv_tiles` for N tokens' tables over the same tiles: where `isa` has a multi-token
+/// kernel (AVX2; AVX-512 VBMI for N = 2) each weight byte is loaded once for all N,
+/// elsewhere N calls. Each `y` is what `gemv_tiles` writes, bit for bit.
+pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
+    isa: Isa,
+    m: &PackedMatrix<B>,
+    tables: [Tables<'_>; N],
+    tiles: Range<usize>,
+    ys: [&mut [f32]; N],
+) -> Result<(), Error> {
+    let jobs = tables.map(|t| Job::new(m, t));
+    if let Some(Err(e)) = jobs.iter().find(|j| j.is_err()) {
+        return Err(*e);
+    }
+    let jobs = jobs.map(|j| j.expect("every job checked just above"));
+    let l = *m.layout();
+    if tiles.start > tiles.end || tiles.end > l.tiles() {
+        return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols() });
+    }
+    let rows = (tiles.end * TILE_ROWS).min(l.rows()).saturating_sub(tiles.start * TILE_ROWS);
+    if let Some(y) = ys.iter().find(|y| y.len() != rows) {
+        return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
+    }
+    if !isa.is_available() {
+        return Err(Error::IsaUnavailable(isa));
+    }
+    if !isa.accepts(l.interleave()) {
+        return Err(Error::InterleaveMismatch { isa, matrix: l.interleave() });
+    }
+    let jobs_ref = jobs.each_ref();
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(m.layout().interleave()) {
-        let (j0, j1) = (Job::new(m, tables[0])?, Job::new(m, tables[1])?);
-        let l = &j0.layout;
-        if tiles.start > tiles.end || tiles.end > l.tiles() {
-            return Err(Error::BadShape { rows: tiles.end * TILE_ROWS, cols: l.cols() });
-        }
-        let rows = (tiles.end * TILE_ROWS).min(l.rows()).saturating_sub(tiles.start * TILE_ROWS);
-        for y in [&*y0, &*y1] {
-            if y.len() != rows {
-                return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
-            }
-        }
+    if isa == Isa::Avx512Vbmi && N == 2 {
+        let mut ys = ys.into_iter();
+        let (Some(y0), Some(y1)) = (ys.next(), ys.next()) else { unreachable!("N == 2") };
         // SAFETY: the ISA is available; both jobs are validated against the one matrix,
         // and each `y` holds exactly the rows of `tiles`.
-        unsafe { x86_64::avx512vbmi::run_float_pair([&j0, &j1], tiles, [y0, y1]) };
+        unsafe { x86_64::avx512vbmi::run_float_pair([jobs_ref[0], jobs_ref[1]], tiles, [y0, y1]) };
         return Ok(());
     }
-    gemv_tiles(isa, m, tables[0], tiles.clone(), y0)?;
-    gemv_tiles(isa, m, tables[1], tiles, y1)
+    if !has_run_n(isa) {
+        for (t, y) in tables.into_iter().zip(ys) {
+            gemv_tiles(isa, m, t, tiles.clone(), y)?;
+        }
+        return Ok(());
+    }
+    let mut epis = ys.map(|y| FloatOut { y, first_tile: tiles.start, acc: [0.0; TILE_ROWS] });
+    dispatch_n(isa, jobs_ref, tiles, &mut epis);
+    Ok(())
 }
 
 /// The integer accumulators `[tile][group][32]` (rows padded to whole tiles): the

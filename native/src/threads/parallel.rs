@@ -2,7 +2,7 @@
 
 use lutra_core::int8::{self, Int8Activations, Int8Matrix};
 use lutra_core::model::kv::{AttentionPiece, Parallel};
-use lutra_core::{gemm_chunk_tiles, gemv_tiles, gemv_tiles_pair, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
+use lutra_core::{gemm_chunk_tiles, gemm_tiles, gemv_tiles, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
 
 use super::pool::{ChunkCounter, DisjointSlice, Pool};
 
@@ -118,25 +118,12 @@ pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
         while let Some(chunks) = counter.next() {
             let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
             let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
-            for (pair, t) in tables.chunks(2).enumerate() {
-                let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
-                // SAFETY: each chunk comes from the counter exactly once, so these rows
-                // of these tokens are written by this call only.
-                let result = unsafe {
-                    match t {
-                        [t0, t1] => gemv_tiles_pair(
-                            isa,
-                            m,
-                            [*t0, *t1],
-                            tiles.clone(),
-                            [out.range_mut(at(2 * pair)), out.range_mut(at(2 * pair + 1))],
-                        ),
-                        _ => gemv_tiles(isa, m, t[0], tiles.clone(), out.range_mut(at(2 * pair))),
-                    }
-                };
-                if let Err(e) = result {
-                    first_error.lock().unwrap().get_or_insert(e);
-                }
+            let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
+            // SAFETY: each chunk comes from the counter exactly once, so these rows of
+            // these tokens are written by this call only.
+            let result = gemm_tiles(isa, m, tables, tiles, |b| unsafe { out.range_mut(at(b)) });
+            if let Err(e) = result {
+                first_error.lock().unwrap().get_or_insert(e);
             }
         }
     });

@@ -36,62 +36,88 @@ unsafe fn fold16(acc: &mut [i32; TILE_ROWS], row: usize, v: __m256i, shift: i32)
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY: the caller's contract.
+    unsafe { tile_group_n::<1>(w, [quads], bits, [acc]) }
+}
+
+/// `tile_group` for N tokens at once: each 32 weight bytes are loaded and split into
+/// nibble indices once, then looked up in every token's tables. Integer sums, so each
+/// `acc[t]` is what `tile_group` gives token t, bit for bit.
+///
+/// # Safety
+/// The CPU must support AVX2; `w` is one tile-group of a layout with `quads[t].len()`
+/// quads for every t.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn tile_group_n<const N: usize>(w: &[u8], quads: [&[Block64]; N], bits: u8, mut acc: [&mut [i32; TILE_ROWS]; N]) {
     let bits = bits as usize;
-    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * bits / 8);
+    let n_quads = quads[0].len();
+    debug_assert!(quads.iter().all(|q| q.len() == n_quads), "every token's tables cover the same group");
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * n_quads * bits / 8);
+    let tables = quads.map(|q| q.as_ptr().cast::<u8>());
     let nibble = _mm256_set1_epi8(0x0f);
     let plane_weights = _mm256_set1_epi16(0x0201);
     let mut p = w.as_ptr();
     for pair in 0..bits / 2 {
-        let mut a = [_mm256_setzero_si256(); 4];
-        for quad in quads {
+        let mut a = [[_mm256_setzero_si256(); 4]; N];
+        for quad in 0..n_quads {
             for half in 0..2 {
                 for lanes in 0..2 {
-                    // SAFETY: `quad` is 64 bytes (aligned); `p` walks exactly `w`.
+                    // SAFETY: `p` walks exactly `w`; every token's tables hold `n_quads`
+                    // 64-byte (aligned) blocks.
                     unsafe {
-                        let table = _mm256_load_si256(quad.0.as_ptr().add(32 * lanes).cast());
                         let v = _mm256_loadu_si256(p.cast());
                         p = p.add(32);
-                        let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nibble));
-                        let hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
-                        a[2 * half] = _mm256_add_epi16(a[2 * half], _mm256_maddubs_epi16(plane_weights, lo));
-                        a[2 * half + 1] = _mm256_add_epi16(a[2 * half + 1], _mm256_maddubs_epi16(plane_weights, hi));
+                        let i_lo = _mm256_and_si256(v, nibble);
+                        let i_hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+                        for (a, table) in a.iter_mut().zip(tables) {
+                            let table = _mm256_load_si256(table.add(64 * quad + 32 * lanes).cast());
+                            let lo = _mm256_shuffle_epi8(table, i_lo);
+                            let hi = _mm256_shuffle_epi8(table, i_hi);
+                            a[2 * half] = _mm256_add_epi16(a[2 * half], _mm256_maddubs_epi16(plane_weights, lo));
+                            a[2 * half + 1] = _mm256_add_epi16(a[2 * half + 1], _mm256_maddubs_epi16(plane_weights, hi));
+                        }
                     }
                 }
             }
         }
-        for (k, v) in a.into_iter().enumerate() {
-            // SAFETY: AVX2 is enabled in this function.
-            unsafe { fold8(acc, 8 * k, v, 2 * pair as i32) };
+        for (a, acc) in a.into_iter().zip(acc.iter_mut()) {
+            for (k, v) in a.into_iter().enumerate() {
+                // SAFETY: AVX2 is enabled in this function.
+                unsafe { fold8(acc, 8 * k, v, 2 * pair as i32) };
+            }
         }
     }
     if bits % 2 == 1 {
-        let (mut lo_rows, mut hi_rows) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        for quad in quads {
+        let mut rows = [[_mm256_setzero_si256(); 2]; N];
+        for quad in 0..n_quads {
             for lanes in 0..2 {
                 // SAFETY: as above.
                 unsafe {
-                    let table = _mm256_load_si256(quad.0.as_ptr().add(32 * lanes).cast());
                     let v = _mm256_loadu_si256(p.cast());
                     p = p.add(32);
-                    let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nibble));
-                    let hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
-                    let lo16 = _mm256_add_epi16(
-                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)),
-                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1)),
-                    );
-                    let hi16 = _mm256_add_epi16(
-                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)),
-                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1)),
-                    );
-                    lo_rows = _mm256_add_epi16(lo_rows, lo16);
-                    hi_rows = _mm256_add_epi16(hi_rows, hi16);
+                    let i_lo = _mm256_and_si256(v, nibble);
+                    let i_hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+                    for (rows, table) in rows.iter_mut().zip(tables) {
+                        let table = _mm256_load_si256(table.add(64 * quad + 32 * lanes).cast());
+                        for (r, index) in rows.iter_mut().zip([i_lo, i_hi]) {
+                            let x = _mm256_shuffle_epi8(table, index);
+                            let x16 = _mm256_add_epi16(
+                                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)),
+                                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)),
+                            );
+                            *r = _mm256_add_epi16(*r, x16);
+                        }
+                    }
                 }
             }
         }
-        // SAFETY: AVX2 is enabled in this function.
-        unsafe {
-            fold16(acc, 0, lo_rows, bits as i32 - 1);
-            fold16(acc, 16, hi_rows, bits as i32 - 1);
+        for ([lo_rows, hi_rows], acc) in rows.into_iter().zip(acc.iter_mut()) {
+            // SAFETY: AVX2 is enabled in this function.
+            unsafe {
+                fold16(acc, 0, lo_rows, bits as i32 - 1);
+                fold16(acc, 16, hi_rows, bits as i32 - 1);
+            }
         }
     }
 }
@@ -110,6 +136,7 @@ fn f16x32(bytes: &[u8; 64]) -> [f32; TILE_ROWS] {
 }
 
 crate::lut::define_run!("avx2,fma,f16c"; |b| f16x32(b));
+crate::lut::define_run_n!("avx2,fma,f16c"; |b| f16x32(b));
 
 /// The portable table builder, compiled with AVX2 + FMA so it vectorizes 8-wide.
 ///
