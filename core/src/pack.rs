@@ -23,8 +23,9 @@ use crate::gguf::{GgmlType, Gguf, Value};
 use crate::model::import::Weights;
 use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
 
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes and reads (2: int8 codes interleaved by groups
+/// of four rows).
+pub const VERSION: u32 = 2;
 pub const FORMAT_KEY: &str = "lutra.format";
 pub const SOURCE_KEY: &str = "lutra.source";
 pub const HEADER_CHECKSUM_KEY: &str = "lutra.header_checksum";

@@ -400,8 +400,11 @@ fn a_packed_file_imports_to_the_same_model_and_damage_is_refused() {
     // another format version
     let version_at = lutra.windows(12).position(|w| w == b"lutra.format").unwrap() + 12 + 4;
     let mut newer = lutra.clone();
-    newer[version_at] = 2;
-    assert!(import_packed(&newer).err().is_some_and(|e| e.contains("version 2")));
+    for other in [lutra_core::pack::VERSION - 1, lutra_core::pack::VERSION + 1] {
+        newer[version_at..version_at + 4].copy_from_slice(&other.to_le_bytes());
+        let refused = import_packed(&newer).err();
+        assert!(refused.as_ref().is_some_and(|e| e.contains(&format!("version {other}"))), "{refused:?}");
+    }
 }
 
 /// Found by `cargo xtask fuzz` (target `model`): a `block_count` of 0x3E00_0001 made the

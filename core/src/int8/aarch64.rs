@@ -12,17 +12,16 @@ use super::{Group, BLOCK, GROUP_ROWS};
 /// NEON must be available (compile-time here); `g`'s lengths agree (see `Group`).
 #[target_feature(enable = "neon")]
 pub unsafe fn group(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
-    let cols = g.x.len();
-    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    debug_assert!(g.w.len() == GROUP_ROWS * g.x.len() && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
     let mut acc = vdupq_n_f32(0.0);
     for (b, &dx) in g.x_scales.iter().enumerate() {
-        // SAFETY (loads): row i's block b is bytes i·cols + 32b.. + 32 of `w`, block b of
+        // SAFETY (loads): row i's block b is bytes (4b + i)·32.. + 32 of `w`, block b of
         // `x` is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
         let (x0, x1) = unsafe { (vld1q_s8(g.x.as_ptr().add(b * BLOCK)), vld1q_s8(g.x.as_ptr().add(b * BLOCK + 16))) };
         let row = |i: usize| {
-            // SAFETY: row i's block b is bytes i·cols + 32b.. + 32 of `w`, inside it.
+            // SAFETY: row i's block b is bytes (4b + i)·32.. + 32 of `w`, inside it.
             let (w0, w1) = unsafe {
-                let w = g.w.as_ptr().add(i * cols + b * BLOCK).cast::<i8>();
+                let w = g.w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast::<i8>();
                 (vld1q_s8(w), vld1q_s8(w.add(16)))
             };
             let mut s = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));

@@ -28,17 +28,17 @@ fn dot16(w: v128, x: v128) -> v128 {
 /// simd128 must be enabled (compile-time here); `g`'s lengths agree (see `Group`).
 #[target_feature(enable = "simd128")]
 pub unsafe fn group(has_minus_128: bool, g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
-    let cols = g.x.len();
-    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
-    // SAFETY (loads): row i's block b is bytes i·cols + 32b.. + 32 of `w`, block b of `x`
+    debug_assert!(g.w.len() == GROUP_ROWS * g.x.len() && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    // SAFETY (loads): row i's block b is bytes (4b + i)·32.. + 32 of `w`, block b of `x`
     // is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
     let load = |p: *const u8, at: usize| unsafe { v128_load(p.add(at).cast()) };
     let mut acc = f32x4_splat(0.0);
     for (b, &dx) in g.x_scales.iter().enumerate() {
         let at = b * BLOCK;
         let (x0, x1) = (load(g.x.as_ptr().cast(), at), load(g.x.as_ptr().cast(), at + 16));
-        let sums = relaxed_sums(has_minus_128, g, cols, at, x0, x1).unwrap_or_else(|| {
-            let row = |i: usize| i32x4_add(dot16(load(g.w.as_ptr(), i * cols + at), x0), dot16(load(g.w.as_ptr(), i * cols + at + 16), x1));
+        let w_at = |i: usize| (b * GROUP_ROWS + i) * BLOCK;
+        let sums = relaxed_sums(has_minus_128, g, b, x0, x1).unwrap_or_else(|| {
+            let row = |i: usize| i32x4_add(dot16(load(g.w.as_ptr(), w_at(i)), x0), dot16(load(g.w.as_ptr(), w_at(i) + 16), x1));
             sum4(row(0), row(1), row(2), row(3))
         });
         let dw = load(g.w_scales.as_ptr().cast(), b * GROUP_ROWS * 4);
@@ -48,10 +48,10 @@ pub unsafe fn group(has_minus_128: bool, g: &Group<'_>, out: &mut [f32; GROUP_RO
     unsafe { v128_store(out.as_mut_ptr().cast(), acc) };
 }
 
-/// The four rows' sums of the block at byte `at` by relaxed dot products, or `None`
-/// where this build has no relaxed SIMD or a code is −128.
+/// The four rows' sums of block `b` by relaxed dot products, or `None` where this build
+/// has no relaxed SIMD or a code is −128.
 #[inline(always)]
-fn relaxed_sums(has_minus_128: bool, g: &Group<'_>, cols: usize, at: usize, x0: v128, x1: v128) -> Option<v128> {
+fn relaxed_sums(has_minus_128: bool, g: &Group<'_>, b: usize, x0: v128, x1: v128) -> Option<v128> {
     #[cfg(target_feature = "relaxed-simd")]
     if !has_minus_128 {
         let (negative0, negative1) = (i8x16_shr(x0, 7), i8x16_shr(x1, 7));
@@ -60,13 +60,13 @@ fn relaxed_sums(has_minus_128: bool, g: &Group<'_>, cols: usize, at: usize, x0: 
         let signed = |w: v128, m: v128| i8x16_sub(v128_xor(w, m), m);
         let row = |i: usize| {
             // SAFETY: as the loads in `group`.
-            let (w0, w1) =
-                unsafe { (v128_load(g.w.as_ptr().add(i * cols + at).cast()), v128_load(g.w.as_ptr().add(i * cols + at + 16).cast())) };
+            let at = (b * GROUP_ROWS + i) * BLOCK;
+            let (w0, w1) = unsafe { (v128_load(g.w.as_ptr().add(at).cast()), v128_load(g.w.as_ptr().add(at + 16).cast())) };
             let s = i32x4_relaxed_dot_i8x16_i7x16_add(signed(w0, negative0), abs0, i32x4_splat(0));
             i32x4_relaxed_dot_i8x16_i7x16_add(signed(w1, negative1), abs1, s)
         };
         return Some(sum4(row(0), row(1), row(2), row(3)));
     }
-    let _ = (has_minus_128, g, cols, at, x0, x1);
+    let _ = (has_minus_128, g, b, x0, x1);
     None
 }

@@ -14,23 +14,17 @@ use super::{Group, BLOCK, GROUP_ROWS};
 /// SSSE3 must be available; `g`'s lengths agree (see `Group`).
 #[target_feature(enable = "ssse3")]
 pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
-    let cols = g.x.len();
-    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    debug_assert!(g.w.len() == GROUP_ROWS * g.x.len() && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
     let ones = _mm_set1_epi16(1);
     let mut acc = _mm_setzero_ps();
     for (b, &dx) in g.x_scales.iter().enumerate() {
-        // SAFETY (loads): row i's block b is bytes i·cols + 32b.. + 32 of `w`, block b of
+        // SAFETY (loads): row i's block b is bytes (4b + i)·32.. + 32 of `w`, block b of
         // `x` is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
         let dot16 = |i: usize, half: usize| unsafe {
-            let at = b * BLOCK + half;
-            let xv = _mm_loadu_si128(g.x.as_ptr().add(at).cast());
-            let wv = _mm_loadu_si128(g.w.as_ptr().add(i * cols + at).cast());
+            let xv = _mm_loadu_si128(g.x.as_ptr().add(b * BLOCK + half).cast());
+            let wv = _mm_loadu_si128(g.w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK + half).cast());
             _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(wv, wv), _mm_sign_epi8(xv, wv)), ones)
         };
-        // the next group's rows (the matrix's next bytes); a prefetch never faults
-        for i in 0..GROUP_ROWS {
-            _mm_prefetch::<_MM_HINT_T0>(g.w.as_ptr().wrapping_add((GROUP_ROWS + i) * cols + b * BLOCK).cast());
-        }
         let row = |i: usize| _mm_add_epi32(dot16(i, 0), dot16(i, 16));
         let sums = _mm_hadd_epi32(_mm_hadd_epi32(row(0), row(1)), _mm_hadd_epi32(row(2), row(3)));
         // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
@@ -47,20 +41,15 @@ pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
 /// AVX2 must be available; `g`'s lengths agree (see `Group`).
 #[target_feature(enable = "avx2")]
 pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
-    let cols = g.x.len();
-    debug_assert!(g.w.len() == GROUP_ROWS * cols && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
+    debug_assert!(g.w.len() == GROUP_ROWS * g.x.len() && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
     let ones = _mm256_set1_epi16(1);
     let mut acc = _mm_setzero_ps();
     for (b, &dx) in g.x_scales.iter().enumerate() {
         // SAFETY (loads): as in `group_ssse3`.
         let xv = unsafe { _mm256_loadu_si256(g.x.as_ptr().add(b * BLOCK).cast()) };
-        // the next group's rows (the matrix's next bytes); a prefetch never faults
-        for i in 0..GROUP_ROWS {
-            _mm_prefetch::<_MM_HINT_T0>(g.w.as_ptr().wrapping_add((GROUP_ROWS + i) * cols + b * BLOCK).cast());
-        }
         let row = |i: usize| {
-            // SAFETY: row i's block b is bytes i·cols + 32b.. + 32 of `w`, inside it.
-            let wv = unsafe { _mm256_loadu_si256(g.w.as_ptr().add(i * cols + b * BLOCK).cast()) };
+            // SAFETY: row i's block b is bytes (4b + i)·32.. + 32 of `w`, inside it.
+            let wv = unsafe { _mm256_loadu_si256(g.w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast()) };
             _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones)
         };
         // per 128-bit half: [Σ row 0, Σ row 1, Σ row 2, Σ row 3] of that half's lanes
