@@ -65,6 +65,63 @@ fn perplexity_and_bench_model_print_json() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `bench model --profile` sees every product and attention call of stories15M (6 layers,
+/// 7 matrices each, an untied LM head of 32000 rows): counted per decode step they are
+/// exactly the model's, and each phase's shares add up to its wall time.
+#[test]
+fn bench_model_profile_counts_every_op() {
+    let m = models().join("model.bin");
+    let (pp, tg) = (32, 16);
+    let out = lutra(&[
+        "bench",
+        "model",
+        "-m",
+        m.to_str().unwrap(),
+        "-t",
+        "1",
+        "--pp",
+        &pp.to_string(),
+        "--tg",
+        &tg.to_string(),
+        "--profile",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let field = |line: &str, key: &str| -> String {
+        let at = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}")) + key.len() + 3;
+        line[at..].split([',', '}']).next().unwrap().trim_matches('"').to_string()
+    };
+    let rows: Vec<(String, String, f64, u64, u64)> = stdout
+        .lines()
+        .map(|l| {
+            (
+                field(l, "phase"),
+                field(l, "op"),
+                field(l, "share").parse().unwrap(),
+                field(l, "calls").parse().unwrap(),
+                field(l, "weight_bytes").parse().unwrap(),
+            )
+        })
+        .collect();
+    let calls = |phase: &str, op: &str| rows.iter().find(|r| r.0 == phase && r.1 == op).map(|r| r.3);
+    assert_eq!(calls("decode", "lookup 4-bit products"), Some(6 * 7 * tg), "{stdout}");
+    assert_eq!(calls("decode", "LM head (lookup 4-bit products)"), Some(tg), "{stdout}");
+    assert_eq!(calls("decode", "attention"), Some(6 * tg), "{stdout}");
+    assert_eq!(calls("decode", "sampling (greedy argmax)"), Some(tg), "{stdout}");
+    // prefill: one attention call per layer and token, the LM head for the last token only
+    assert_eq!(calls("prefill", "attention"), Some(6 * pp), "{stdout}");
+    assert_eq!(calls("prefill", "LM head (lookup 4-bit products)"), Some(1), "{stdout}");
+    let head = rows.iter().find(|r| r.0 == "decode" && r.1.starts_with("LM head")).unwrap();
+    assert!(head.4 / tg >= 32000 * 288 / 2, "the 4-bit head reads at least its codes: {} bytes", head.4 / tg);
+    for phase in ["prefill", "decode"] {
+        let shares: Vec<f64> = rows.iter().filter(|r| r.0 == phase).map(|r| r.2).collect();
+        assert!(shares.iter().all(|&s| (0.0..=1.0).contains(&s)), "{phase}: {shares:?}");
+        let total: f64 = shares.iter().sum();
+        assert!((total - 1.0).abs() < 0.01, "{phase} shares add up to {total}");
+    }
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let dir = std::env::temp_dir().join(format!("lutra-bad-{}", std::process::id()));

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod baseline;
 pub mod gemv;
 pub mod model;
+pub mod profile;
 
 use std::time::{Duration, Instant};
 

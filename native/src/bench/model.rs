@@ -2,13 +2,15 @@
 //! the engine, alone or interleaved with llama.cpp on the same GGUF file.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lutra::engine::{Attention, Model, Session};
 use lutra::progress::Progress;
 use lutra::threads::{Pool, PoolGemv};
+use lutra_core::model::Gemv;
 
 use super::median;
+use super::profile::{OpTotals, PhaseProfile, ProfileGemv};
 
 /// What `lutra bench model` times.
 #[derive(Clone)]
@@ -42,7 +44,7 @@ pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(
     let mut tg_tps = Vec::new();
     for run in 0..spec.runs.max(5) + 1 {
         let pp_s = lutra_pp(model, &gemv, &mut session, spec.depth, pp)?;
-        let tg_s = lutra_tg(model, &gemv, &mut session, spec.depth, tg)?;
+        let (tg_s, _) = lutra_tg(model, &gemv, &mut session, spec.depth, tg)?;
         if run > 0 {
             // the first run warms caches and the pool
             pp_tps.push(pp as f64 / pp_s);
@@ -50,6 +52,29 @@ pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(
         }
     }
     Ok((median(pp_tps), median(tg_tps)))
+}
+
+/// `--profile`: one prefill of `pp` tokens and `tg` decode steps at `depth` (after one
+/// untimed round of each), every product and attention call timed.
+pub fn profile_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<[PhaseProfile; 2], String> {
+    let room = model.info().context_length.saturating_sub(spec.depth + 1);
+    let (pp, tg) = (spec.pp.min(room), spec.tg.min(room));
+    if pp == 0 || tg == 0 {
+        return Err(format!("--profile needs room for --pp and --tg after --depth {} in the model's context", spec.depth));
+    }
+    let pool = Pool::new(threads);
+    let gemv = PoolGemv(&pool);
+    let mut session = Session::new(model, spec.depth + pp.max(tg) + 1, &spec.attention).map_err(|e| e.to_string())?;
+    fill_depth(model, &gemv, &mut session, spec.depth)?;
+    lutra_pp(model, &gemv, &mut session, spec.depth, pp)?;
+    lutra_tg(model, &gemv, &mut session, spec.depth, tg)?;
+    let profiled = ProfileGemv::new(&gemv, model.vocab_size());
+    let pp_s = lutra_pp(model, &profiled, &mut session, spec.depth, pp)?;
+    let prefill = PhaseProfile { phase: "prefill", tokens: pp, wall: Duration::from_secs_f64(pp_s), ops: profiled.take() };
+    let (tg_s, sampling) = lutra_tg(model, &profiled, &mut session, spec.depth, tg)?;
+    let mut ops = profiled.take();
+    ops.insert("sampling (greedy argmax)".into(), OpTotals { time: sampling, calls: tg as u64, bytes: 0 });
+    Ok([prefill, PhaseProfile { phase: "decode", tokens: tg, wall: Duration::from_secs_f64(tg_s), ops }])
 }
 
 /// The benchmark's token at `pos`: spread over the vocabulary, the same every run.
@@ -75,7 +100,7 @@ fn fill_depth(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, depth: 
 
 /// lutra's prompt processing: `pp` tokens from position `from`, in batches, logits for
 /// the last one only, as llama.cpp computes them. Returns seconds.
-fn lutra_pp(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
+fn lutra_pp<G: Gemv>(model: &Model, gemv: &G, session: &mut Session, from: usize, pp: usize) -> Result<f64, String> {
     session.rewind_for_timing(from).map_err(|e| e.to_string())?;
     let batch: Vec<u32> = (from..from + pp).map(|pos| token(model, pos)).collect();
     let t = Instant::now();
@@ -85,16 +110,20 @@ fn lutra_pp(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usi
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// lutra's generation: `tg` greedy tokens from BOS at position `from`. Returns seconds.
-fn lutra_tg(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, from: usize, tg: usize) -> Result<f64, String> {
+/// lutra's generation: `tg` greedy tokens from BOS at position `from`. Returns seconds,
+/// and the part of them spent choosing tokens.
+fn lutra_tg<G: Gemv>(model: &Model, gemv: &G, session: &mut Session, from: usize, tg: usize) -> Result<(f64, Duration), String> {
     session.rewind_for_timing(from).map_err(|e| e.to_string())?;
     let t = Instant::now();
+    let mut sampling = Duration::ZERO;
     let mut token = model.bos();
     for _ in 0..tg {
         let logits = session.forward(gemv, token).map_err(|e| e.to_string())?;
+        let s = Instant::now();
         token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
+        sampling += s.elapsed();
     }
-    Ok(t.elapsed().as_secs_f64())
+    Ok((t.elapsed().as_secs_f64(), sampling))
 }
 
 /// `lutra bench model --llamacpp`: lutra and llama.cpp on the same GGUF file, tokens/s
@@ -152,7 +181,7 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
     for round in 0..rounds + 1 {
         let lutra = |session: &mut Session| -> Result<(f64, f64), String> {
             let pp_s = if pp > 0 { lutra_pp(model, &gemv, session, 0, pp)? } else { f64::NAN };
-            let r = (pp_s, lutra_tg(model, &gemv, session, depth, tg)?);
+            let r = (pp_s, lutra_tg(model, &gemv, session, depth, tg)?.0);
             // lutra's idle workers spin for at most 200 µs before parking.
             std::thread::sleep(std::time::Duration::from_millis(2));
             Ok(r)

@@ -5,7 +5,7 @@ use lutra::core::Isa;
 
 use super::{list, print_context, thread_counts, AttentionArgs, ModelArgs};
 use crate::bench::gemv::{self, Bits, GemvOptions, Regime};
-use crate::bench::model::{bench_model, bench_model_vs_llamacpp, ModelBench};
+use crate::bench::model::{bench_model, bench_model_vs_llamacpp, profile_model, ModelBench};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -37,8 +37,11 @@ pub struct BenchModelArgs {
     #[arg(long, default_value_t = 5)]
     runs: usize,
     /// Also time llama.cpp on the same GGUF file, in rounds interleaved with lutra's (needs --features llamacpp)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "profile")]
     llamacpp: bool,
+    /// Instead of tokens/s: where one prefill of --pp tokens and --tg decode steps spend their time, op by op (each kind of product, the LM head, attention, sampling, the rest)
+    #[arg(long)]
+    profile: bool,
     #[arg(long)]
     json: bool,
     /// Positions filled before pp and tg are timed (like llama-bench -d)
@@ -155,10 +158,29 @@ pub fn bench(command: BenchCommand) -> Result<(), String> {
             }
             let spec = ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention };
             for t in threads {
-                let (pp, tg) = bench_model(&model, t, &spec)?;
                 let name = a.model.model.display();
                 let kind = &a.attention.attention;
                 let weights = weights_label(model.info());
+                if a.profile {
+                    let isa = lutra_core::Isa::best().name();
+                    for phase in profile_model(&model, t, &spec)? {
+                        if a.json {
+                            let context = format!(
+                                "\"model\":\"{name}\",\"weights\":\"{weights}\",\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"isa\":\"{isa}\"",
+                                a.depth
+                            );
+                            phase.json(&context).iter().for_each(|line| println!("{line}"));
+                        } else {
+                            println!(
+                                "{name} ({weights}), {t} thread(s), depth {}, {kind} attention, kernels {isa}: {}",
+                                a.depth,
+                                phase.table()
+                            );
+                        }
+                    }
+                    continue;
+                }
+                let (pp, tg) = bench_model(&model, t, &spec)?;
                 if a.json {
                     println!(
                         "{{\"model\":\"{name}\",\"weights\":\"{weights}\",\"threads\":{t},\"depth\":{},\"attention\":\"{kind}\",\"pp_tps\":{pp:.1},\"tg_tps\":{tg:.1}}}",
