@@ -7,9 +7,18 @@
 #
 #   scripts/llamacpp-tools.sh            # build (≈ 10 min on 2 cores) or reuse; prints the bin dir
 #   LUTRA_LLAMACPP_TOOLS=DIR scripts/...  # cache somewhere else
+#   LUTRA_LLAMACPP_TIER=avx2 scripts/...  # ggml's AVX2 kernels only (no AVX-512), its own cache:
+#                                         # the tier most CPUs have, on a host that has more
 set -euo pipefail
 VERSION=0.3.36
+TIER=${LUTRA_LLAMACPP_TIER:-native}
+case "$TIER" in
+    native) GGML_FLAGS=(-DGGML_NATIVE=ON) ;;
+    avx2) GGML_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON) ;;
+    *) echo "LUTRA_LLAMACPP_TIER must be native or avx2, not $TIER" >&2; exit 2 ;;
+esac
 CACHE=${LUTRA_LLAMACPP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/lutra/llamacpp-tools-$VERSION}
+[ "$TIER" = native ] || CACHE=$CACHE-$TIER
 TARGETS=(llama-convert-llama2c-to-ggml llama-quantize llama-perplexity llama-bench llama-tokenize)
 BIN=$CACHE/build/bin
 if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)" ]; then
@@ -20,7 +29,7 @@ if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)"
         tar xzf "$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz" -C "$CACHE/src" --strip-components=3 \
             "llama_cpp_python-$VERSION/vendor/llama.cpp"
     fi
-    cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release "${GGML_FLAGS[@]}" \
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >&2
     cmake --build "$CACHE/build" --config Release -j "$(nproc)" --target "${TARGETS[@]}" >&2

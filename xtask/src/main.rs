@@ -13,6 +13,8 @@
 //! Cross-target settings (linkers, runners, the wasm simd128 flag) live in
 //! `.cargo/config.toml`, never in a global RUSTFLAGS, which would replace them.
 
+mod compare;
+
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -119,6 +121,7 @@ fn main() -> ExitCode {
         Some("web") => web(&args[1..]),
         Some("test-pi") => test(&["pi".to_string()]),
         Some("fuzz") => fuzz(&workspace_root(), &args[1..]).map(|_| ()),
+        Some("compare") => compare::compare(&workspace_root(), &args[1..]),
         Some("test-web") => {
             let root = workspace_root();
             let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
@@ -126,7 +129,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n       cargo xtask compare [--tier native|avx2] [--pairs N] [--threads 1,2] [--models NAME,...] [--json]\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");
