@@ -490,6 +490,7 @@ pub(crate) use define_run;
 
 /// `define_run` for N tokens' tables over one matrix, for ISAs with a `tile_group_n`
 /// kernel (weights loaded once for every token).
+#[cfg(target_arch = "x86_64")]
 macro_rules! define_run_n {
     ($feature:literal ; $f16x32:expr) => {
         #[target_feature(enable = $feature)]
@@ -516,6 +517,7 @@ macro_rules! define_run_n {
         }
     };
 }
+#[cfg(target_arch = "x86_64")]
 pub(crate) use define_run_n;
 
 /// Tokens per multi-token lookup pass that `gemm` uses on `isa` (1: each token alone).
@@ -542,7 +544,10 @@ fn dispatch_n<const N: usize, E: Epilogue>(isa: Isa, jobs: [&Job<'_>; N], tiles:
         // SAFETY: the caller checked that AVX2, FMA and F16C are available and that the
         // jobs share one matrix.
         Isa::Avx2 => unsafe { x86_64::avx2::run_n(jobs, tiles, epis) },
-        _ => unreachable!("has_run_n names only ISAs with a run_n"),
+        _ => {
+            let _ = (jobs, tiles, epis);
+            unreachable!("has_run_n names only ISAs with a run_n")
+        }
     }
 }
 
