@@ -678,11 +678,9 @@ pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
         out(next - 1)
     };
     for batch in tables.chunks(gemm_tokens(isa)) {
+        // `gemm_tokens` is 1 or 2
         match *batch {
-            [t0, t1, t2, t3] => gemv_tiles_n(isa, m, [t0, t1, t2, t3], tiles.clone(), [out(), out(), out(), out()])?,
-            [t0, t1, t2] => gemv_tiles_n(isa, m, [t0, t1, t2], tiles.clone(), [out(), out(), out()])?,
             [t0, t1] => gemv_tiles_n(isa, m, [t0, t1], tiles.clone(), [out(), out()])?,
-            [t0] => gemv_tiles(isa, m, t0, tiles.clone(), out())?,
             _ => {
                 for &t in batch {
                     gemv_tiles(isa, m, t, tiles.clone(), out())?;
