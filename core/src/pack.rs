@@ -8,8 +8,8 @@
 //!   came from (`gguf` or `llama2c`);
 //! - each matrix is one `I8` tensor of its packed bytes, its layout in
 //!   `lutra.layout.NAME` (u32 array: kind, rows, cols, then per kind: lookup `bits, group,
-//!   offset kind, zero point, interleave, scale format`; int8: nothing more — codes then
-//!   f32 scales);
+//!   offset kind, zero point, interleave, scale format`; int8 (codes as bytes, or in the
+//!   five-bit form of Q5_0): nothing more — codes then f32 scales);
 //! - `lutra.checksum.NAME` (u64) is each tensor's checksum, checked as it is read, and
 //!   `lutra.header_checksum` (u64, the first entry) covers the header with its own value
 //!   zeroed: a truncated or bit-flipped file is an error, never wrong output.
@@ -34,6 +34,7 @@ pub const ALIGNMENT: usize = 64;
 
 const LOOKUP: u32 = 0;
 const INT8: u32 = 1;
+const INT8_FIVE_BIT: u32 = 2;
 
 /// Whether `g` is a packed `.lutra` file (it carries a format version).
 pub fn is_packed(g: &Gguf<'_>) -> bool {
@@ -79,7 +80,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 }
 
 /// A bit-plane matrix's layout as stored in `lutra.layout.NAME` (an int8 matrix's is
-/// `[INT8, rows, cols]`).
+/// `[INT8 or INT8_FIVE_BIT, rows, cols]`).
 fn lookup_words(l: &crate::Layout) -> Vec<u32> {
     let (offset, zero) = match l.offset() {
         Offset::Zero(z) => (0, z as u32),
@@ -100,7 +101,7 @@ fn lookup_words(l: &crate::Layout) -> Vec<u32> {
 /// What `lutra.layout.NAME` describes, read back.
 pub enum StoredLayout {
     Lookup(crate::Layout),
-    Int8 { rows: usize, cols: usize },
+    Int8 { rows: usize, cols: usize, form: crate::int8::CodeForm },
 }
 
 /// Parses `lutra.layout.NAME`; `None` for anything this version did not write.
@@ -126,7 +127,10 @@ pub fn parse_layout(words: &[u32]) -> Option<StoredLayout> {
             let layout = crate::Layout::new(rows as usize, cols as usize, u8::try_from(bits).ok()?, group as usize, offset).ok()?;
             Some(StoredLayout::Lookup(layout.with_interleave(interleave).with_scales(scales)))
         }
-        [INT8, rows, cols] => Some(StoredLayout::Int8 { rows: rows as usize, cols: cols as usize }),
+        [INT8, rows, cols] => Some(StoredLayout::Int8 { rows: rows as usize, cols: cols as usize, form: crate::int8::CodeForm::Bytes }),
+        [INT8_FIVE_BIT, rows, cols] => {
+            Some(StoredLayout::Int8 { rows: rows as usize, cols: cols as usize, form: crate::int8::CodeForm::FiveBit })
+        }
         _ => None,
     }
 }
@@ -251,7 +255,11 @@ impl<'a> Writer<'a> {
         match w {
             Weights::Lookup(m) => self.lookup(name, m),
             Weights::Int8(m) => {
-                self.u32s(&layout_key(name), &[INT8, m.rows() as u32, m.cols() as u32]);
+                let kind = match m.form() {
+                    crate::int8::CodeForm::Bytes => INT8,
+                    crate::int8::CodeForm::FiveBit => INT8_FIVE_BIT,
+                };
+                self.u32s(&layout_key(name), &[kind, m.rows() as u32, m.cols() as u32]);
                 let (codes, scales) = m.parts();
                 self.tensor(name, GgmlType::I8, Cow::Borrowed(codes));
                 self.tensor(&scales_name(name), GgmlType::I8, Cow::Borrowed(scales));

@@ -1,13 +1,15 @@
-//! The int8 dot-product path for 8-bit (Q8_0) weights: every kernel equals the scalar one
-//! bit for bit (integer sums exact, the same float operations), activation quantization
-//! keeps llama.cpp's bound, and the product agrees with f64 arithmetic over the
-//! dequantized weights and quantized activations, decoded here from the raw Q8_0 bytes
-//! with the `half` crate (no code shared with the import).
+//! The int8 dot-product path for 8-bit (Q8_0) and 5-bit (Q5_0) weights: every kernel
+//! equals the scalar one bit for bit (integer sums exact, the same float operations),
+//! activation quantization keeps llama.cpp's bound, and the product agrees with f64
+//! arithmetic over the dequantized weights and quantized activations, decoded here from
+//! the raw Q8_0/Q5_0 bytes with the `half` crate (no code shared with the import). A Q5_0
+//! matrix's five-bit form gives the outputs of the byte form holding the same codes, and
+//! a batch of tokens the outputs of each token alone.
 
 mod common;
 use common::Rng;
 
-use lutra_core::int8::{gemv_rows, Int8Activations, Int8Matrix, BLOCK};
+use lutra_core::int8::{gemm_rows, gemv_rows, CodeForm, Int8Activations, Int8Matrix, BLOCK};
 use lutra_core::{Error, Isa};
 
 #[cfg(target_arch = "wasm32")]
@@ -163,4 +165,123 @@ fn bad_input_is_refused() {
     assert!(matches!(gemv_rows(Isa::Scalar, &m, &x, 1..3, &mut y), Err(Error::BadShape { .. })));
     assert!(matches!(gemv_rows(Isa::Scalar, &m, &x, 0..2, &mut y[..1]), Err(Error::BufferSize { .. })));
     assert!(matches!(m.dequantize_row(2, &mut [0.0; 64]), Err(Error::BadShape { .. })));
+}
+
+/// Random Q5_0 rows (f16 d, 4 bytes of fifth bits, 16 of nibbles), with the same
+/// weights as Q8_0 rows of codes `q − 16` (the second result).
+fn q5_0_blocks(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+    let (mut q5, mut q8) = (Vec::new(), Vec::new());
+    for _ in 0..rows * cols / BLOCK {
+        let d = half::f16::from_f32(rng.uniform() * 0.05 + 1e-4).to_bits().to_le_bytes();
+        // extremes (0 and 31) in some blocks
+        let q: Vec<u8> = (0..BLOCK).map(|_| if rng.below(5) == 0 { [0, 31][rng.below(2)] } else { rng.below(32) as u8 }).collect();
+        let fifth = q.iter().enumerate().fold(0u32, |h, (j, &q)| h | u32::from(q >> 4) << j);
+        q5.extend_from_slice(&d);
+        q5.extend_from_slice(&fifth.to_le_bytes());
+        q5.extend((0..16).map(|j| (q[j] & 15) | (q[j + 16] & 15) << 4));
+        q8.extend_from_slice(&d);
+        q8.extend(q.iter().map(|&q| (q as i8 - 16) as u8));
+    }
+    (q5, q8)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn five_bit_form_equals_the_byte_form_of_its_codes_on_every_isa() {
+    let mut rng = Rng(21);
+    for (rows, cols) in [(1, 32), (7, 96), (9, 640), (6, 64 * 32 + 96)] {
+        let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
+        let five = Int8Matrix::from_q5_0(&q5, rows, cols).unwrap();
+        assert_eq!(five.form(), CodeForm::FiveBit);
+        assert!(five.bytes() < Int8Matrix::from_q8_0(&q8, rows, cols).unwrap().bytes());
+        let bytes = Int8Matrix::from_q8_0(&q8, rows, cols).unwrap();
+        // dequantization: llama.cpp's d·(q − 16), decoded here from the Q5_0 bytes
+        let w = decode_q8_0(&q8);
+        let mut row = vec![0.0; cols];
+        for r in 0..rows {
+            five.dequantize_row(r, &mut row).unwrap();
+            assert!(row.iter().zip(&w[r * cols..]).all(|(&a, &b)| a as f64 == b), "row {r} dequantizes differently");
+        }
+        let mut x = Int8Activations::new(cols).unwrap();
+        // large activations too, so that codes reach ±127
+        x.quantize(&rng.vec(cols, 40.0)).unwrap();
+        let want = product(Isa::Scalar, &bytes, &x);
+        for isa in Isa::available() {
+            assert_eq!(bits(&product(isa, &five, &x)), bits(&want), "{} at {rows}x{cols}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn a_batch_of_tokens_equals_each_token_alone() {
+    let mut rng = Rng(23);
+    let (rows, cols) = (13, 320);
+    let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
+    for m in [Int8Matrix::from_q5_0(&q5, rows, cols).unwrap(), Int8Matrix::from_q8_0(&q8, rows, cols).unwrap()] {
+        for tokens in 1..=9 {
+            let xs: Vec<Int8Activations> = (0..tokens)
+                .map(|_| {
+                    let mut x = Int8Activations::new(cols).unwrap();
+                    x.quantize(&rng.vec(cols, 2.0)).unwrap();
+                    x
+                })
+                .collect();
+            for isa in Isa::available() {
+                // whole and partial groups of rows
+                for range in [0..rows, 3..10, 5..6] {
+                    let mut ys = vec![vec![0.0; range.len()]; tokens];
+                    let mut each = ys.iter_mut();
+                    gemm_rows(isa, &m, &xs, range.clone(), |_| each.next().unwrap()).unwrap();
+                    for (t, (x, y)) in xs.iter().zip(&ys).enumerate() {
+                        let mut alone = vec![0.0; range.len()];
+                        gemv_rows(Isa::Scalar, &m, x, range.clone(), &mut alone).unwrap();
+                        assert_eq!(bits(y), bits(&alone), "{} {:?}, token {t} of {tokens}, rows {range:?}", isa.name(), m.form());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_q5_0_input_is_refused() {
+    let mut rng = Rng(25);
+    let (mut q5, _) = q5_0_blocks(&mut rng, 2, 64);
+    assert!(matches!(Int8Matrix::from_q5_0(&q5[1..], 2, 64), Err(Error::BufferSize { .. })));
+    assert!(matches!(Int8Matrix::from_q5_0(&q5, 2, 48), Err(Error::BadShape { .. })));
+    q5[22 * 3..22 * 3 + 2].copy_from_slice(&half::f16::NAN.to_bits().to_le_bytes());
+    assert!(matches!(Int8Matrix::from_q5_0(&q5, 2, 64), Err(Error::NonFiniteScale { row: 1, group: 1 })));
+    let m = Int8Matrix::from_q5_0(&q5_0_blocks(&mut rng, 2, 64).0, 2, 64).unwrap();
+    let x = Int8Activations::new(64).unwrap();
+    let mut short = [0.0; 1];
+    let mut outs = [&mut short[..]].into_iter();
+    let err = gemm_rows(Isa::Scalar, &m, core::slice::from_ref(&x), 0..2, |_| outs.next().unwrap());
+    assert!(matches!(err, Err(Error::BufferSize { .. })));
+}
+
+#[test]
+fn a_packed_five_bit_matrix_reads_back_unchanged() {
+    use lutra_core::model::import::{weights, InMemory, Weights};
+    let mut rng = Rng(27);
+    let (rows, cols) = (6, 96);
+    let m = Int8Matrix::from_q5_0(&q5_0_blocks(&mut rng, rows, cols).0, rows, cols).unwrap();
+    let w = Weights::Int8(m.clone());
+    let mut writer = lutra_core::pack::Writer::new();
+    writer.matrix("w", &w);
+    let mut file = Vec::new();
+    writer
+        .finish(|piece| {
+            file.extend_from_slice(piece);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+    let g = lutra_core::gguf::Gguf::parse(&file).unwrap();
+    let Weights::Int8(back) = weights(&g, &mut InMemory(&file), "w", Some((rows, cols)), |_| {}).unwrap() else {
+        panic!("an int8 matrix read back as bit planes")
+    };
+    assert_eq!(back.form(), CodeForm::FiveBit);
+    assert_eq!(back.parts(), m.parts());
 }

@@ -23,6 +23,7 @@ fn stories(bits: u8) -> Model {
 }
 
 fn gemma() -> Model {
+    lutra_tests::kernel_tier_from_env();
     Model::from_gguf(&read("gemma-3-270m-q4_k_m.gguf")).unwrap()
 }
 

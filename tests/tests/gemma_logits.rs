@@ -32,6 +32,7 @@ const DECISIVE_GAP: f32 = 0.5;
 #[test]
 #[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
 fn gemma3_270m_agrees_with_llama_cpp() {
+    let tier = lutra_tests::kernel_tier_from_env();
     let golden = Golden::load(&golden_path(GEMMA3_270M_GPL3)).unwrap();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma-3-270m-q4_k_m.gguf");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
@@ -70,9 +71,10 @@ fn gemma3_270m_agrees_with_llama_cpp() {
 
     let (worst_pos, worst_kl) = tally.worst.unwrap();
     eprintln!(
-        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}): {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
+        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}), kernels {}: {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
          top-1 agreement {:.2} % ({}/{}); load {:.1?}, {} forward positions {:.1?}",
         golden.llama_cpp_sys_2,
+        tier.name(),
         tally.positions,
         tally.mean_kl(),
         100.0 * tally.top1_agreement(),

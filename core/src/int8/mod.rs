@@ -4,6 +4,13 @@
 //! eight bit planes of lookups. Gemma 3's tied LM head (Q8_0, 172 MiB) is most of a
 //! decode step's weight bytes.
 //!
+//! Q5_0 matrices keep their 5-bit codes in a compact form ([`CodeForm::FiveBit`]: a
+//! nibble and a fifth bit per code, 5.5 bits a weight with the scale as Q5_0's own 5.5)
+//! that the AVX2 kernel widens in registers, several tokens per weight load in a batch;
+//! T-MAC's open question of lookup or multiply-add per tensor is answered by measurement
+//! here: at 5 bits the lookup path needs a residual table pass, and multiply-add wins
+//! (BENCHMARKS.md, "per-tensor kernel choice").
+//!
 //! Numeric contract: per row and 32-column block the integer sum `Σ q_w·q_x` is exact on
 //! every kernel (`|sum| ≤ 32·128·127 < 2^24`, so exact as f32 too); a row's output is
 //! `Σ_b sum_b · (d_w,b · d_x,b)` added in block order with the same float operations
@@ -28,6 +35,24 @@ mod x86_64;
 /// Values per quantization block, of weights and of activations.
 pub const BLOCK: usize = 32;
 const Q8_0_BLOCK_BYTES: usize = 2 + BLOCK;
+const Q5_0_BLOCK_BYTES: usize = 2 + 4 + BLOCK / 2;
+/// Bytes of one block of a group of four rows in the five-bit form: two 32-byte nibble
+/// planes (rows 0 and 1, rows 2 and 3) and 16 bytes of fifth bits.
+const FIVE_BIT_BLOCK_BYTES: usize = 80;
+
+/// How an [`Int8Matrix`] stores its codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeForm {
+    /// One byte per code, −128..=127 (Q8_0, and float matrices quantized to it).
+    Bytes,
+    /// Codes −16..=15 (Q5_0) stored as `u = code + 16` in 0..=31: per group of four rows
+    /// and block, byte k of the first 32 bytes holds row 0's `u[k] & 15` in its low nibble
+    /// and row 1's in its high one, the next 32 bytes rows 2 and 3; of the last 16 bytes,
+    /// byte j holds `u_r[j] >> 4` at bit `4 + r` and `u_r[j + 16] >> 4` at bit r. A
+    /// kernel multiplies u (unsigned, so `pmaddubsw` needs no sign trick) and subtracts
+    /// `16·Σx`: the integer sum is the same as over the codes.
+    FiveBit,
+}
 
 /// Rows a kernel call multiplies at once (their scales are stored interleaved).
 pub const GROUP_ROWS: usize = 4;
@@ -51,6 +76,7 @@ pub struct Int8Matrix {
     /// Whether some code is −128: the relaxed-SIMD wasm kernel needs `|q| ≤ 127` on the
     /// side whose sign it flips (llama.cpp's quantizer writes −127..=127).
     has_minus_128: bool,
+    form: CodeForm,
 }
 
 impl Int8Matrix {
@@ -65,14 +91,90 @@ impl Int8Matrix {
         (row / GROUP_ROWS * (self.cols / BLOCK) + block) * GROUP_ROWS + row % GROUP_ROWS
     }
 
-    /// Byte offset of row `row`'s block `block` in `codes`.
+    /// Byte offset of row `row`'s block `block` in `codes` (the `Bytes` form).
     fn code_offset(&self, row: usize, block: usize) -> usize {
         row / GROUP_ROWS * GROUP_ROWS * self.cols + (block * GROUP_ROWS + row % GROUP_ROWS) * BLOCK
     }
 
+    /// Bytes of one group of four rows' codes.
+    fn group_bytes(form: CodeForm, cols: usize) -> usize {
+        match form {
+            CodeForm::Bytes => GROUP_ROWS * cols,
+            CodeForm::FiveBit => cols / BLOCK * FIVE_BIT_BLOCK_BYTES,
+        }
+    }
+
     /// Code bytes of a `rows × cols` matrix: rows padded to whole groups.
-    fn codes_len(rows: usize, cols: usize) -> usize {
-        rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * cols
+    fn codes_len(form: CodeForm, rows: usize, cols: usize) -> usize {
+        rows.div_ceil(GROUP_ROWS) * Self::group_bytes(form, cols)
+    }
+
+    pub fn form(&self) -> CodeForm {
+        self.form
+    }
+
+    /// Row `row`'s codes of block `block`.
+    fn block_codes(&self, row: usize, block: usize) -> [i8; BLOCK] {
+        let mut out = [0; BLOCK];
+        match self.form {
+            CodeForm::Bytes => {
+                for (o, &q) in out.iter_mut().zip(&self.codes.as_ref()[self.code_offset(row, block)..][..BLOCK]) {
+                    *o = q as i8;
+                }
+            }
+            CodeForm::FiveBit => {
+                let at = row / GROUP_ROWS * Self::group_bytes(self.form, self.cols) + block * FIVE_BIT_BLOCK_BYTES;
+                let group_block = &self.codes.as_ref()[at..][..FIVE_BIT_BLOCK_BYTES];
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = five_bit_code(group_block, row % GROUP_ROWS, k);
+                }
+            }
+        }
+        out
+    }
+
+    /// From llama.cpp Q5_0 rows (`rows × cols/32` blocks of an f16 `d`, 4 bytes of fifth
+    /// bits and 16 of nibbles; weight `d·(q − 16)`), without loss, in the five-bit form.
+    pub fn from_q5_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::check_shape(rows, cols)?;
+        let per_row = cols / BLOCK;
+        if rows.checked_mul(per_row * Q5_0_BLOCK_BYTES) != Some(blocks.len()) {
+            return Err(Error::BufferSize {
+                what: "Q5_0 blocks",
+                expected: rows.saturating_mul(per_row * Q5_0_BLOCK_BYTES),
+                got: blocks.len(),
+            });
+        }
+        let form = CodeForm::FiveBit;
+        let mut m = Int8Matrix {
+            rows,
+            cols,
+            codes: AlignedBytes::zeroed(Self::codes_len(form, rows, cols)),
+            scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 4),
+            has_minus_128: false,
+            form,
+        };
+        let group_bytes = Self::group_bytes(form, cols);
+        for (i, b) in blocks.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
+            let (row, block) = (i / per_row, i % per_row);
+            let d = u16::from_le_bytes([b[0], b[1]]);
+            if !f16_bits_finite(d) {
+                return Err(Error::NonFiniteScale { row, group: block });
+            }
+            let at = m.scale_index(row, block);
+            m.scales.as_f32s_mut()[at] = f16_bits_to_f32(d);
+            let fifth = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let r = row % GROUP_ROWS;
+            let at = row / GROUP_ROWS * group_bytes + block * FIVE_BIT_BLOCK_BYTES;
+            let group_block = &mut m.codes.as_mut()[at..][..FIVE_BIT_BLOCK_BYTES];
+            for k in 0..BLOCK {
+                let low = if k < 16 { b[6 + k] & 15 } else { b[6 + k - 16] >> 4 };
+                group_block[r / 2 * 32 + k] |= low << (4 * (r % 2));
+                let (byte, bit) = if k < 16 { (k, 4 + r) } else { (k - 16, r) };
+                group_block[64 + byte] |= (((fifth >> k) & 1) as u8) << bit;
+            }
+        }
+        Ok(m)
     }
 
     /// From llama.cpp Q8_0 rows (`rows × cols/32` blocks of an f16 `d` and 32 int8 codes),
@@ -94,9 +196,10 @@ impl Int8Matrix {
         Ok(Int8Matrix {
             rows,
             cols,
-            codes: AlignedBytes::zeroed(Self::codes_len(rows, cols)),
+            codes: AlignedBytes::zeroed(Self::codes_len(CodeForm::Bytes, rows, cols)),
             scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 4),
             has_minus_128: false,
+            form: CodeForm::Bytes,
         })
     }
 
@@ -104,18 +207,19 @@ impl Int8Matrix {
         rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * (cols / BLOCK)
     }
 
-    /// A matrix from its stored parts (a packed `.lutra` file): `codes` and `scales`
-    /// (f32), both in this type's interleaved orders, checked.
-    pub fn from_parts(rows: usize, cols: usize, codes: AlignedBytes, scales: AlignedBytes) -> Result<Self, Error> {
+    /// A matrix from its stored parts (a packed `.lutra` file): `codes` in `form` and
+    /// `scales` (f32), both in this type's interleaved orders, checked.
+    pub fn from_parts(rows: usize, cols: usize, form: CodeForm, codes: AlignedBytes, scales: AlignedBytes) -> Result<Self, Error> {
         Self::check_shape(rows, cols)?;
-        if codes.len() != Self::codes_len(rows, cols) {
-            return Err(Error::BufferSize { what: "int8 codes", expected: Self::codes_len(rows, cols), got: codes.len() });
+        let codes_len = Self::codes_len(form, rows, cols);
+        if codes.len() != codes_len {
+            return Err(Error::BufferSize { what: "int8 codes", expected: codes_len, got: codes.len() });
         }
         let want = Self::scales_len(rows, cols) * 4;
         if scales.len() != want {
             return Err(Error::BufferSize { what: "int8 scales (bytes)", expected: want, got: scales.len() });
         }
-        let mut m = Int8Matrix { rows, cols, codes, scales, has_minus_128: false };
+        let mut m = Int8Matrix { rows, cols, codes, scales, has_minus_128: false, form };
         let per_row = cols / BLOCK;
         for row in 0..rows {
             for block in 0..per_row {
@@ -124,7 +228,7 @@ impl Int8Matrix {
                 }
             }
         }
-        m.has_minus_128 = m.codes.as_ref().contains(&0x80);
+        m.has_minus_128 = form == CodeForm::Bytes && m.codes.as_ref().contains(&0x80);
         Ok(m)
     }
 
@@ -138,11 +242,13 @@ impl Int8Matrix {
         self.cols / BLOCK * Q8_0_BLOCK_BYTES
     }
 
-    /// Rows `first..` from whole Q8_0 rows `blocks`, without loss.
+    /// Rows `first..` from whole Q8_0 rows `blocks`, without loss (a matrix of the
+    /// `Bytes` form, as `for_q8_0` makes).
     pub fn set_q8_0_rows(&mut self, first: usize, blocks: &[u8]) -> Result<(), Error> {
         let (per_row, row_bytes) = (self.cols / BLOCK, self.q8_0_row_bytes());
         let n = blocks.len() / row_bytes;
-        if !blocks.len().is_multiple_of(row_bytes) || first.checked_add(n).is_none_or(|end| end > self.rows) {
+        let fits = self.form == CodeForm::Bytes && blocks.len().is_multiple_of(row_bytes);
+        if !fits || first.checked_add(n).is_none_or(|end| end > self.rows) {
             return Err(Error::BufferSize {
                 what: "Q8_0 rows",
                 expected: (self.rows.saturating_sub(first)) * row_bytes,
@@ -177,16 +283,20 @@ impl Int8Matrix {
         self.codes.len() + self.scales.len()
     }
 
-    /// Bytes a `rows × cols` matrix holds (what [`Self::bytes`] will say), without making
-    /// it; `None` for a shape this type refuses or whose size overflows.
-    pub fn bytes_for(rows: usize, cols: usize) -> Option<usize> {
+    /// Bytes a `rows × cols` matrix of `form` holds (what [`Self::bytes`] will say),
+    /// without making it; `None` for a shape this type refuses or whose size overflows.
+    pub fn bytes_for(form: CodeForm, rows: usize, cols: usize) -> Option<usize> {
         Self::check_shape(rows, cols).ok()?;
-        let padded = rows.div_ceil(GROUP_ROWS).checked_mul(GROUP_ROWS)?;
-        let scales = padded.checked_mul(cols / BLOCK)?.checked_mul(4)?;
-        padded.checked_mul(cols)?.checked_add(scales)
+        let groups = rows.div_ceil(GROUP_ROWS);
+        let scales = groups.checked_mul(GROUP_ROWS * (cols / BLOCK))?.checked_mul(4)?;
+        let group_bytes = match form {
+            CodeForm::Bytes => GROUP_ROWS.checked_mul(cols)?,
+            CodeForm::FiveBit => (cols / BLOCK).checked_mul(FIVE_BIT_BLOCK_BYTES)?,
+        };
+        groups.checked_mul(group_bytes)?.checked_add(scales)
     }
 
-    /// Row `row` as f32: `d · q`, as llama.cpp dequantizes Q8_0.
+    /// Row `row` as f32: `d · q`, as llama.cpp dequantizes Q8_0 (and Q5_0).
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
         if row >= self.rows {
             return Err(Error::BadShape { rows: row + 1, cols: self.cols });
@@ -196,9 +306,8 @@ impl Int8Matrix {
         }
         for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
             let d = self.scales.as_f32s()[self.scale_index(row, b)];
-            let codes = &self.codes.as_ref()[self.code_offset(row, b)..][..BLOCK];
-            for (o, &q) in o.iter_mut().zip(codes) {
-                *o = q as i8 as f32 * d;
+            for (o, q) in o.iter_mut().zip(self.block_codes(row, b)) {
+                *o = q as f32 * d;
             }
         }
         Ok(())
@@ -211,6 +320,8 @@ impl Int8Matrix {
 pub struct Int8Activations {
     codes: Vec<i8>,
     scales: Vec<f32>,
+    /// `Σ q` per block: the five-bit kernels' correction for their unsigned codes.
+    sums: Vec<i32>,
 }
 
 impl Int8Activations {
@@ -219,7 +330,7 @@ impl Int8Activations {
         if cols == 0 || !cols.is_multiple_of(BLOCK) {
             return Err(Error::BadShape { rows: 1, cols });
         }
-        Ok(Int8Activations { codes: vec![0; cols], scales: vec![0.0; cols / BLOCK] })
+        Ok(Int8Activations { codes: vec![0; cols], scales: vec![0.0; cols / BLOCK], sums: vec![0; cols / BLOCK] })
     }
 
     pub fn cols(&self) -> usize {
@@ -231,7 +342,8 @@ impl Int8Activations {
         if x.len() != self.codes.len() {
             return Err(Error::BufferSize { what: "activations", expected: self.codes.len(), got: x.len() });
         }
-        for ((x, q), s) in x.chunks_exact(BLOCK).zip(self.codes.chunks_exact_mut(BLOCK)).zip(&mut self.scales) {
+        let blocks = x.chunks_exact(BLOCK).zip(self.codes.chunks_exact_mut(BLOCK));
+        for (((x, q), s), sum) in blocks.zip(&mut self.scales).zip(&mut self.sums) {
             let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             if !amax.is_finite() || x.iter().any(|v| v.is_nan()) {
                 return Err(Error::NonFiniteInput);
@@ -244,6 +356,7 @@ impl Int8Activations {
                 *q = round_half_away((v * id).clamp(-127.0, 127.0)) as i8;
             }
             *s = f16_bits_to_f32(f32_to_f16_bits(d));
+            *sum = q.iter().map(|&q| i32::from(q)).sum();
         }
         Ok(())
     }
@@ -267,54 +380,129 @@ pub fn gemv(m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Er
 /// Rows `rows` of `W·x` into `y` (`y.len() == rows.len()`), with kernel `isa`
 /// (for splitting across threads, and for testing every kernel against `Scalar`).
 pub fn gemv_rows(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usize>, y: &mut [f32]) -> Result<(), Error> {
-    if x.cols() != m.cols {
+    let mut y = Some(y);
+    gemm_rows(isa, m, core::slice::from_ref(x), rows, |_| y.take().unwrap_or(&mut []))
+}
+
+/// Whether `isa` multiplies the five-bit form natively, several tokens per weight load
+/// (elsewhere its codes are widened to bytes a block at a time for the byte kernel).
+pub fn five_bit_native(isa: Isa) -> bool {
+    matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi)
+}
+
+/// Tokens one pass over a group of rows multiplies on `isa`.
+fn tokens_per_pass(isa: Isa, form: CodeForm) -> usize {
+    if form == CodeForm::FiveBit && five_bit_native(isa) {
+        4
+    } else {
+        1
+    }
+}
+
+/// Rows `rows` of `W·x_t` for every token t of `xs`, into `out(t)` (called once per
+/// token, in order; each `rows.len()` long), with kernel `isa`. Each output equals
+/// `gemv_rows` of that token bit for bit; where `isa` has a multi-token kernel the
+/// weights are read once for several tokens.
+pub fn gemm_rows<'y>(
+    isa: Isa,
+    m: &Int8Matrix,
+    xs: &[Int8Activations],
+    rows: Range<usize>,
+    mut out: impl FnMut(usize) -> &'y mut [f32],
+) -> Result<(), Error> {
+    if let Some(x) = xs.iter().find(|x| x.cols() != m.cols) {
         return Err(Error::BufferSize { what: "quantized activations", expected: m.cols, got: x.cols() });
     }
     if rows.start > rows.end || rows.end > m.rows {
         return Err(Error::BadShape { rows: rows.end, cols: m.cols });
     }
-    if y.len() != rows.len() {
-        return Err(Error::BufferSize { what: "output rows", expected: rows.len(), got: y.len() });
-    }
     if !isa.is_available() {
         return Err(Error::IsaUnavailable(isa));
     }
-    let (cols, per_row) = (m.cols, m.cols / BLOCK);
+    let mut next = 0;
+    let mut out = || {
+        let y = out(next);
+        next += 1;
+        if y.len() == rows.len() {
+            Ok(y)
+        } else {
+            Err(Error::BufferSize { what: "output rows", expected: rows.len(), got: y.len() })
+        }
+    };
+    for batch in xs.chunks(tokens_per_pass(isa, m.form)) {
+        match batch {
+            [a, b, c, d] => rows_n(isa, m, [a, b, c, d], rows.clone(), [out()?, out()?, out()?, out()?]),
+            [a, b, c] => rows_n(isa, m, [a, b, c], rows.clone(), [out()?, out()?, out()?]),
+            [a, b] => rows_n(isa, m, [a, b], rows.clone(), [out()?, out()?]),
+            _ => {
+                for x in batch {
+                    rows_n(isa, m, [x], rows.clone(), [out()?]);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `gemm_rows` for N tokens at once, shapes checked by the caller.
+fn rows_n<const N: usize>(isa: Isa, m: &Int8Matrix, xs: [&Int8Activations; N], rows: Range<usize>, mut ys: [&mut [f32]; N]) {
     let mut row = rows.start;
     while row < rows.end {
-        // the group holding `row` (rows past the matrix are zero codes and scales)
+        // the group holding `row` (rows past the matrix are zero codes and scales); a
+        // part of a group is computed whole, so a row's value does not depend on a split
         let first = row / GROUP_ROWS * GROUP_ROWS;
-        let group = Group {
-            w: &m.codes.as_ref()[first * cols..(first + GROUP_ROWS) * cols],
-            w_scales: &m.scales.as_f32s()[m.scale_index(first, 0)..][..GROUP_ROWS * per_row],
-            x: &x.codes,
-            x_scales: &x.scales,
-        };
         let wanted = row - first..(first + GROUP_ROWS).min(rows.end) - first;
-        let out = &mut y[row - rows.start..][..wanted.len()];
-        if let Ok(out) = <&mut [f32; GROUP_ROWS]>::try_from(&mut *out) {
-            group_product(isa, m.has_minus_128, &group, out);
-        } else {
-            // part of a group (a split between threads, or the last rows): each row is
-            // computed alone, so its value does not depend on the split
-            let mut all = [0.0; GROUP_ROWS];
-            group_product(isa, m.has_minus_128, &group, &mut all);
-            out.copy_from_slice(&all[wanted.clone()]);
+        let mut all = [[0.0; GROUP_ROWS]; N];
+        group_products(isa, m, first / GROUP_ROWS, xs, &mut all);
+        for (y, all) in ys.iter_mut().zip(&all) {
+            y[row - rows.start..][..wanted.len()].copy_from_slice(&all[wanted.clone()]);
         }
         row += wanted.len();
     }
-    Ok(())
+}
+
+/// Group `group`'s four rows times each of N tokens; `isa` is available.
+fn group_products<const N: usize>(isa: Isa, m: &Int8Matrix, group: usize, xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
+    let per_row = m.cols / BLOCK;
+    let group_bytes = Int8Matrix::group_bytes(m.form, m.cols);
+    let w = &m.codes.as_ref()[group * group_bytes..][..group_bytes];
+    let w_scales = &m.scales.as_f32s()[group * GROUP_ROWS * per_row..][..GROUP_ROWS * per_row];
+    match m.form {
+        CodeForm::Bytes => {
+            for (x, out) in xs.iter().zip(out) {
+                let g = Group { w, w_scales, x: &x.codes, x_scales: &x.scales };
+                group_product(isa, m.has_minus_128, &g, out);
+            }
+        }
+        CodeForm::FiveBit => five_bit_products(isa, &FiveBitGroup { w, w_scales }, xs, out),
+    }
 }
 
 /// Four adjacent rows and the activations, with lengths that agree: `w` is the 4 rows'
 /// `4 · cols` codes, interleaved block by block (row i's block b at `b·128 + i·32`),
 /// `w_scales` their `4 · cols/32` interleaved scales, `x` `cols` codes and
-/// `x_scales` `cols/32` scales. Built only by `gemv_rows`, from checked shapes.
+/// `x_scales` `cols/32` scales. Built only by `group_products`, from checked shapes.
 pub(crate) struct Group<'a> {
     pub w: &'a [u8],
     pub w_scales: &'a [f32],
     pub x: &'a [i8],
     pub x_scales: &'a [f32],
+}
+
+/// Four adjacent rows in the five-bit form: `w` is `cols/32 · 80` bytes (see
+/// `CodeForm::FiveBit`), `w_scales` `4 · cols/32` interleaved scales. Activations passed
+/// with it have `cols` codes. Built only by `group_products`, from checked shapes.
+pub(crate) struct FiveBitGroup<'a> {
+    pub w: &'a [u8],
+    pub w_scales: &'a [f32],
+}
+
+/// Code k (0..32) of row r (0..4) of one five-bit group block.
+fn five_bit_code(group_block: &[u8], r: usize, k: usize) -> i8 {
+    let low = (group_block[r / 2 * 32 + k] >> (4 * (r % 2))) & 15;
+    let (byte, bit) = if k < 16 { (k, 4 + r) } else { (k - 16, r) };
+    let fifth = (group_block[64 + byte] >> bit) & 1;
+    (low | fifth << 4) as i8 - 16
 }
 
 /// `out[i] = Σ_b sum_{i,b} · (d_w · d_x)` in block order for the group's four rows; `isa`
@@ -336,6 +524,51 @@ fn group_product(isa: Isa, has_minus_128: bool, g: &Group<'_>, out: &mut [f32; G
         Isa::Simd128 => unsafe { wasm32::group(has_minus_128, g, out) },
         _ => scalar::group(g, out),
     }
+}
+
+/// The five-bit group times each of N tokens, as `scalar::five_bit_group` computes it.
+fn five_bit_products<const N: usize>(isa: Isa, g: &FiveBitGroup<'_>, xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; the lengths
+        // of `g` and of each token agree (`FiveBitGroup`).
+        Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi => unsafe { x86_64::five_bit_avx2(g, xs, out) },
+        Isa::Scalar => {
+            for (x, out) in xs.iter().zip(out) {
+                scalar::five_bit_group(g, x, out);
+            }
+        }
+        _ => {
+            for (x, out) in xs.iter().zip(out) {
+                five_bit_widened(isa, g, x, out);
+            }
+        }
+    }
+}
+
+/// A five-bit group on a kernel for bytes: each block's codes widened to bytes and
+/// multiplied alone, its result added in block order (`0 + v` is v exactly, so the float
+/// steps are the scalar kernel's).
+fn five_bit_widened(isa: Isa, g: &FiveBitGroup<'_>, x: &Int8Activations, out: &mut [f32; GROUP_ROWS]) {
+    let mut acc = [0.0f32; GROUP_ROWS];
+    for (b, group_block) in g.w.chunks_exact(FIVE_BIT_BLOCK_BYTES).enumerate() {
+        let mut w = [0u8; GROUP_ROWS * BLOCK];
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = five_bit_code(group_block, i / BLOCK, i % BLOCK) as u8;
+        }
+        let one = Group {
+            w: &w,
+            w_scales: &g.w_scales[b * GROUP_ROWS..][..GROUP_ROWS],
+            x: &x.codes[b * BLOCK..][..BLOCK],
+            x_scales: &x.scales[b..][..1],
+        };
+        let mut part = [0.0; GROUP_ROWS];
+        group_product(isa, false, &one, &mut part);
+        for (a, p) in acc.iter_mut().zip(part) {
+            *a += p;
+        }
+    }
+    *out = acc;
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{Group, BLOCK, GROUP_ROWS};
+use super::{FiveBitGroup, Group, Int8Activations, BLOCK, FIVE_BIT_BLOCK_BYTES, GROUP_ROWS};
 
 /// As `scalar::group`, 16 bytes at a time.
 ///
@@ -61,4 +61,66 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
     }
     // SAFETY: `out` holds four f32.
     unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// As `scalar::five_bit_group` for N tokens: each block's 128 codes are widened to bytes
+/// `u = code + 16` once (two nibble planes, the fifth bits moved to bit 4), then per
+/// token `pmaddubsw(u, x)` (u ≤ 31, so pair sums ≤ 2·31·127 and two `phaddw` rounds
+/// ≤ 8·31·127 < 2^15: no saturation), one `pmaddwd` by ones, and `Σu·x − 16·Σx` is
+/// the block sum over the codes.
+///
+/// # Safety
+/// AVX2 must be available; `g` and every token's lengths agree (see `FiveBitGroup`).
+#[target_feature(enable = "avx2")]
+pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
+    let blocks = g.w_scales.len() / GROUP_ROWS;
+    debug_assert!(g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES && xs.iter().all(|x| x.codes.len() == blocks * BLOCK));
+    let nibble = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm_setzero_ps(); N];
+    for b in 0..blocks {
+        // SAFETY (loads): block b's 80 bytes lie inside `w` (80 per block), its four
+        // scales inside `w_scales`, and each token's block b (32 codes, a scale, a sum)
+        // inside that token's vectors.
+        let (low01, low23, fifth, dw) = unsafe {
+            let p = g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES);
+            let fifth = _mm_loadu_si128(p.add(64).cast());
+            (
+                _mm256_loadu_si256(p.cast()),
+                _mm256_loadu_si256(p.add(32).cast()),
+                // bytes 0..16 carry codes 0..16's fifth bits at bits 4..8; shifted by a
+                // nibble, bytes 16..32 carry codes 16..32's there too
+                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(fifth), _mm_slli_epi16::<4>(fifth)),
+                _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)),
+            )
+        };
+        // each fifth bit isolated, then moved to bit 4 of its own byte
+        let u = [
+            _mm256_or_si256(_mm256_and_si256(low01, nibble), _mm256_and_si256(fifth, _mm256_set1_epi8(0x10))),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(low01), nibble),
+                _mm256_srli_epi16::<1>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x20))),
+            ),
+            _mm256_or_si256(_mm256_and_si256(low23, nibble), _mm256_srli_epi16::<2>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x40)))),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(low23), nibble),
+                _mm256_srli_epi16::<3>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x80u8 as i8))),
+            ),
+        ];
+        for (t, x) in xs.iter().enumerate() {
+            // SAFETY: as above.
+            let xv = unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) };
+            let p = |i: usize| _mm256_maddubs_epi16(u[i], xv);
+            let pairs = _mm256_hadd_epi16(_mm256_hadd_epi16(p(0), p(1)), _mm256_hadd_epi16(p(2), p(3)));
+            // per 128-bit half: [Σ row 0, Σ row 1, Σ row 2, Σ row 3] of that half's codes
+            let h = _mm256_madd_epi16(pairs, ones);
+            let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let sums = _mm_sub_epi32(sums, _mm_set1_epi32(16 * x.sums[b]));
+            acc[t] = _mm_add_ps(acc[t], _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(x.scales[b]))));
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` holds four f32.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
 }

@@ -11,7 +11,7 @@ use super::ModelError;
 use core::ops::Range;
 
 use crate::gguf::{GgmlType, Gguf, GgufError, TensorInfo};
-use crate::int8::Int8Matrix;
+use crate::int8::{CodeForm, Int8Matrix};
 use crate::pack;
 use crate::quant::convert;
 use crate::{AlignedBytes, Error, PackedMatrix};
@@ -160,6 +160,11 @@ pub fn weights(
         return float_as_q8_0(source, range, rows, cols, reader, consumed).map(Weights::Int8);
     }
     let data = source.read(range)?;
+    if info.ggml_type == GgmlType::Q5_0 && q5_0_as_int8() {
+        let m = Int8Matrix::from_q5_0(data, rows, cols)?;
+        consumed(0..data.len());
+        return Ok(Weights::Int8(m));
+    }
     let m = match info.ggml_type {
         GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
         GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
@@ -176,6 +181,16 @@ pub fn weights(
     }?;
     consumed(0..data.len());
     Ok(Weights::Lookup(m))
+}
+
+/// Whether Q5_0 matrices run as five-bit int8 codes (`int8::CodeForm::FiveBit`) rather
+/// than as bit planes, chosen per kernel tier by measurement (BENCHMARKS.md, "Per-tensor
+/// kernel choice"): on AVX2 the int8 kernel (several tokens per weight load) makes
+/// Gemma's prefill 4–9 % faster at equal decode speed, since 5-bit lookups need a
+/// residual table pass; with AVX-512 VBMI's 64-entry lookups the bit planes stay 10–13 %
+/// faster at prefill, and where the tier has no native five-bit kernel they win outright.
+pub fn q5_0_as_int8() -> bool {
+    crate::Isa::best() == crate::Isa::Avx2
 }
 
 /// How to read one value of a float tensor type (F32, F16, BF16) from its bytes.
@@ -248,7 +263,8 @@ fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
     }
     let (rows, cols) = (usize::try_from(t.dims[1]).ok()?, usize::try_from(t.dims[0]).ok()?);
     let layout = match t.ggml_type {
-        GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return Int8Matrix::bytes_for(rows, cols),
+        GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return Int8Matrix::bytes_for(CodeForm::Bytes, rows, cols),
+        GgmlType::Q5_0 if q5_0_as_int8() => return Int8Matrix::bytes_for(CodeForm::FiveBit, rows, cols),
         GgmlType::Q4_0 => convert::q4_0_layout(rows, cols),
         GgmlType::Q5_0 => convert::q5_0_layout(rows, cols),
         GgmlType::Q4_1 => convert::q4_1_layout(rows, cols),
@@ -342,7 +358,7 @@ fn packed_weights(
         pack::parse_layout(&words).ok_or_else(|| ModelError::BadPackedFile(format!("{key} holds no layout this version reads")))?;
     let (rows, cols) = match &layout {
         pack::StoredLayout::Lookup(l) => (l.rows(), l.cols()),
-        pack::StoredLayout::Int8 { rows, cols } => (*rows, *cols),
+        pack::StoredLayout::Int8 { rows, cols, .. } => (*rows, *cols),
     };
     if expected.is_some_and(|e| e != (rows, cols)) {
         let [r, c] = expected.map_or([0, 0], |(r, c)| [r as u64, c as u64]);
@@ -350,10 +366,10 @@ fn packed_weights(
     }
     Ok(match layout {
         pack::StoredLayout::Lookup(l) => Weights::Lookup(PackedMatrix::from_bytes(l, packed_tensor(g, source, name)?)?),
-        pack::StoredLayout::Int8 { rows, cols } => {
+        pack::StoredLayout::Int8 { rows, cols, form } => {
             let codes = packed_tensor(g, source, name)?;
             let scales = packed_tensor(g, source, &pack::scales_name(name))?;
-            Weights::Int8(Int8Matrix::from_parts(rows, cols, codes, scales)?)
+            Weights::Int8(Int8Matrix::from_parts(rows, cols, form, codes, scales)?)
         }
     })
 }

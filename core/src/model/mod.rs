@@ -167,6 +167,15 @@ impl Gemv for SingleThread {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
         crate::gemv(m, tables, y)
     }
+    /// Each token's `int8_gemv`, the weights read once for several tokens where the
+    /// kernel can (`crate::int8::gemm_rows`).
+    fn int8_gemm(&self, m: &crate::int8::Int8Matrix, xs: &[crate::int8::Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
+        if ys.len() != xs.len() * m.rows() {
+            return Err(Error::BufferSize { what: "output rows × batch", expected: xs.len() * m.rows(), got: ys.len() });
+        }
+        let mut per_token = ys.chunks_exact_mut(m.rows());
+        crate::int8::gemm_rows(crate::Isa::best(), m, xs, 0..m.rows(), |_| per_token.next().unwrap_or_default())
+    }
 }
 
 /// The largest group size (≤ `max`) that divides `cols`.

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lutra_core::int8::{Int8Activations, Int8Matrix};
+use lutra_core::int8::{CodeForm, Int8Activations, Int8Matrix};
 use lutra_core::lut::Tables;
 use lutra_core::model::kv::{AttentionPiece, Parallel};
 use lutra_core::model::Gemv;
@@ -67,6 +67,13 @@ fn lookup_name<B: AsRef<[u8]>>(m: &PackedMatrix<B>) -> String {
     format!("lookup {}-bit products", m.layout().bits())
 }
 
+fn int8_name(m: &Int8Matrix) -> String {
+    match m.form() {
+        CodeForm::Bytes => "int8 products".into(),
+        CodeForm::FiveBit => "int8 products (5-bit codes)".into(),
+    }
+}
+
 impl<G: Gemv> Gemv for ProfileGemv<'_, G> {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
         let name = || self.name(m.layout().rows(), lookup_name(m));
@@ -77,11 +84,11 @@ impl<G: Gemv> Gemv for ProfileGemv<'_, G> {
         self.timed(name, m.as_bytes().len(), || self.inner.gemm(m, tables, ys))
     }
     fn int8_gemv(&self, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
-        let name = || self.name(m.rows(), "int8 products".into());
+        let name = || self.name(m.rows(), int8_name(m));
         self.timed(name, m.bytes(), || self.inner.int8_gemv(m, x, y))
     }
     fn int8_gemm(&self, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
-        let name = || self.name(m.rows(), "int8 products".into());
+        let name = || self.name(m.rows(), int8_name(m));
         self.timed(name, m.bytes(), || self.inner.int8_gemm(m, xs, ys))
     }
     fn parallel(&self) -> &dyn Parallel {

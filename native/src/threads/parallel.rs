@@ -68,14 +68,19 @@ pub fn int8_gemv(pool: &Pool, isa: Isa, m: &Int8Matrix, x: &Int8Activations, y: 
 
 /// A batch of tokens' int8 products (`ys` token-major) on every thread of `pool`: threads
 /// take chunks of rows, and each runs every token over its chunk while it is in cache
-/// (one dispatch for the batch, not one per token).
+/// (one dispatch for the batch, not one per token; `int8::gemm_rows` reads a chunk's
+/// weights once for several tokens where the kernel can).
 pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
     let rows = m.rows();
     if ys.len() != xs.len() * rows {
         return Err(Error::BufferSize { what: "output rows × batch", expected: xs.len() * rows, got: ys.len() });
     }
-    if pool.threads() == 1 || xs.len() == 1 {
-        return xs.iter().zip(ys.chunks_exact_mut(rows.max(1))).try_for_each(|(x, y)| int8_gemv(pool, isa, m, x, y));
+    if xs.len() == 1 {
+        return int8_gemv(pool, isa, m, &xs[0], ys);
+    }
+    if pool.threads() == 1 {
+        let mut per_token = ys.chunks_exact_mut(rows);
+        return int8::gemm_rows(isa, m, xs, 0..rows, |_| per_token.next().unwrap_or_default());
     }
     let counter = ChunkCounter::new(rows.div_ceil(INT8_CHUNK_ROWS), 1);
     let out = DisjointSlice::new(ys);
@@ -83,13 +88,11 @@ pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], 
     pool.run(|_| {
         while let Some(chunks) = counter.next() {
             let chunk = chunks.start * INT8_CHUNK_ROWS..(chunks.end * INT8_CHUNK_ROWS).min(rows);
-            for (t, x) in xs.iter().enumerate() {
-                // SAFETY: each chunk comes from the counter exactly once, so these rows
-                // of token t are written by this call only.
-                let y = unsafe { out.range_mut(t * rows + chunk.start..t * rows + chunk.end) };
-                if let Err(e) = int8::gemv_rows(isa, m, x, chunk.clone(), y) {
-                    first_error.lock().unwrap().get_or_insert(e);
-                }
+            // SAFETY: each chunk comes from the counter exactly once, so these rows of
+            // each token are written by this call only.
+            let y = |t: usize| unsafe { out.range_mut(t * rows + chunk.start..t * rows + chunk.end) };
+            if let Err(e) = int8::gemm_rows(isa, m, xs, chunk.clone(), y) {
+                first_error.lock().unwrap().get_or_insert(e);
             }
         }
     });
