@@ -390,9 +390,10 @@ pub fn five_bit_native(isa: Isa) -> bool {
     matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi)
 }
 
-/// Tokens one pass over a group of rows multiplies on `isa`.
-fn tokens_per_pass(isa: Isa, form: CodeForm) -> usize {
-    if form == CodeForm::FiveBit && five_bit_native(isa) {
+/// Tokens one pass over a group of rows multiplies on `isa`: where a kernel reads the
+/// weights once for several (AVX2 and up, either form).
+fn tokens_per_pass(isa: Isa) -> usize {
+    if matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi) {
         4
     } else {
         1
@@ -429,7 +430,7 @@ pub fn gemm_rows<'y>(
             Err(Error::BufferSize { what: "output rows", expected: rows.len(), got: y.len() })
         }
     };
-    for batch in xs.chunks(tokens_per_pass(isa, m.form)) {
+    for batch in xs.chunks(tokens_per_pass(isa)) {
         match batch {
             [a, b, c, d] => rows_n(isa, m, [a, b, c, d], rows.clone(), [out()?, out()?, out()?, out()?]),
             [a, b, c] => rows_n(isa, m, [a, b, c], rows.clone(), [out()?, out()?, out()?]),
@@ -468,6 +469,12 @@ fn group_products<const N: usize>(isa: Isa, m: &Int8Matrix, group: usize, xs: [&
     let w = &m.codes.as_ref()[group * group_bytes..][..group_bytes];
     let w_scales = &m.scales.as_f32s()[group * GROUP_ROWS * per_row..][..GROUP_ROWS * per_row];
     match m.form {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
+        // `w_scales` are one group's, and every token has `cols` codes (checked).
+        CodeForm::Bytes if N > 1 && matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi) => unsafe {
+            x86_64::group_avx2_n(w, w_scales, xs, out)
+        },
         CodeForm::Bytes => {
             for (x, out) in xs.iter().zip(out) {
                 let g = Group { w, w_scales, x: &x.codes, x_scales: &x.scales };

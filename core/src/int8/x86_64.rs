@@ -124,3 +124,38 @@ pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Acti
         unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
     }
 }
+
+/// `group_avx2` for N tokens: each row's codes and their magnitudes are loaded and made
+/// once per block for all N; each token's float steps are `group_avx2`'s.
+///
+/// # Safety
+/// AVX2 must be available; `w` is four rows' interleaved codes (`4 · cols` bytes),
+/// `w_scales` their `4 · cols/32` scales, and every token has `cols` codes.
+#[target_feature(enable = "avx2")]
+pub unsafe fn group_avx2_n<const N: usize>(w: &[u8], w_scales: &[f32], xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
+    let blocks = w_scales.len() / GROUP_ROWS;
+    debug_assert!(w.len() == blocks * GROUP_ROWS * BLOCK && xs.iter().all(|x| x.codes.len() == blocks * BLOCK));
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm_setzero_ps(); N];
+    for b in 0..blocks {
+        // SAFETY (loads): row i's block b is bytes (4b + i)·32.. + 32 of `w`, its scales
+        // 4b.. + 4 of `w_scales`, each token's block b inside that token's vectors.
+        let (wv, dw) = unsafe {
+            let row = |i: usize| _mm256_loadu_si256(w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast());
+            ([row(0), row(1), row(2), row(3)], _mm_loadu_ps(w_scales.as_ptr().add(b * GROUP_ROWS)))
+        };
+        let magnitude = wv.map(|w| _mm256_sign_epi8(w, w));
+        for (t, x) in xs.iter().enumerate() {
+            // SAFETY: as above.
+            let xv = unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) };
+            let row = |i: usize| _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[i], _mm256_sign_epi8(xv, wv[i])), ones);
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
+            let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            acc[t] = _mm_add_ps(acc[t], _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(x.scales[b]))));
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` holds four f32.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
