@@ -374,6 +374,34 @@ impl Report {
         s
     }
 
+    /// Which kernel each tensor type's matrices run on with this machine's best kernel
+    /// tier (`lutra_core::model::import::matrix_kernel`).
+    pub fn kernels_text(&self) -> String {
+        let mut s = format!("kernels         {} (the best tier here; LUTRA_MAX_ISA caps it)\n", lutra_core::Isa::best().name());
+        for t in &self.types {
+            let kernel = lutra_core::model::import::matrix_kernel(t.ggml_type).unwrap_or("refused");
+            let _ = writeln!(s, "  {:<10} {kernel}", t.ggml_type.to_string());
+        }
+        let _ = writeln!(s, "  (1-D tensors, norms and biases, stay f32)");
+        s
+    }
+
+    /// `json` with a `"kernels"` object: the tier, and per type its matrices' kernel.
+    pub fn json_with_kernels(&self) -> String {
+        let types: Vec<String> = self
+            .types
+            .iter()
+            .map(|t| {
+                let kernel = lutra_core::model::import::matrix_kernel(t.ggml_type);
+                format!("{}:{}", json_string(&t.ggml_type.to_string()), kernel.map_or("null".into(), json_string))
+            })
+            .collect();
+        let json = self.json();
+        let kernels =
+            format!(",\"kernels\":{{\"tier\":{},\"types\":{{{}}}}}}}", json_string(lutra_core::Isa::best().name()), types.join(","));
+        format!("{}{kernels}", &json[..json.len() - 1])
+    }
+
     /// The report as one JSON object (one line).
     pub fn json(&self) -> String {
         let hyper: Vec<String> = self.hyperparameters.iter().map(|e| format!("{}:{}", json_string(&e.key), e.json)).collect();

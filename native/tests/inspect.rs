@@ -136,6 +136,28 @@ fn reports_a_valid_file() {
     ] {
         assert!(json.contains(part), "expected {part} in {json}");
     }
+
+    // the kernels each type runs on: on the scalar tier Q4_0 is looked up, Q8_0 multiplied
+    let out = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .args(["inspect", "--kernels", path.to_str().unwrap()])
+        .env("LUTRA_MAX_ISA", "scalar")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("kernels         scalar"), "{stdout}");
+    let kernel = |ty: &str| stdout.lines().rfind(|l| l.trim_start().starts_with(ty)).unwrap_or_default().to_owned();
+    assert!(kernel("Q4_0").ends_with("table lookups (bit planes)"), "{stdout}");
+    assert!(kernel("Q8_0").ends_with("int8 dot products (int8 codes)"), "{stdout}");
+    let out = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .args(["inspect", "--kernels", "--json", path.to_str().unwrap()])
+        .env("LUTRA_MAX_ISA", "scalar")
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains("\"kernels\":{\"tier\":\"scalar\",\"types\":{"), "{json}");
+    assert!(json.contains("\"Q4_0\":\"table lookups (bit planes)\""), "{json}");
+    assert!(json.trim_end().ends_with("}}}"), "{json}");
     std::fs::remove_file(path).unwrap();
 }
 

@@ -193,6 +193,28 @@ pub fn q5_0_as_int8() -> bool {
     crate::Isa::best() == crate::Isa::Avx2
 }
 
+/// Which kernel a matrix of type `t` runs on here (the tier `Isa::best()` names), as
+/// [`weights`] imports it; `None` for a type it refuses.
+pub fn matrix_kernel(t: GgmlType) -> Option<&'static str> {
+    Some(match t {
+        GgmlType::Q8_0 => "int8 dot products (int8 codes)",
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => "int8 dot products where 2-D (quantized to Q8_0)",
+        GgmlType::Q5_0 if q5_0_as_int8() => "int8 dot products (5-bit codes)",
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_1
+        | GgmlType::Q5_K
+        | GgmlType::Q4_K
+        | GgmlType::Q6_K
+        | GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::TQ2_0
+        | GgmlType::TQ1_0 => "table lookups (bit planes)",
+        _ => return None,
+    })
+}
+
 /// How to read one value of a float tensor type (F32, F16, BF16) from its bytes.
 type FloatReader = (usize, fn(&[u8]) -> f32);
 
