@@ -82,6 +82,9 @@ pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], 
         let mut per_token = ys.chunks_exact_mut(rows);
         return int8::gemm_rows(isa, m, xs, 0..rows, |_| per_token.next().unwrap_or_default());
     }
+    if m.bytes() <= TOKEN_SPLIT_BYTES && xs.len() >= 2 * pool.threads() {
+        return int8_gemm_by_tokens(pool, isa, m, xs, ys);
+    }
     let counter = ChunkCounter::new(rows.div_ceil(INT8_CHUNK_ROWS), 1);
     let out = DisjointSlice::new(ys);
     let first_error = std::sync::Mutex::new(None);
@@ -163,6 +166,26 @@ fn gemm_by_tokens<B: AsRef<[u8]> + Sync>(
             // tokens' rows are written by this call only.
             let y = |b: usize| unsafe { out.range_mut((tokens.start + b) * rows..(tokens.start + b + 1) * rows) };
             if let Err(e) = gemm_tiles(isa, m, &tables[tokens.clone()], 0..tiles, y) {
+                first_error.lock().unwrap().get_or_insert(e);
+            }
+        }
+    });
+    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+}
+
+/// `int8_gemm` with each thread taking tokens four at a time (the kernels' batch) over
+/// every row (see `TOKEN_SPLIT_BYTES`).
+fn int8_gemm_by_tokens(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
+    let rows = m.rows();
+    let counter = ChunkCounter::new(xs.len(), 4);
+    let out = DisjointSlice::new(ys);
+    let first_error = std::sync::Mutex::new(None);
+    pool.run(|_| {
+        while let Some(tokens) = counter.next() {
+            // SAFETY: each token range comes from the counter exactly once, so these
+            // tokens' rows are written by this call only.
+            let y = |t: usize| unsafe { out.range_mut((tokens.start + t) * rows..(tokens.start + t + 1) * rows) };
+            if let Err(e) = int8::gemm_rows(isa, m, &xs[tokens.clone()], 0..rows, y) {
                 first_error.lock().unwrap().get_or_insert(e);
             }
         }
@@ -285,13 +308,24 @@ mod tests {
     }
 
     /// A batch's products, on 1–3 threads and from the core loop, are each token's GEMV
-    /// bit for bit, over a matrix of several chunks (so chunks and tokens both vary).
+    /// bit for bit, over a matrix of several chunks (so chunks and tokens both vary) and
+    /// over one small enough to be split by tokens.
     #[test]
     fn batched_products_equal_one_gemv_per_token() {
-        let (rows, cols, batch) = (1000, 512, 5);
+        batched_products_equal_one_gemv_per_token_at(1000, 7);
+        batched_products_equal_one_gemv_per_token_at(100, 7);
+    }
+
+    fn batched_products_equal_one_gemv_per_token_at(rows: usize, batch: usize) {
+        let cols = 512;
         let w = values(rows * cols, 11, 0.05);
         let m = PackedMatrix::quantize(&w, rows, cols, 4, 64, Offset::Min).unwrap();
-        assert!(gemm_chunk_tiles(&m) < m.layout().tiles(), "the matrix must span several chunks");
+        if rows > 500 {
+            assert!(gemm_chunk_tiles(&m) < m.layout().tiles(), "the matrix must span several chunks");
+            assert!(m.as_bytes().len() > TOKEN_SPLIT_BYTES, "and be split by rows");
+        } else {
+            assert!(m.as_bytes().len() <= TOKEN_SPLIT_BYTES, "the matrix must be split by tokens");
+        }
         let mut owned: Vec<OwnedTables> = (0..batch).map(|_| OwnedTables::new(cols, 64).unwrap()).collect();
         let mut want = vec![0.0; batch * rows];
         for (b, (t, y)) in owned.iter_mut().zip(want.chunks_exact_mut(rows)).enumerate() {
@@ -308,5 +342,45 @@ mod tests {
             assert_eq!(y, want, "pool of {threads}");
         }
         assert!(matches!(gemm(&Pool::new(2), Isa::best(), &m, &tables, &mut [0.0; 3]), Err(Error::BufferSize { .. })));
+    }
+
+    /// The same for int8 products, in both code forms: split by rows (a large matrix)
+    /// and by tokens (a small one), each token's `int8::gemv_rows` bit for bit.
+    #[test]
+    fn batched_int8_products_equal_one_gemv_per_token() {
+        let cols = 640;
+        for rows in [600, 100] {
+            let codes = values(rows * cols, 12, 1.0);
+            let mut q8 = Vec::new();
+            let mut q5 = Vec::new();
+            for (i, block) in codes.chunks_exact(32).enumerate() {
+                let d = half::f16::from_f32(0.01 + (i % 7) as f32 * 1e-3).to_bits().to_le_bytes();
+                q8.extend_from_slice(&d);
+                q8.extend(block.iter().map(|&v| (v * 127.0) as i8 as u8));
+                q5.extend_from_slice(&d);
+                let u: Vec<u8> = block.iter().map(|&v| ((v + 1.0) * 15.99) as u8).collect();
+                q5.extend_from_slice(&u.iter().enumerate().fold(0u32, |h, (j, &u)| h | u32::from(u >> 4) << j).to_le_bytes());
+                q5.extend((0..16).map(|j| (u[j] & 15) | (u[j + 16] & 15) << 4));
+            }
+            for m in [Int8Matrix::from_q8_0(&q8, rows, cols).unwrap(), Int8Matrix::from_q5_0(&q5, rows, cols).unwrap()] {
+                assert_eq!(m.bytes() <= TOKEN_SPLIT_BYTES, rows < 500, "{rows} rows: the split this case is for");
+                let xs: Vec<Int8Activations> = (0..7)
+                    .map(|t| {
+                        let mut x = Int8Activations::new(cols).unwrap();
+                        x.quantize(&values(cols, 30 + t, 2.0)).unwrap();
+                        x
+                    })
+                    .collect();
+                let mut want = vec![0.0; xs.len() * rows];
+                for (x, y) in xs.iter().zip(want.chunks_exact_mut(rows)) {
+                    int8::gemv_rows(Isa::Scalar, &m, x, 0..rows, y).unwrap();
+                }
+                for threads in 1..=3 {
+                    let mut y = vec![f32::NAN; xs.len() * rows];
+                    int8_gemm(&Pool::new(threads), Isa::best(), &m, &xs, &mut y).unwrap();
+                    assert_eq!(y, want, "{:?}, {rows} rows, pool of {threads}", m.form());
+                }
+            }
+        }
     }
 }
