@@ -3,7 +3,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::pq::scan::{block_bytes16, BLOCK_KEYS};
+use crate::pq::scan::{block_bytes16, block_bytes256, BLOCK_KEYS};
 
 /// Adds 32 looked-up bytes into `a` (as u16 pairs: even + 256·odd) and their odd bytes
 /// into `b`. `a − (b << 8)` is then the even bytes' sum, exact modulo 2^16.
@@ -49,5 +49,47 @@ pub(crate) unsafe fn scan16(codes: &[u8], subspaces: usize, tables: &[u8], out: 
         }
         store_keys(&mut scores[..16], a_lo, b_lo);
         store_keys(&mut scores[16..], a_hi, b_hi);
+    }
+}
+
+/// K = 256: 256-entry tables are beyond a byte shuffle, so each sub-space's 32 codes
+/// become four `vpgatherdd` of 8 lookups (i32 sums, exact; ≤ 65 280, so they pack to
+/// u16 unchanged). A gather reads 4 bytes at its index: for sub-space 0 from the entry
+/// on (its low byte), for the others from 3 bytes before it (its high byte), so no read
+/// leaves `tables` (S ≥ 2 tables of 256).
+///
+/// # Safety
+/// AVX2 must be available; `codes` holds whole 8-bit blocks of `subspaces` (≥ 2)
+/// sub-spaces, `tables` is `256 · subspaces` bytes, `out` 32 entries per block.
+#[target_feature(enable = "avx2")]
+pub unsafe fn scan256(codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) {
+    debug_assert!(subspaces >= 2 && tables.len() == 256 * subspaces);
+    let low_byte = _mm256_set1_epi32(0xff);
+    for (block, scores) in codes.chunks_exact(block_bytes256(subspaces)).zip(out.chunks_exact_mut(BLOCK_KEYS)) {
+        let mut acc = [_mm256_setzero_si256(); 4];
+        for (s, row) in block.chunks_exact(BLOCK_KEYS).enumerate() {
+            // SAFETY: `row` is 32 bytes.
+            let row = unsafe { _mm256_loadu_si256(row.as_ptr().cast()) };
+            let (lo, hi) = (_mm256_castsi256_si128(row), _mm256_extracti128_si256::<1>(row));
+            let index = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)].map(|b| _mm256_cvtepu8_epi32(b));
+            for (a, index) in acc.iter_mut().zip(index) {
+                let entries = if s == 0 {
+                    // SAFETY: index ≤ 255, so bytes index..index + 4 lie in tables 0 and 1.
+                    _mm256_and_si256(unsafe { _mm256_i32gather_epi32::<1>(tables.as_ptr().cast(), index) }, low_byte)
+                } else {
+                    // SAFETY: bytes 256s + index − 3 .. 256s + index + 1 lie in tables
+                    // s − 1 and s (256s − 3 ≥ 0, 256s + 255 < 256 · subspaces).
+                    let base = unsafe { tables.as_ptr().add(256 * s - 3) };
+                    _mm256_srli_epi32::<24>(unsafe { _mm256_i32gather_epi32::<1>(base.cast(), index) })
+                };
+                *a = _mm256_add_epi32(*a, entries);
+            }
+        }
+        for (half, pair) in acc.chunks_exact(2).enumerate() {
+            // packus interleaves the lanes: [0..4, 8..12 | 4..8, 12..16] → key order
+            let keys = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(pair[0], pair[1]));
+            // SAFETY: 16 u16 at `half · 16` lie inside `scores` (32 entries).
+            unsafe { _mm256_storeu_si256(scores.as_mut_ptr().add(16 * half).cast(), keys) };
+        }
     }
 }
