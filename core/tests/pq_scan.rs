@@ -5,7 +5,7 @@ mod common;
 use common::Rng;
 
 use lutra_core::pq::scan::{block_bytes16, block_bytes256, get_code16, get_code256, set_code16, set_code256};
-use lutra_core::pq::{scan16, scan256, BLOCK_KEYS};
+use lutra_core::pq::{scan16, scan256, scan256_heads, BLOCK_KEYS, SCAN_HEADS};
 use lutra_core::{Error, Isa};
 
 #[cfg(target_arch = "wasm32")]
@@ -73,6 +73,42 @@ fn scan256_every_isa_equals_scalar() {
                 same_as_scalar(scan256, isa, &codes, s, &tables, BLOCK_KEYS * blocks, "scan256");
             }
         }
+    }
+}
+
+/// Several query heads at once: each head's scores are the scalar `scan256` over that
+/// head's own tables (de-interleaved here), on every ISA, for 1–4 heads; all-255 tables
+/// at S = 256 reach the largest sum in every head.
+#[test]
+fn scan256_heads_equals_scan256_per_head() {
+    let mut rng = Rng(257);
+    let isas: Vec<Isa> = Isa::available().collect();
+    for s in SUBSPACES {
+        for blocks in [1, 3] {
+            let n = BLOCK_KEYS * blocks;
+            let codes = bytes(&mut rng, blocks * block_bytes256(s));
+            let tables = bytes(&mut rng, 256 * SCAN_HEADS * s);
+            let mut want = vec![0u16; SCAN_HEADS * n];
+            for (h, want) in want.chunks_exact_mut(n).enumerate() {
+                let own: Vec<u8> = tables.iter().skip(h).step_by(SCAN_HEADS).copied().collect();
+                scan256(Isa::Scalar, &codes, s, &own, want).unwrap();
+            }
+            for &isa in &isas {
+                for heads in 1..=SCAN_HEADS {
+                    let mut got = vec![0xdead; heads * n];
+                    scan256_heads(isa, &codes, s, &tables, heads, &mut got).unwrap();
+                    assert_eq!(got, want[..heads * n], "{} S = {s}, {blocks} blocks, {heads} heads", isa.name());
+                }
+            }
+        }
+    }
+    for &isa in &isas {
+        let mut out = vec![0; SCAN_HEADS * BLOCK_KEYS];
+        scan256_heads(isa, &vec![255; 256 * BLOCK_KEYS], 256, &vec![255; 256 * SCAN_HEADS * 256], SCAN_HEADS, &mut out).unwrap();
+        assert!(out.iter().all(|&x| x == 65_280), "scan256_heads {}", isa.name());
+        assert!(matches!(scan256_heads(isa, &[0; 64], 2, &[0; 2048], 0, &mut out), Err(Error::BufferSize { .. })));
+        assert!(matches!(scan256_heads(isa, &[0; 64], 2, &[0; 2048], 3, &mut out[..64]), Err(Error::BufferSize { .. })));
+        assert!(matches!(scan256_heads(isa, &[0; 64], 2, &[0; 512], 2, &mut out[..64]), Err(Error::BufferSize { .. })));
     }
 }
 

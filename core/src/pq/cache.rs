@@ -9,7 +9,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::codebook::{Codebooks, PqError, TableScale};
-use super::scan::{scan16, scan256, set_code16, set_code256, BLOCK_KEYS};
+use super::scan::{scan16, scan256, scan256_heads, scan256_prefers_heads, set_code16, set_code256, BLOCK_KEYS, SCAN_HEADS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::model::kv::kernels::dot;
 use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, Pieces, ValueCache, PIECE_ROWS};
@@ -42,6 +42,10 @@ pub struct PqKvCache {
     float_tables: Vec<f32>,
     /// Every query head's tables (`subspaces × centroids` bytes each) and their scales.
     tables: Vec<u8>,
+    /// With 256 centroids where `scan256_heads` is faster: the same tables, each KV head's
+    /// query heads in fours, interleaved entry by entry (`scan256_heads`' layout);
+    /// otherwise empty.
+    head_tables: Vec<u8>,
     table_scales: Vec<TableScale>,
     pieces: Pieces,
     /// Positions `0..sink` and the last `recent` positions also keep exact f16 keys
@@ -72,6 +76,11 @@ impl PqKvCache {
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
             tables: vec![0; shape.n_heads * table_len],
+            head_tables: if pq.centroids == 256 && shape.group() > 1 && scan256_prefers_heads(isa) {
+                vec![0; shape.n_kv_heads * shape.group().div_ceil(SCAN_HEADS) * SCAN_HEADS * table_len]
+            } else {
+                Vec::new()
+            },
             table_scales: vec![TableScale { scale: 1.0, bias: 0.0 }; shape.n_heads],
             pieces: Pieces::new(shape),
             books,
@@ -218,13 +227,24 @@ impl KvCache for PqKvCache {
             let tables = &mut self.tables[h * table_len..(h + 1) * table_len];
             self.table_scales[h] = self.books.query_tables(layer, h / group, qh, q_scale, &mut self.float_tables, tables);
         }
+        let fours = group.div_ceil(SCAN_HEADS);
+        if !self.head_tables.is_empty() {
+            for (h, tables) in self.tables.chunks_exact(table_len).enumerate() {
+                let (kvh, g) = (h / group, h % group);
+                let four = &mut self.head_tables[(kvh * fours + g / SCAN_HEADS) * SCAN_HEADS * table_len..][..SCAN_HEADS * table_len];
+                for (entry, &t) in four.chunks_exact_mut(SCAN_HEADS).zip(tables) {
+                    entry[g % SCAN_HEADS] = t;
+                }
+            }
+        }
         // rows of a ring hold positions in turn; elsewhere row = position
         let (rows, masked) = self.values.rows().span(slot, first, pos);
         let cap = self.values.rows().cap(slot);
         let used = self.pieces.plan(s.n_kv_heads, rows);
         let (head_codes, bb) = (self.head_code_bytes(slot), pq.block_bytes());
         let (codes, code_start) = (&self.codes, self.code_starts[slot]);
-        let (tables, table_scales, values, isa) = (&self.tables, &self.table_scales, &self.values, self.isa);
+        let (tables, head_tables, table_scales, values, isa) =
+            (&self.tables, &self.head_tables, &self.table_scales, &self.values, self.isa);
         let (sink, recent, sink_keys, recent_keys) = (self.sink, self.recent, &self.sink_keys, &self.recent_keys);
         threads.run_pieces(self.pieces.planned(used), &|piece| {
             let (kvh, rows) = (piece.kv_head, piece.rows.clone());
@@ -232,20 +252,31 @@ impl KvCache for PqKvCache {
             let skip = rows.start - first_block * BLOCK_KEYS;
             let at = code_start + kvh * head_codes;
             let codes = &codes[at + first_block * bb..at + end_block * bb];
-            let sums = &mut piece.sums[..(end_block - first_block) * BLOCK_KEYS];
-            for g in 0..group {
-                let h = kvh * group + g;
-                let tables = &tables[h * table_len..(h + 1) * table_len];
-                let scanned = if pq.centroids == 16 {
-                    scan16(isa, codes, pq.subspaces, tables, sums)
+            let keys = (end_block - first_block) * BLOCK_KEYS;
+            // the group's heads, up to four per scan (`scan256_heads`) or one at a time
+            let per_scan = if head_tables.is_empty() { 1 } else { SCAN_HEADS };
+            for first_g in (0..group).step_by(per_scan) {
+                let heads = per_scan.min(group - first_g);
+                let sums = &mut piece.sums[..heads * keys];
+                let scanned = if per_scan > 1 {
+                    let four = &head_tables[(kvh * fours + first_g / SCAN_HEADS) * SCAN_HEADS * table_len..][..SCAN_HEADS * table_len];
+                    scan256_heads(isa, codes, pq.subspaces, four, heads, sums)
                 } else {
-                    scan256(isa, codes, pq.subspaces, tables, sums)
+                    let tables = &tables[(kvh * group + first_g) * table_len..][..table_len];
+                    if pq.centroids == 16 {
+                        scan16(isa, codes, pq.subspaces, tables, sums)
+                    } else {
+                        scan256(isa, codes, pq.subspaces, tables, sums)
+                    }
                 };
                 // every size above was made from the same shape, and `new` chose an available ISA
                 debug_assert!(scanned.is_ok(), "{scanned:?}");
-                let scores = &mut piece.scores[g * PIECE_ROWS..][..rows.len()];
-                for (d, &sum) in scores.iter_mut().zip(&sums[skip..]) {
-                    *d = table_scales[h].score(sum);
+                for (j, sums) in sums.chunks_exact(keys).enumerate() {
+                    let (g, h) = (first_g + j, kvh * group + first_g + j);
+                    let scores = &mut piece.scores[g * PIECE_ROWS..][..rows.len()];
+                    for (d, &sum) in scores.iter_mut().zip(&sums[skip..]) {
+                        *d = table_scales[h].score(sum);
+                    }
                 }
             }
             // the exactly kept positions in this piece overwrite their PQ scores; each key

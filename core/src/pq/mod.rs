@@ -22,4 +22,4 @@ pub mod scan;
 pub use cache::PqKvCache;
 #[cfg(feature = "alloc")]
 pub use codebook::{apply_matrix, Codebooks, PqError, PqShape, Rotation, TableScale};
-pub use scan::{scan16, scan256, BLOCK_KEYS};
+pub use scan::{scan16, scan256, scan256_heads, scan256_prefers_heads, BLOCK_KEYS, SCAN_HEADS};

@@ -89,7 +89,7 @@ pub struct AttentionPiece {
     pub(crate) rows: Range<usize>,
     /// `group` rows of `PIECE_ROWS` scores.
     pub(crate) scores: Vec<f32>,
-    /// Integer table sums of the piece's code blocks (PQ caches).
+    /// Integer table sums of the piece's code blocks (PQ caches), for up to four heads.
     pub(crate) sums: Vec<u16>,
     /// Key / value rows converted to f32.
     pub(crate) row: Vec<f32>,
@@ -113,7 +113,7 @@ impl Pieces {
             kv_head: 0,
             rows: 0..0,
             scores: vec![0.0; group * PIECE_ROWS],
-            sums: vec![0; PIECE_ROWS],
+            sums: vec![0; crate::pq::SCAN_HEADS * PIECE_ROWS],
             row: vec![0.0; kernels::MIX_SCRATCH_ROWS * hd],
             out: vec![0.0; group * hd],
             stats: vec![SoftmaxStats::default(); group],

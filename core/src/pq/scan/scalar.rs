@@ -1,7 +1,7 @@
 //! The reference scan: plain lookups and adds, one key at a time per sub-space. It
 //! defines every score the SIMD kernels must reproduce.
 
-use super::{block_bytes16, block_bytes256, BLOCK_KEYS};
+use super::{block_bytes16, block_bytes256, BLOCK_KEYS, SCAN_HEADS};
 
 /// 4-bit codes (lengths checked by the caller).
 pub(crate) fn scan16(codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) {
@@ -32,5 +32,21 @@ pub(crate) fn scan256(codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [
             }
         }
         scores.copy_from_slice(&acc);
+    }
+}
+
+/// 8-bit codes, `heads` query heads' interleaved tables (lengths checked by the caller).
+pub(crate) fn scan256_heads(codes: &[u8], subspaces: usize, tables: &[u8], heads: usize, out: &mut [u16]) {
+    let n = out.len() / heads;
+    for (b, block) in codes.chunks_exact(block_bytes256(subspaces)).enumerate() {
+        for h in 0..heads {
+            let mut acc = [0u16; BLOCK_KEYS];
+            for (s, row) in block.chunks_exact(BLOCK_KEYS).enumerate() {
+                for (a, &c) in acc.iter_mut().zip(row) {
+                    *a += tables[(256 * s + c as usize) * SCAN_HEADS + h] as u16;
+                }
+            }
+            out[h * n + BLOCK_KEYS * b..][..BLOCK_KEYS].copy_from_slice(&acc);
+        }
     }
 }

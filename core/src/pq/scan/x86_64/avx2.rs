@@ -3,7 +3,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::pq::scan::{block_bytes16, block_bytes256, BLOCK_KEYS};
+use crate::pq::scan::{block_bytes16, block_bytes256, BLOCK_KEYS, SCAN_HEADS};
 
 /// Adds 32 looked-up bytes into `a` (as u16 pairs: even + 256·odd) and their odd bytes
 /// into `b`. `a − (b << 8)` is then the even bytes' sum, exact modulo 2^16.
@@ -90,6 +90,56 @@ pub unsafe fn scan256(codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [
             let keys = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(pair[0], pair[1]));
             // SAFETY: 16 u16 at `half · 16` lie inside `scores` (32 entries).
             unsafe { _mm256_storeu_si256(scores.as_mut_ptr().add(16 * half).cast(), keys) };
+        }
+    }
+}
+
+/// `scan256_heads`: one `vpgatherdd` reads the four heads' entries of 8 keys at once;
+/// heads 0 and 2 are summed as the u16 halves of one accumulator, 1 and 3 of another
+/// (≤ 256 · 255 each, so no carry crosses a half).
+///
+/// # Safety
+/// AVX2 must be available; `codes` holds whole 8-bit blocks of `subspaces` sub-spaces,
+/// `tables` is `256 · 4 · subspaces` bytes, `out` `heads` (1..=4) runs of 32 per block.
+#[target_feature(enable = "avx2")]
+pub unsafe fn scan256_heads(codes: &[u8], subspaces: usize, tables: &[u8], heads: usize, out: &mut [u16]) {
+    debug_assert!(tables.len() == 256 * SCAN_HEADS * subspaces && (1..=SCAN_HEADS).contains(&heads));
+    let n = out.len() / heads;
+    let low_bytes = _mm256_set1_epi32(0x00ff_00ff);
+    let low_half = _mm256_set1_epi32(0xffff);
+    for (b, block) in codes.chunks_exact(block_bytes256(subspaces)).enumerate() {
+        // [keys 8i..8i + 8]: (heads 0 | 2 << 16), (heads 1 | 3 << 16)
+        let mut even = [_mm256_setzero_si256(); 4];
+        let mut odd = [_mm256_setzero_si256(); 4];
+        for (s, row) in block.chunks_exact(BLOCK_KEYS).enumerate() {
+            // SAFETY: `row` is 32 bytes.
+            let row = unsafe { _mm256_loadu_si256(row.as_ptr().cast()) };
+            let (lo, hi) = (_mm256_castsi256_si128(row), _mm256_extracti128_si256::<1>(row));
+            let index = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)].map(|c| _mm256_cvtepu8_epi32(c));
+            // SAFETY: sub-space s's 256 entries of 4 bytes lie inside `tables`.
+            let base = unsafe { tables.as_ptr().add(256 * SCAN_HEADS * s) }.cast::<i32>();
+            for i in 0..4 {
+                // SAFETY: index ≤ 255, so each 4-byte read is one entry of sub-space s.
+                let entries = unsafe { _mm256_i32gather_epi32::<4>(base, index[i]) };
+                even[i] = _mm256_add_epi16(even[i], _mm256_and_si256(entries, low_bytes));
+                odd[i] = _mm256_add_epi16(odd[i], _mm256_and_si256(_mm256_srli_epi32::<8>(entries), low_bytes));
+            }
+        }
+        for h in 0..heads {
+            let sums = |i: usize| {
+                let v = if h % 2 == 0 { even[i] } else { odd[i] };
+                if h < 2 {
+                    _mm256_and_si256(v, low_half)
+                } else {
+                    _mm256_srli_epi32::<16>(v)
+                }
+            };
+            for half in 0..2 {
+                // packus interleaves the lanes: [0..4, 8..12 | 4..8, 12..16] → key order
+                let keys = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(sums(2 * half), sums(2 * half + 1)));
+                // SAFETY: 16 u16 of head h's run for block b lie inside `out`.
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(h * n + BLOCK_KEYS * b + 16 * half).cast(), keys) };
+            }
         }
     }
 }
