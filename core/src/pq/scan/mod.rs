@@ -172,8 +172,9 @@ pub fn scan16(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut
 /// `scan16`, with 8-bit blocks (`block_bytes256`).
 ///
 /// AVX-512 VBMI has its own kernel (`vpermi2b` over the 256-entry table), AVX2 and
-/// AVX-512 without VBMI gather (`vpgatherdd`); every other ISA runs the scalar
-/// reference, which the byte shuffles do not beat.
+/// AVX-512 without VBMI gather (`vpgatherdd`), NEON chains four 64-byte `tbl`/`tbx`
+/// lookups; SSSE3 and simd128 run the scalar reference, which their 16-entry byte
+/// shuffles do not beat.
 pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) -> Result<(), Error> {
     check(isa, codes.len(), subspaces, block_bytes256, tables.len(), 256, out.len())?;
     match isa {
@@ -181,6 +182,9 @@ pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mu
         // SAFETY: `check` confirmed AVX2 (which every AVX-512 tier includes) at run time,
         // every buffer length, and an even, non-zero sub-space count (so ≥ 2 tables).
         Isa::Avx2 | Isa::Avx512 => unsafe { x86_64::avx2::scan256(codes, subspaces, tables, out) },
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        // SAFETY: NEON is enabled for this build (compile-time target feature); lengths checked.
+        Isa::Neon => unsafe { aarch64::neon::scan256(codes, subspaces, tables, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `check` confirmed AVX-512 F/BW/VBMI at run time and every buffer length.
         Isa::Avx512Vbmi => unsafe { x86_64::avx512vbmi::scan256(codes, subspaces, tables, out) },
