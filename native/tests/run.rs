@@ -31,9 +31,12 @@ fn run_writes_a_story_and_reports_speed() {
     assert!(stdout.starts_with("Once upon a time"), "{stdout}");
     assert!(stdout.split_whitespace().count() > 25, "{stdout}");
     assert!(stderr.contains("tokens/s") && stderr.contains("loaded"), "{stderr}");
-    // greedy is deterministic
-    let again = lutra(&["run", "-m", m.to_str().unwrap(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "-t", "2"]);
+    assert!(!stderr.contains("kernels "), "{stderr}");
+    // greedy is deterministic; --verbose adds the kernels (a llama2c checkpoint: all lookups)
+    let again = lutra(&["run", "-m", m.to_str().unwrap(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "-t", "2", "-v"]);
     assert_eq!(again.stdout, out.stdout);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("every matrix table lookups (bit planes)"), "{stderr}");
     // -f reads the same prompt from a file
     let file = std::env::temp_dir().join(format!("lutra-prompt-{}.txt", std::process::id()));
     std::fs::write(&file, "Once upon a time").unwrap();

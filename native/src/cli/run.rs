@@ -36,6 +36,9 @@ pub struct RunArgs {
     ctx: usize,
     #[command(flatten)]
     attention: AttentionArgs,
+    /// Also print which kernel each tensor type's matrices run on (as `lutra inspect --kernels`)
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<(), String> {
@@ -63,6 +66,13 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         Isa::best().name(),
         session.cache_info()
     );
+    if a.verbose {
+        // a llama2c checkpoint is quantized to bit planes on load; a GGUF file says per type
+        match lutra::inspect::inspect(&a.model.model) {
+            Ok(report) => eprint!("{}", report.kernels_text()),
+            Err(_) => eprintln!("kernels         {}: every matrix table lookups (bit planes)", Isa::best().name()),
+        }
+    }
 
     // refuses a prompt that leaves no room before anything is printed
     let mut generation = Generation::start(&mut session, &prompt, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
