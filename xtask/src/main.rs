@@ -732,6 +732,11 @@ fn host_tests(ci: &mut Ci) -> Result {
             "gemma_logits",
             "--test",
             "engine",
+            // the agreement test names its kernel tier on stderr; one test at a time, so
+            // no output lands inside another test's `... ok` line
+            "--",
+            "--nocapture",
+            "--test-threads=1",
         ]))?;
         ci.count("host Gemma 3 270M vs llama.cpp, engine on Gemma, AVX2 tier (release)", &out, false)?;
         expect_contains(&out, "kernels avx2:", "Gemma 3 270M agreement test on the AVX2 tier")?;
