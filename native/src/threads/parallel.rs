@@ -12,6 +12,20 @@ fn chunk_tiles(tiles: usize, threads: usize) -> usize {
     (tiles / (8 * threads)).clamp(1, 16)
 }
 
+/// Runs `job` on every thread of `pool` for each range `counter` hands out, until it has
+/// handed out all; the first error any call returned is the result.
+fn run_chunks(pool: &Pool, counter: &ChunkCounter, job: impl Fn(std::ops::Range<usize>) -> Result<(), Error> + Sync) -> Result<(), Error> {
+    let first_error = std::sync::Mutex::new(None);
+    pool.run(|_| {
+        while let Some(range) = counter.next() {
+            if let Err(e) = job(range) {
+                first_error.lock().unwrap().get_or_insert(e);
+            }
+        }
+    });
+    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+}
+
 /// `y = W·x` on every thread of `pool`.
 pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
     let l = *m.layout();
@@ -23,19 +37,13 @@ pub fn gemv<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     }
     let counter = ChunkCounter::new(l.tiles(), chunk_tiles(l.tiles(), pool.threads()));
     let out = DisjointSlice::new(y);
-    let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
-        while let Some(tiles) = counter.next() {
-            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
-            // SAFETY: each tile range comes from the counter exactly once, so row
-            // ranges of different calls never overlap.
-            let y = unsafe { out.range_mut(rows) };
-            if let Err(e) = gemv_tiles(isa, m, tables, tiles, y) {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+    run_chunks(pool, &counter, |tiles| {
+        let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
+        // SAFETY: each tile range comes from the counter exactly once, so row ranges of
+        // different calls never overlap.
+        let y = unsafe { out.range_mut(rows) };
+        gemv_tiles(isa, m, tables, tiles, y)
+    })
 }
 
 /// Rows per chunk of an int8 product: 64 rows of 640 int8 columns is 40 KiB.
@@ -51,25 +59,20 @@ pub fn int8_gemv(pool: &Pool, isa: Isa, m: &Int8Matrix, x: &Int8Activations, y: 
     }
     let counter = ChunkCounter::new(m.rows().div_ceil(INT8_CHUNK_ROWS), chunk_tiles(m.rows().div_ceil(INT8_CHUNK_ROWS), pool.threads()));
     let out = DisjointSlice::new(y);
-    let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
-        while let Some(chunks) = counter.next() {
-            let rows = chunks.start * INT8_CHUNK_ROWS..(chunks.end * INT8_CHUNK_ROWS).min(m.rows());
-            // SAFETY: each chunk range comes from the counter exactly once, so row ranges
-            // of different calls never overlap.
-            let y = unsafe { out.range_mut(rows.clone()) };
-            if let Err(e) = int8::gemv_rows(isa, m, x, rows, y) {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+    run_chunks(pool, &counter, |chunks| {
+        let rows = chunks.start * INT8_CHUNK_ROWS..(chunks.end * INT8_CHUNK_ROWS).min(m.rows());
+        // SAFETY: each chunk range comes from the counter exactly once, so row ranges of
+        // different calls never overlap.
+        let y = unsafe { out.range_mut(rows.clone()) };
+        int8::gemv_rows(isa, m, x, rows, y)
+    })
 }
 
 /// A batch of tokens' int8 products (`ys` token-major) on every thread of `pool`: threads
 /// take chunks of rows, and each runs every token over its chunk while it is in cache
 /// (one dispatch for the batch, not one per token; `int8::gemm_rows` reads a chunk's
-/// weights once for several tokens where the kernel can).
+/// weights once for several tokens where the kernel can). A small matrix is split by
+/// tokens instead (`TOKEN_SPLIT_BYTES`), four at a time (the kernels' batch).
 pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
     let rows = m.rows();
     if ys.len() != xs.len() * rows {
@@ -82,28 +85,35 @@ pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], 
         let mut per_token = ys.chunks_exact_mut(rows);
         return int8::gemm_rows(isa, m, xs, 0..rows, |_| per_token.next().unwrap_or_default());
     }
-    if m.bytes() <= TOKEN_SPLIT_BYTES && xs.len() >= 2 * pool.threads() {
-        return int8_gemm_by_tokens(pool, isa, m, xs, ys);
-    }
-    let counter = ChunkCounter::new(rows.div_ceil(INT8_CHUNK_ROWS), 1);
     let out = DisjointSlice::new(ys);
-    let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
-        while let Some(chunks) = counter.next() {
-            let chunk = chunks.start * INT8_CHUNK_ROWS..(chunks.end * INT8_CHUNK_ROWS).min(rows);
-            // SAFETY: each chunk comes from the counter exactly once, so these rows of
-            // each token are written by this call only.
-            let y = |t: usize| unsafe { out.range_mut(t * rows + chunk.start..t * rows + chunk.end) };
-            if let Err(e) = int8::gemm_rows(isa, m, xs, chunk.clone(), y) {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+    if m.bytes() <= TOKEN_SPLIT_BYTES && xs.len() >= 2 * pool.threads() {
+        return run_chunks(pool, &ChunkCounter::new(xs.len(), 4), |tokens| {
+            // SAFETY: each token range comes from the counter exactly once, so these
+            // tokens' rows are written by this call only.
+            let y = |t: usize| unsafe { out.range_mut((tokens.start + t) * rows..(tokens.start + t + 1) * rows) };
+            int8::gemm_rows(isa, m, &xs[tokens.clone()], 0..rows, y)
+        });
+    }
+    run_chunks(pool, &ChunkCounter::new(rows.div_ceil(INT8_CHUNK_ROWS), 1), |chunks| {
+        let chunk = chunks.start * INT8_CHUNK_ROWS..(chunks.end * INT8_CHUNK_ROWS).min(rows);
+        // SAFETY: each chunk comes from the counter exactly once, so these rows of each
+        // token are written by this call only.
+        let y = |t: usize| unsafe { out.range_mut(t * rows + chunk.start..t * rows + chunk.end) };
+        int8::gemm_rows(isa, m, xs, chunk.clone(), y)
+    })
 }
 
+/// Matrices at most this large are split between threads by tokens, not rows: each
+/// thread keeps the whole matrix in its L2 (1 MiB and up on every x86 core of the last
+/// decade) and runs a share of the batch over it. Split by rows, a small matrix gives
+/// one thread all of it (stories15M's 288×288 at 4 bits is one cache-sized chunk) or,
+/// cut finer, pays a kernel call per tile and token: either way two threads measured no
+/// faster than one.
+const TOKEN_SPLIT_BYTES: usize = 256 * 1024;
+
 /// A batch of tokens' products (`ys` token-major) on every thread of `pool`: threads take
-/// chunks of tiles, and each runs every token over its chunk while it is in cache.
+/// chunks of tiles, and each runs every token over its chunk while it is in cache. A
+/// small matrix is split by tokens instead (`TOKEN_SPLIT_BYTES`), two at a time.
 pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
     let l = *m.layout();
     if ys.len() != tables.len() * l.rows() {
@@ -116,81 +126,24 @@ pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     if let [t] = tables {
         return gemv(pool, isa, m, *t, ys);
     }
+    let out = DisjointSlice::new(ys);
     if m.as_bytes().len() <= TOKEN_SPLIT_BYTES && tables.len() >= 2 * pool.threads() {
-        return gemm_by_tokens(pool, isa, m, tables, ys);
+        return run_chunks(pool, &ChunkCounter::new(tables.len(), 2), |tokens| {
+            let at = |b: usize| (tokens.start + b) * l.rows()..(tokens.start + b + 1) * l.rows();
+            // SAFETY: each token range comes from the counter exactly once, so these
+            // tokens' rows are written by this call only.
+            gemm_tiles(isa, m, &tables[tokens.clone()], 0..l.tiles(), |b| unsafe { out.range_mut(at(b)) })
+        });
     }
     let per_chunk = gemm_chunk_tiles(m);
-    let counter = ChunkCounter::new(l.tiles().div_ceil(per_chunk), 1);
-    let out = DisjointSlice::new(ys);
-    let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
-        while let Some(chunks) = counter.next() {
-            let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
-            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
-            let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
-            // SAFETY: each chunk comes from the counter exactly once, so these rows of
-            // these tokens are written by this call only.
-            let result = gemm_tiles(isa, m, tables, tiles, |b| unsafe { out.range_mut(at(b)) });
-            if let Err(e) = result {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
-}
-
-/// Matrices at most this large are split between threads by tokens, not rows: each
-/// thread keeps the whole matrix in its L2 (1 MiB and up on every x86 core of the last
-/// decade) and runs a share of the batch over it. Split by rows, a small matrix gives
-/// one thread all of it (stories15M's 288×288 at 4 bits is one cache-sized chunk) or,
-/// cut finer, pays a kernel call per tile and token: either way two threads measured no
-/// faster than one.
-const TOKEN_SPLIT_BYTES: usize = 256 * 1024;
-
-/// `gemm` with each thread taking a few tokens at a time over every row.
-fn gemm_by_tokens<B: AsRef<[u8]> + Sync>(
-    pool: &Pool,
-    isa: Isa,
-    m: &PackedMatrix<B>,
-    tables: &[Tables<'_>],
-    ys: &mut [f32],
-) -> Result<(), Error> {
-    let rows = m.layout().rows();
-    let tiles = m.layout().tiles();
-    let counter = ChunkCounter::new(tables.len(), 2);
-    let out = DisjointSlice::new(ys);
-    let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
-        while let Some(tokens) = counter.next() {
-            // SAFETY: each token range comes from the counter exactly once, so these
-            // tokens' rows are written by this call only.
-            let y = |b: usize| unsafe { out.range_mut((tokens.start + b) * rows..(tokens.start + b + 1) * rows) };
-            if let Err(e) = gemm_tiles(isa, m, &tables[tokens.clone()], 0..tiles, y) {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
-}
-
-/// `int8_gemm` with each thread taking tokens four at a time (the kernels' batch) over
-/// every row (see `TOKEN_SPLIT_BYTES`).
-fn int8_gemm_by_tokens(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
-    let rows = m.rows();
-    let counter = ChunkCounter::new(xs.len(), 4);
-    let out = DisjointSlice::new(ys);
-    let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
-        while let Some(tokens) = counter.next() {
-            // SAFETY: each token range comes from the counter exactly once, so these
-            // tokens' rows are written by this call only.
-            let y = |t: usize| unsafe { out.range_mut((tokens.start + t) * rows..(tokens.start + t + 1) * rows) };
-            if let Err(e) = int8::gemm_rows(isa, m, &xs[tokens.clone()], 0..rows, y) {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
+    run_chunks(pool, &ChunkCounter::new(l.tiles().div_ceil(per_chunk), 1), |chunks| {
+        let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
+        let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
+        let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
+        // SAFETY: each chunk comes from the counter exactly once, so these rows of these
+        // tokens are written by this call only.
+        gemm_tiles(isa, m, tables, tiles, |b| unsafe { out.range_mut(at(b)) })
+    })
 }
 
 /// Attention's pieces, one at a time to whichever thread asks first.
