@@ -113,6 +113,11 @@ impl Int8Matrix {
         self.form
     }
 
+    /// Byte offset in `codes` of the five-bit group block holding row `row`'s block `block`.
+    fn five_bit_offset(&self, row: usize, block: usize) -> usize {
+        row / GROUP_ROWS * Self::group_bytes(CodeForm::FiveBit, self.cols) + block * FIVE_BIT_BLOCK_BYTES
+    }
+
     /// Row `row`'s codes of block `block`.
     fn block_codes(&self, row: usize, block: usize) -> [i8; BLOCK] {
         let mut out = [0; BLOCK];
@@ -123,8 +128,7 @@ impl Int8Matrix {
                 }
             }
             CodeForm::FiveBit => {
-                let at = row / GROUP_ROWS * Self::group_bytes(self.form, self.cols) + block * FIVE_BIT_BLOCK_BYTES;
-                let group_block = &self.codes.as_ref()[at..][..FIVE_BIT_BLOCK_BYTES];
+                let group_block = &self.codes.as_ref()[self.five_bit_offset(row, block)..][..FIVE_BIT_BLOCK_BYTES];
                 for (k, o) in out.iter_mut().enumerate() {
                     *o = five_bit_code(group_block, row % GROUP_ROWS, k);
                 }
@@ -154,7 +158,6 @@ impl Int8Matrix {
             has_minus_128: false,
             form,
         };
-        let group_bytes = Self::group_bytes(form, cols);
         for (i, b) in blocks.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
             let (row, block) = (i / per_row, i % per_row);
             let d = u16::from_le_bytes([b[0], b[1]]);
@@ -165,7 +168,7 @@ impl Int8Matrix {
             m.scales.as_f32s_mut()[at] = f16_bits_to_f32(d);
             let fifth = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
             let r = row % GROUP_ROWS;
-            let at = row / GROUP_ROWS * group_bytes + block * FIVE_BIT_BLOCK_BYTES;
+            let at = m.five_bit_offset(row, block);
             let group_block = &mut m.codes.as_mut()[at..][..FIVE_BIT_BLOCK_BYTES];
             for k in 0..BLOCK {
                 let low = if k < 16 { b[6 + k] & 15 } else { b[6 + k - 16] >> 4 };
@@ -384,20 +387,11 @@ pub fn gemv_rows(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
     gemm_rows(isa, m, core::slice::from_ref(x), rows, |_| y.take().unwrap_or(&mut []))
 }
 
-/// Whether `isa` multiplies the five-bit form natively, several tokens per weight load
-/// (elsewhere its codes are widened to bytes a block at a time for the byte kernel).
-pub fn five_bit_native(isa: Isa) -> bool {
+/// Whether `isa` has the multi-token kernels (AVX2 and up, both code forms): they read a
+/// group's weights once for up to four tokens. Elsewhere tokens run one at a time, and
+/// five-bit codes are widened to bytes a block at a time for the byte kernel.
+fn multi_token(isa: Isa) -> bool {
     matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi)
-}
-
-/// Tokens one pass over a group of rows multiplies on `isa`: where a kernel reads the
-/// weights once for several (AVX2 and up, either form).
-fn tokens_per_pass(isa: Isa) -> usize {
-    if matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi) {
-        4
-    } else {
-        1
-    }
 }
 
 /// Rows `rows` of `W·x_t` for every token t of `xs`, into `out(t)` (called once per
@@ -430,7 +424,7 @@ pub fn gemm_rows<'y>(
             Err(Error::BufferSize { what: "output rows", expected: rows.len(), got: y.len() })
         }
     };
-    for batch in xs.chunks(tokens_per_pass(isa)) {
+    for batch in xs.chunks(if multi_token(isa) { 4 } else { 1 }) {
         match batch {
             [a, b, c, d] => rows_n(isa, m, [a, b, c, d], rows.clone(), [out()?, out()?, out()?, out()?]),
             [a, b, c] => rows_n(isa, m, [a, b, c], rows.clone(), [out()?, out()?, out()?]),
@@ -472,9 +466,7 @@ fn group_products<const N: usize>(isa: Isa, m: &Int8Matrix, group: usize, xs: [&
         #[cfg(target_arch = "x86_64")]
         // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
         // `w_scales` are one group's, and every token has `cols` codes (checked).
-        CodeForm::Bytes if N > 1 && matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi) => unsafe {
-            x86_64::group_avx2_n(w, w_scales, xs, out)
-        },
+        CodeForm::Bytes if N > 1 && multi_token(isa) => unsafe { x86_64::group_avx2_n(w, w_scales, xs, out) },
         CodeForm::Bytes => {
             for (x, out) in xs.iter().zip(out) {
                 let g = Group { w, w_scales, x: &x.codes, x_scales: &x.scales };
