@@ -193,25 +193,39 @@ pub fn q5_0_as_int8() -> bool {
     crate::Isa::best() == crate::Isa::Avx2
 }
 
+/// The form [`weights`] imports a matrix of a GGUF type to here.
+enum ImportedForm {
+    Int8(CodeForm),
+    /// Bit planes, in the layout this function gives a `rows × cols` matrix.
+    Lookup(fn(usize, usize) -> Result<crate::Layout, Error>),
+}
+
+fn imported_form(t: GgmlType) -> Option<ImportedForm> {
+    Some(match t {
+        GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ImportedForm::Int8(CodeForm::Bytes),
+        GgmlType::Q5_0 if q5_0_as_int8() => ImportedForm::Int8(CodeForm::FiveBit),
+        GgmlType::Q4_0 => ImportedForm::Lookup(convert::q4_0_layout),
+        GgmlType::Q5_0 => ImportedForm::Lookup(convert::q5_0_layout),
+        GgmlType::Q4_1 => ImportedForm::Lookup(convert::q4_1_layout),
+        GgmlType::Q5_1 => ImportedForm::Lookup(convert::q5_1_layout),
+        GgmlType::Q5_K => ImportedForm::Lookup(convert::q5_k_layout),
+        GgmlType::Q4_K => ImportedForm::Lookup(convert::q4_k_layout),
+        GgmlType::Q6_K => ImportedForm::Lookup(convert::q6_k_layout),
+        GgmlType::Q2_K => ImportedForm::Lookup(convert::q2_k_layout),
+        GgmlType::Q3_K => ImportedForm::Lookup(convert::q3_k_layout),
+        GgmlType::TQ2_0 | GgmlType::TQ1_0 => ImportedForm::Lookup(convert::tq2_0_layout),
+        _ => return None,
+    })
+}
+
 /// Which kernel a matrix of type `t` runs on here (the tier `Isa::best()` names), as
 /// [`weights`] imports it; `None` for a type it refuses.
 pub fn matrix_kernel(t: GgmlType) -> Option<&'static str> {
-    Some(match t {
-        GgmlType::Q8_0 => "int8 dot products (int8 codes)",
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => "int8 dot products where 2-D (quantized to Q8_0)",
-        GgmlType::Q5_0 if q5_0_as_int8() => "int8 dot products (5-bit codes)",
-        GgmlType::Q4_0
-        | GgmlType::Q5_0
-        | GgmlType::Q4_1
-        | GgmlType::Q5_1
-        | GgmlType::Q5_K
-        | GgmlType::Q4_K
-        | GgmlType::Q6_K
-        | GgmlType::Q2_K
-        | GgmlType::Q3_K
-        | GgmlType::TQ2_0
-        | GgmlType::TQ1_0 => "table lookups (bit planes)",
-        _ => return None,
+    Some(match imported_form(t)? {
+        ImportedForm::Int8(CodeForm::Bytes) if t == GgmlType::Q8_0 => "int8 dot products (int8 codes)",
+        ImportedForm::Int8(CodeForm::Bytes) => "int8 dot products where 2-D (quantized to Q8_0)",
+        ImportedForm::Int8(CodeForm::FiveBit) => "int8 dot products (5-bit codes)",
+        ImportedForm::Lookup(_) => "table lookups (bit planes)",
     })
 }
 
@@ -284,22 +298,10 @@ fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
         return None;
     }
     let (rows, cols) = (usize::try_from(t.dims[1]).ok()?, usize::try_from(t.dims[0]).ok()?);
-    let layout = match t.ggml_type {
-        GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return Int8Matrix::bytes_for(CodeForm::Bytes, rows, cols),
-        GgmlType::Q5_0 if q5_0_as_int8() => return Int8Matrix::bytes_for(CodeForm::FiveBit, rows, cols),
-        GgmlType::Q4_0 => convert::q4_0_layout(rows, cols),
-        GgmlType::Q5_0 => convert::q5_0_layout(rows, cols),
-        GgmlType::Q4_1 => convert::q4_1_layout(rows, cols),
-        GgmlType::Q5_1 => convert::q5_1_layout(rows, cols),
-        GgmlType::Q5_K => convert::q5_k_layout(rows, cols),
-        GgmlType::Q4_K => convert::q4_k_layout(rows, cols),
-        GgmlType::Q6_K => convert::q6_k_layout(rows, cols),
-        GgmlType::Q2_K => convert::q2_k_layout(rows, cols),
-        GgmlType::Q3_K => convert::q3_k_layout(rows, cols),
-        GgmlType::TQ2_0 | GgmlType::TQ1_0 => convert::tq2_0_layout(rows, cols),
-        _ => return None,
-    };
-    layout.ok().map(|l| l.total_bytes())
+    match imported_form(t.ggml_type)? {
+        ImportedForm::Int8(form) => Int8Matrix::bytes_for(form, rows, cols),
+        ImportedForm::Lookup(layout) => layout(rows, cols).ok().map(|l| l.total_bytes()),
+    }
 }
 
 /// Import F32 vector `name` of `len` values.
