@@ -1,12 +1,12 @@
-//! Exact attention (f16 and f32 keys, f16 values) against a plain f64 transcription of
-//! softmax(q·K·scale)·V, on every path this CPU runs (AVX2 + F16C kernels for head_dim
-//! multiple of 16, and the AVX-512 value sum for head_dim multiple of 64 with 1 to 5 query
-//! heads per KV head; the portable loops otherwise).
+//! Exact attention (f16 and f32 keys; f16, q8_0 and q4_0 values) against a plain f64
+//! transcription of softmax(q·K·scale)·V, on every path this CPU runs (AVX2 + F16C kernels
+//! for head_dim multiple of 16, and the AVX-512 f16 value sum for head_dim multiple of 64
+//! with 1 to 5 query heads per KV head; the portable loops otherwise).
 
 mod common;
 
 use common::Rng;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -15,13 +15,49 @@ fn f16_round(x: f32) -> f64 {
     f64::from(half::f16::from_f32(x).to_f32())
 }
 
+fn f16_values(values: &[Vec<f32>]) -> Vec<Vec<f64>> {
+    values.iter().map(|v| v.iter().map(|&x| f16_round(x)).collect()).collect()
+}
+
+/// Each row cut in blocks of 32 and each block quantized and dequantized as llama.cpp's
+/// `quantize_row_q8_0_ref` / `quantize_row_q4_0_ref` and `dequantize_row_*` (ggml-quants.c)
+/// do it: the scale computed in f32 and stored as f16, codes from the f32 scale.
+fn block_values(values: &[Vec<f32>], format: ValueFormat) -> Vec<Vec<f64>> {
+    let block = |x: &[f32]| -> Vec<f64> {
+        match format {
+            ValueFormat::Q8_0 => {
+                let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let d16 = f16_round(d);
+                x.iter().map(|&v| d16 * f64::from((v * id).round())).collect()
+            }
+            ValueFormat::Q4_0 => {
+                let (mut amax, mut max) = (0.0f32, 0.0f32);
+                for &v in x {
+                    if amax < v.abs() {
+                        amax = v.abs();
+                        max = v;
+                    }
+                }
+                let d = max / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let d16 = f16_round(d);
+                x.iter().map(|&v| d16 * (f64::from(((v * id + 8.5) as i8).min(15)) - 8.0)).collect()
+            }
+            ValueFormat::F16 => x.iter().map(|&v| f16_round(v)).collect(),
+        }
+    };
+    values.iter().map(|v| v.chunks(32).flat_map(block).collect()).collect()
+}
+
 /// `softmax(q·K·scale)·V` over positions `first..=pos` in f64, every query head; `key`
-/// rounds a stored key value as the cache keeps it, values are rounded to f16.
+/// rounds a stored key value as the cache keeps it, `values` are as the cache keeps them.
 #[allow(clippy::too_many_arguments)]
 fn reference(
     shape: AttentionShape,
     keys: &[Vec<f32>],
-    values: &[Vec<f32>],
+    values: &[Vec<f64>],
     key: impl Fn(f32) -> f64,
     q: &[f32],
     scale: f32,
@@ -39,7 +75,7 @@ fn reference(
         let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
         let sum: f64 = w.iter().sum();
         for (d, o) in out[h * hd..(h + 1) * hd].iter_mut().enumerate() {
-            *o = (first..=pos).zip(&w).map(|(p, w)| w / sum * f16_round(values[p][kv.start + d])).sum();
+            *o = (first..=pos).zip(&w).map(|(p, w)| w / sum * values[p][kv.start + d]).sum();
         }
     }
     out
@@ -67,7 +103,7 @@ fn exact_attention_matches_an_f64_reference() {
                 let scale = 1.0 / (head_dim as f32).sqrt();
                 cache.attend(1, first, pos, &q, scale, &mut out);
                 let key = |x: f32| if precision == KeyPrecision::F16 { f16_round(x) } else { f64::from(x) };
-                let want = reference(shape, &keys, &values, key, &q, scale, first, pos);
+                let want = reference(shape, &keys, &f16_values(&values), key, &q, scale, first, pos);
                 for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
                     let (h, d) = (i / head_dim, i % head_dim);
                     let got = f64::from(got);
@@ -75,6 +111,62 @@ fn exact_attention_matches_an_f64_reference() {
                 }
             }
         }
+    }
+}
+
+/// q8_0 and q4_0 values: attention over them equals the f64 reference over llama.cpp's
+/// own quantize-then-dequantize of each block, for one to five query heads per KV head,
+/// several blocks per row, windowed rings and spans longer than one piece; a head size
+/// that is not a whole number of blocks is refused.
+#[test]
+fn block_values_match_an_f64_reference_of_llama_cpp_blocks() {
+    let mut rng = Rng(15);
+    for format in [ValueFormat::Q8_0, ValueFormat::Q4_0] {
+        for (n_heads, n_kv_heads, head_dim, context) in
+            [(4, 1, 256, 75), (6, 6, 96, 75), (5, 1, 64, 75), (3, 3, 32, 75), (4, 2, 64, PIECE_ROWS + 40)]
+        {
+            let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context };
+            let window = context / 2;
+            let mut cache = ExactKvCache::with_value_format(shape, KeyPrecision::F16, &[window, 0], format).unwrap();
+            assert_eq!(cache.value_format(), format);
+            let blocks = (window + context) * n_kv_heads * head_dim / 32;
+            assert_eq!(cache.value_bytes(), blocks * if format == ValueFormat::Q8_0 { 34 } else { 18 });
+            let kv_dim = shape.kv_dim();
+            let (mut keys, mut values) = (Vec::new(), Vec::new());
+            for pos in 0..context {
+                // a block of zeros and a block with one outlier: zero scales and a
+                // scale set by a single value
+                let mut v = if pos % 7 == 0 { vec![0.0; kv_dim] } else { rng.vec(kv_dim, 1.0) };
+                if pos % 5 == 1 {
+                    v[3] = -9.0;
+                }
+                let k = rng.vec(kv_dim, 2.0);
+                cache.store(0, pos, &k, &v);
+                cache.store(1, pos, &k, &v);
+                keys.push(k);
+                values.push(v);
+            }
+            let quantized = block_values(&values, format);
+            let last = context - 1;
+            for (layer, first, pos) in [(1, 0, 0), (1, 0, last), (1, 10, 50), (0, last + 1 - window, last), (0, last - 10, last)] {
+                let q = rng.vec(n_heads * head_dim, 1.0);
+                let mut out = vec![0.0; q.len()];
+                let scale = 1.0 / (head_dim as f32).sqrt();
+                cache.attend(layer, first, pos, &q, scale, &mut out);
+                let want = reference(shape, &keys, &quantized, f16_round, &q, scale, first, pos);
+                for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                    let got = f64::from(got);
+                    assert!(
+                        (got - want).abs() < 2e-5,
+                        "{} {n_heads}/{n_kv_heads}×{head_dim} layer {layer} {first}..={pos} [{i}]: {got} vs {want}",
+                        format.name()
+                    );
+                }
+            }
+        }
+        let odd = AttentionShape { layers: 1, n_heads: 2, n_kv_heads: 1, head_dim: 48, context: 8 };
+        let refused = ExactKvCache::with_value_format(odd, KeyPrecision::F16, &[], format).err();
+        assert_eq!(refused, Some(lutra_core::Error::ValueFormat { format, head_dim: 48 }));
     }
 }
 
@@ -138,12 +230,13 @@ fn long_spans_attend_in_pieces_as_one_softmax() {
             values.push(v);
         }
         let scale = 1.0 / (head_dim as f32).sqrt();
+        let values_f64 = f16_values(&values);
         let last = context - 1;
         for (first, pos) in [(0, last), (5, PIECE_ROWS), (PIECE_ROWS - 3, 2 * PIECE_ROWS + 9), (last + 1 - window, last)] {
             let q = rng.vec(n_heads * head_dim, 1.0);
             let (mut out, mut windowed) = (vec![0.0; q.len()], vec![0.0; q.len()]);
             full.attend(1, first, pos, &q, scale, &mut out);
-            let want = reference(shape, &keys, &values, f16_round, &q, scale, first, pos);
+            let want = reference(shape, &keys, &values_f64, f16_round, &q, scale, first, pos);
             for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
                 let (h, d) = (i / head_dim, i % head_dim);
                 let got = f64::from(got);

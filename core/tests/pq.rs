@@ -4,7 +4,7 @@
 mod common;
 
 use common::Rng;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 use lutra_core::pq::kmeans::kmeans;
 use lutra_core::pq::{Codebooks, PqError, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
@@ -374,6 +374,48 @@ fn exactly_kept_positions_score_exactly() {
     let pq = PqKvCache::new(shape, books, Isa::best()).unwrap().with_exact_keys(1, 4);
     // 2 layers × 3 blocks of 32 keys × 4 code bytes, plus f16 keys of 1 + 4 positions per layer
     assert_eq!(pq.key_bytes(), 2 * 3 * 32 * 4 + 2 * 2 * (1 + 4) * 16);
+}
+
+/// A block value format reaches every layer of a PQ cache — the PQ layers' values and
+/// the exact layers' — whichever order the builders run in: with every key kept exact,
+/// PQ attention equals an exact cache with the same q4_0 values. Head sizes that are not
+/// a whole number of 32-value blocks are refused.
+#[test]
+fn block_values_reach_every_layer_of_a_pq_cache() {
+    let mut rng = Rng(21);
+    let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 70 };
+    let books = random_books(&mut rng, PqShape::new(2, 2, 32, 16, 16).unwrap());
+    let q4 = ValueFormat::Q4_0;
+    let new = || PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(shape.context, 0);
+    let mut after = new().with_layers(&[false, true], &[0, 16]).with_value_format(q4).unwrap();
+    let mut before = new().with_value_format(q4).unwrap().with_layers(&[false, true], &[0, 16]);
+    let mut exact = ExactKvCache::with_value_format(shape, KeyPrecision::F16, &[], q4).unwrap();
+    // PQ layer: 70 rows, exact layer: a ring of 16; 2 KV heads of one 18-byte block each
+    assert_eq!(after.value_bytes(), (70 + 16) * 2 * 18);
+    assert_eq!((after.value_format(), before.value_bytes()), (q4, after.value_bytes()));
+    let mut worst = 0.0f32;
+    for pos in 0..shape.context {
+        for layer in 0..2 {
+            let (k, v) = (rng.vec(64, 3.0), rng.vec(64, 1.0));
+            for c in [&mut after as &mut dyn KvCache, &mut before, &mut exact] {
+                c.store(layer, pos, &k, &v);
+            }
+        }
+        let q = rng.vec(4 * 32, 1.0);
+        for (layer, first) in [(0, 0), (1, (pos + 1).saturating_sub(16))] {
+            let mut outs = [vec![0.0; q.len()], vec![0.0; q.len()], vec![0.0; q.len()]];
+            for (c, out) in [&mut after as &mut dyn KvCache, &mut before, &mut exact].into_iter().zip(&mut outs) {
+                c.attend(layer, first, pos, &q, 0.2, out);
+            }
+            assert_eq!(outs[0], outs[1], "layer {layer} position {pos}");
+            worst = outs[0].iter().zip(&outs[2]).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+        }
+    }
+    assert!(worst < 1e-5, "max |pq − exact| {worst}");
+    let odd = AttentionShape { head_dim: 16, ..shape };
+    let books = random_books(&mut rng, PqShape::new(2, 2, 16, 8, 16).unwrap());
+    let refused = PqKvCache::new(odd, books, Isa::best()).unwrap().with_value_format(ValueFormat::Q8_0).err();
+    assert_eq!(refused, Some(PqError::Kernel(lutra_core::Error::ValueFormat { format: ValueFormat::Q8_0, head_dim: 16 })));
 }
 
 /// A sliding-window layer coded with PQ keeps a ring of its window's codes and values

@@ -369,7 +369,7 @@ impl Int8Activations {
 /// vectorizes (libm's call was a tenth of a prefill): the truncation, plus or minus one
 /// where the exact remainder reaches a half.
 #[inline(always)]
-fn round_half_away(x: f32) -> i32 {
+pub(crate) fn round_half_away(x: f32) -> i32 {
     let t = x as i32;
     let frac = x - t as f32;
     t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)

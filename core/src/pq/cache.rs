@@ -12,7 +12,7 @@ use super::codebook::{Codebooks, PqError, TableScale};
 use super::scan::{scan16, scan256, scan256_heads, scan256_prefers_heads, set_code16, set_code256, BLOCK_KEYS, SCAN_HEADS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::model::kv::kernels::dot;
-use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, Pieces, ValueCache, PIECE_ROWS};
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, Pieces, ValueCache, ValueFormat, PIECE_ROWS};
 use crate::Isa;
 
 /// Where a layer's keys live.
@@ -36,6 +36,11 @@ pub struct PqKvCache {
     code_starts: Vec<usize>,
     /// Values of the PQ layers, by PQ layer; their rows layout is the codes' too.
     values: ValueCache,
+    /// How every layer's values are stored.
+    value_format: ValueFormat,
+    /// What `with_layers` asked for, kept so that `with_value_format` can lay them out again.
+    layer_exact: Vec<bool>,
+    layer_windows: Vec<usize>,
     /// The layers kept exact, by exact layer (`None` when there are none).
     exact: Option<ExactKvCache>,
     key_codes: Vec<u8>,
@@ -72,6 +77,9 @@ impl PqKvCache {
             codes: Vec::new(),
             code_starts: Vec::new(),
             values: ValueCache::new(AttentionShape { layers: 0, ..shape }),
+            value_format: ValueFormat::F16,
+            layer_exact: Vec::new(),
+            layer_windows: Vec::new(),
             exact: None,
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
@@ -91,6 +99,16 @@ impl PqKvCache {
         };
         cache.set_layers(&[], &[]);
         Ok(cache)
+    }
+
+    /// Stores every layer's values as `format` (refused for a block format where head_dim
+    /// is not a multiple of 32).
+    pub fn with_value_format(mut self, format: ValueFormat) -> Result<PqKvCache, PqError> {
+        format.check(self.shape.head_dim).map_err(PqError::Kernel)?;
+        self.value_format = format;
+        let (exact, windows) = (core::mem::take(&mut self.layer_exact), core::mem::take(&mut self.layer_windows));
+        self.set_layers(&exact, &windows);
+        Ok(self)
     }
 
     /// Also keeps exact f16 keys of the first `sink` positions (where attention sinks
@@ -113,6 +131,7 @@ impl PqKvCache {
     }
 
     fn set_layers(&mut self, exact: &[bool], windows: &[usize]) {
+        (self.layer_exact, self.layer_windows) = (exact.to_vec(), windows.to_vec());
         let (mut pq_windows, mut exact_windows) = (Vec::new(), Vec::new());
         let window = |l: usize| windows.get(l).copied().unwrap_or(0);
         self.slots = (0..self.shape.layers)
@@ -127,8 +146,12 @@ impl PqKvCache {
             })
             .collect();
         let exact_shape = AttentionShape { layers: exact_windows.len(), ..self.shape };
-        self.exact = (!exact_windows.is_empty()).then(|| ExactKvCache::with_windows(exact_shape, KeyPrecision::F16, &exact_windows));
-        self.values = ValueCache::with_windows(AttentionShape { layers: pq_windows.len(), ..self.shape }, &pq_windows);
+        // `value_format` was checked against head_dim by `with_value_format`
+        let format = self.value_format;
+        self.exact = (!exact_windows.is_empty())
+            .then(|| ExactKvCache::with_values(exact_shape, KeyPrecision::F16, ValueCache::checked(exact_shape, &exact_windows, format)));
+        let pq_shape = AttentionShape { layers: pq_windows.len(), ..self.shape };
+        self.values = ValueCache::checked(pq_shape, &pq_windows, format);
         let mut total = 0;
         self.code_starts = (0..pq_windows.len())
             .map(|p| {
@@ -312,6 +335,10 @@ impl KvCache for PqKvCache {
 
     fn value_bytes(&self) -> usize {
         self.values.bytes() + self.exact.as_ref().map_or(0, |e| e.value_bytes())
+    }
+
+    fn value_format(&self) -> ValueFormat {
+        self.value_format
     }
 
     fn shortest_ring(&self) -> Option<usize> {

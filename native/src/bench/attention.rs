@@ -1,13 +1,14 @@
 //! `lutra bench attention`: one decode token's attention over one layer's KV cache of
-//! `ctx` positions — NoMAD PQ keys vs exact f32 / f16 keys (and llama.cpp's
-//! `ggml_flash_attn_ext` with the `llamacpp` feature), all interleaved in the same rounds.
+//! `ctx` positions — NoMAD PQ keys vs exact f32 / f16 keys, with f16 or q8_0 / q4_0
+//! values (and llama.cpp's `ggml_flash_attn_ext` with the `llamacpp` feature), all
+//! interleaved in the same rounds.
 
 use std::sync::Mutex;
 
 use lutra::threads::Pool;
 use lutra_core::f16::f32_to_f16_bits;
-use lutra_core::model::kv::kernels::{softmax_mix_f16, Rows, SoftmaxStats, MIX_SCRATCH_ROWS};
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
+use lutra_core::model::kv::kernels::{softmax_mix, Rows, SoftmaxStats, ValueRows, MIX_SCRATCH_ROWS};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
 
@@ -35,7 +36,7 @@ pub struct Row {
     pub kind: String,
     pub ns_per_token: f64,
     pub key_bytes: usize,
-    /// f16 values read per token (every kind reads the same ones).
+    /// Value-cache bytes read per token.
     pub value_bytes: usize,
 }
 
@@ -49,9 +50,19 @@ impl Row {
 }
 
 /// The PQ configurations timed: 8× key compression against f16 with 4-bit codes over
-/// pairs of values (pq16) and 8-bit codes over quadruples (pq256).
-fn pq_shapes(shape: &Shape) -> [(&'static str, usize, usize); 2] {
-    [("pq16", shape.head_dim / 2, 16), ("pq256", shape.head_dim / 4, 256)]
+/// pairs of values (pq16) and 8-bit codes over quadruples (pq256), and the value formats
+/// each is timed with.
+fn pq_shapes(shape: &Shape) -> [(&'static str, usize, usize, &'static [ValueFormat]); 2] {
+    use ValueFormat::{F16, Q4_0, Q8_0};
+    [("pq16", shape.head_dim / 2, 16, &[F16, Q8_0, Q4_0]), ("pq256", shape.head_dim / 4, 256, &[F16, Q4_0])]
+}
+
+/// "pq16", or "pq16+q8_0" where values are not f16.
+fn kind_name(keys: &str, values: ValueFormat) -> String {
+    match values {
+        ValueFormat::F16 => keys.into(),
+        v => format!("{keys}+{}", v.name()),
+    }
 }
 
 /// Rows for every (shape, ctx, thread count); `llamacpp` adds llama.cpp's flash attention
@@ -62,11 +73,15 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
         for &ctx in ctxs {
             let att =
                 AttentionShape { layers: 1, n_heads: shape.n_heads, n_kv_heads: shape.n_kv_heads, head_dim: shape.head_dim, context: ctx };
+            let exact = |precision, values| -> Result<Box<dyn KvCache>, String> {
+                Ok(Box::new(ExactKvCache::with_value_format(att, precision, &[], values).map_err(|e| e.to_string())?))
+            };
             let mut caches: Vec<(String, Box<dyn KvCache>)> = vec![
-                ("exact_f32".into(), Box::new(ExactKvCache::new(att, KeyPrecision::F32))),
-                ("exact_f16".into(), Box::new(ExactKvCache::new(att, KeyPrecision::F16))),
+                ("exact_f32".into(), exact(KeyPrecision::F32, ValueFormat::F16)?),
+                ("exact_f16".into(), exact(KeyPrecision::F16, ValueFormat::F16)?),
+                (kind_name("exact_f16", ValueFormat::Q8_0), exact(KeyPrecision::F16, ValueFormat::Q8_0)?),
             ];
-            for (kind, s, k) in pq_shapes(shape) {
+            for (kind, s, k, value_formats) in pq_shapes(shape) {
                 let pq = PqShape::new(1, shape.n_kv_heads, shape.head_dim, s, k).map_err(|e| e.to_string())?;
                 // timing does not depend on what the centroids and the key / query matrices
                 // (which `calibrate --key-transform opq` learns) are
@@ -75,7 +90,10 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                 let books = Codebooks::new(pq, "bench", Rotation::None, normals(pq.kv_heads * pq.book_len(), 1, 1.0))
                     .and_then(|b| b.with_key_transform(transform))
                     .map_err(|e| e.to_string())?;
-                caches.push((kind.into(), Box::new(PqKvCache::new(att, books, Isa::best()).map_err(|e| e.to_string())?)));
+                for &values in value_formats {
+                    let cache = PqKvCache::new(att, books.clone(), Isa::best()).and_then(|c| c.with_value_format(values));
+                    caches.push((kind_name(kind, values), Box::new(cache.map_err(|e| e.to_string())?)));
+                }
             }
             let kv_dim = att.kv_dim();
             for pos in 0..ctx {
@@ -87,12 +105,11 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
             }
             let q = normals(shape.n_heads * shape.head_dim, 3, 1.0);
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
-            let mut key_bytes: Vec<usize> = caches.iter().map(|(_, c)| c.key_bytes()).collect();
+            let mut bytes: Vec<(usize, usize)> = caches.iter().map(|(_, c)| (c.key_bytes(), c.value_bytes())).collect();
             let mut names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
-            let value_bytes = caches[0].1.value_bytes();
             let floor = ValueFloor::new(att);
             names.push("values_only".into());
-            key_bytes.push(0);
+            bytes.push((0, 2 * floor.values.len()));
             for &t in threads {
                 let pool = Pool::new(t);
                 let mut outs: Vec<Vec<f32>> = caches.iter().map(|_| vec![0.0; q.len()]).collect();
@@ -109,16 +126,8 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                 runs.push(Box::new(move || floor.run(pool_ref, &scratch)));
                 let mut engines: Vec<Contender<'_, '_>> = runs.iter_mut().map(|r| Contender { run: &mut **r, settle: None }).collect();
                 let ns = Timer { samples }.medians_settled(&mut engines);
-                for ((kind, ns), &bytes) in names.iter().zip(ns).zip(&key_bytes) {
-                    rows.push(Row {
-                        ctx,
-                        shape: shape.name,
-                        threads: t,
-                        kind: kind.clone(),
-                        ns_per_token: ns,
-                        key_bytes: bytes,
-                        value_bytes,
-                    });
+                for ((kind, ns), &(key_bytes, value_bytes)) in names.iter().zip(ns).zip(&bytes) {
+                    rows.push(Row { ctx, shape: shape.name, threads: t, kind: kind.clone(), ns_per_token: ns, key_bytes, value_bytes });
                 }
                 if llamacpp {
                     rows.extend(llamacpp_rows(shape, ctx, samples, t)?);
@@ -179,9 +188,9 @@ impl ValueFloor {
             for piece in (i..pieces).step_by(pool.threads()) {
                 let (kvh, start) = (piece / per_head, piece % per_head * PIECE_ROWS);
                 let count = PIECE_ROWS.min(ctx - start);
-                let values = Rows { data: &self.values[(kvh * ctx + start) * hd..], stride: hd, len: hd, count };
+                let values = ValueRows::F16(Rows { data: &self.values[(kvh * ctx + start) * hd..], stride: hd, len: hd, count });
                 // softmax rewrites the scores in place; its cost does not depend on their values
-                softmax_mix_f16(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+                softmax_mix(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
             }
         });
     }
@@ -215,11 +224,11 @@ fn llamacpp_rows(_shape: &Shape, _ctx: usize, _samples: usize, _threads: usize) 
 }
 
 /// A table: one line per (shape, ctx, threads, kind), with the ratio to exact f16 keys
-/// on as many threads and the key + value bytes read per second (compare `bench membw`).
+/// and values on as many threads and the key + value bytes read per second (compare `bench membw`).
 pub fn table(rows: &[Row]) -> String {
     let mut out = format!(
-        "{:<8} {:>6} {:>7} {:<14} {:>12} {:>12} {:>10} {:>8}\n",
-        "shape", "ctx", "threads", "kind", "µs/token", "key MiB", "vs f16", "GB/s"
+        "{:<8} {:>6} {:>7} {:<15} {:>12} {:>9} {:>9} {:>10} {:>8}\n",
+        "shape", "ctx", "threads", "kind", "µs/token", "key MiB", "value MiB", "vs f16", "GB/s"
     );
     for r in rows {
         let f16 = rows
@@ -227,13 +236,14 @@ pub fn table(rows: &[Row]) -> String {
             .find(|o| o.shape == r.shape && o.ctx == r.ctx && o.threads == r.threads && o.kind == "exact_f16")
             .map_or(f64::NAN, |o| o.ns_per_token);
         out += &format!(
-            "{:<8} {:>6} {:>7} {:<14} {:>12.1} {:>12.2} {:>9.2}× {:>8.1}\n",
+            "{:<8} {:>6} {:>7} {:<15} {:>12.1} {:>9.2} {:>9.2} {:>9.2}× {:>8.1}\n",
             r.shape,
             r.ctx,
             r.threads,
             r.kind,
             r.ns_per_token / 1e3,
             r.key_bytes as f64 / (1 << 20) as f64,
+            r.value_bytes as f64 / (1 << 20) as f64,
             f16 / r.ns_per_token,
             (r.key_bytes + r.value_bytes) as f64 / r.ns_per_token
         );
@@ -249,10 +259,19 @@ mod tests {
     fn every_kind_is_timed_with_the_bytes_it_reads() {
         let rows = bench_attention(&SHAPES[..1], &[1500], 1, false, &[1, 2]).unwrap();
         let kinds: Vec<&str> = rows.iter().filter(|r| r.threads == 2).map(|r| r.kind.as_str()).collect();
-        assert_eq!(kinds, ["exact_f32", "exact_f16", "pq16", "pq256", "values_only"]);
+        assert_eq!(
+            kinds,
+            ["exact_f32", "exact_f16", "exact_f16+q8_0", "pq16", "pq16+q8_0", "pq16+q4_0", "pq256", "pq256+q4_0", "values_only"]
+        );
         for r in &rows {
             assert!(r.ns_per_token > 0.0, "{}", r.kind);
-            assert_eq!(r.value_bytes, 1500 * 256 * 2, "{}", r.kind);
+            // f16: 2 bytes a value; q8_0 / q4_0: 34 / 18 bytes per 32 values
+            let per_row = match r.kind.rsplit('+').next() {
+                Some("q8_0") => 8 * 34,
+                Some("q4_0") => 8 * 18,
+                _ => 256 * 2,
+            };
+            assert_eq!(r.value_bytes, 1500 * per_row, "{}", r.kind);
         }
         let key_bytes = |kind: &str| rows.iter().find(|r| r.kind == kind).map(|r| r.key_bytes);
         assert_eq!(key_bytes("exact_f16"), Some(1500 * 256 * 2));
@@ -273,8 +292,8 @@ mod tests {
             let mut s = floor.scratch(1).pop().unwrap().into_inner().unwrap();
             for &piece in pieces {
                 let count = PIECE_ROWS.min(att.context - piece * PIECE_ROWS);
-                let values = Rows { data: &floor.values[piece * PIECE_ROWS * 64..], stride: 64, len: 64, count };
-                softmax_mix_f16(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+                let values = ValueRows::F16(Rows { data: &floor.values[piece * PIECE_ROWS * 64..], stride: 64, len: 64, count });
+                softmax_mix(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
             }
             assert_eq!(out[thread], s.out, "thread {thread}");
         }

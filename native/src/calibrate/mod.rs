@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, ValueFormat};
 use lutra_core::pq::kmeans::kmeans;
 use lutra_core::pq::{apply_matrix, Codebooks, PqShape, Rotation};
 
@@ -122,6 +122,9 @@ impl KvCache for Recorder {
     }
     fn value_bytes(&self) -> usize {
         self.inner.value_bytes()
+    }
+    fn value_format(&self) -> ValueFormat {
+        self.inner.value_format()
     }
     fn describe(&self) -> String {
         self.inner.describe()

@@ -1,9 +1,10 @@
 //! The f32 halves of attention shared by every key cache: exact scores, softmax, and the
-//! probability-weighted sum of f16 values. Each loop is written once, plainly enough to
-//! vectorize, and compiled twice on x86-64: for the baseline target and (in
-//! `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
+//! probability-weighted sum of values (f16, or llama.cpp's q8_0 / q4_0 blocks). Each loop
+//! is written once, plainly enough to vectorize, and compiled twice on x86-64: for the
+//! baseline target and (in `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
 
-use crate::f16::f16_bits_to_f32;
+use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::int8::round_half_away;
 
 /// Where a run of cached rows lives: row `i` of `count` is `data[i * stride..][..len]`.
 #[derive(Clone, Copy)]
@@ -12,6 +13,114 @@ pub struct Rows<'a, T> {
     pub stride: usize,
     pub len: usize,
     pub count: usize,
+}
+
+/// Values per block of the q8_0 and q4_0 value formats (llama.cpp's QK8_0 = QK4_0 = 32).
+pub const VALUE_BLOCK: usize = 32;
+
+/// Block-quantized value rows, contiguous: row `i` of `count` rows of `len` values is
+/// `codes[i * code_bytes..]` (q8_0: `len` bytes, q4_0: `len / 2`) with one f16 scale per
+/// block at `scales[i * len / VALUE_BLOCK..]`.
+#[derive(Clone, Copy)]
+pub struct BlockRows<'a> {
+    pub codes: &'a [u8],
+    pub scales: &'a [u16],
+    pub len: usize,
+    pub count: usize,
+}
+
+/// Value rows in one of the value cache's formats.
+#[derive(Clone, Copy)]
+pub enum ValueRows<'a> {
+    F16(Rows<'a, u16>),
+    /// Blocks of 32 int8 codes `q`, value `d · q`.
+    Q8_0(BlockRows<'a>),
+    /// Blocks of 32 4-bit codes `q` (byte `j` holds value `j` low and `j + 16` high),
+    /// value `d · (q − 8)`.
+    Q4_0(BlockRows<'a>),
+}
+
+impl ValueRows<'_> {
+    /// Values per row.
+    pub fn row_len(&self) -> usize {
+        match self {
+            ValueRows::F16(r) => r.len,
+            ValueRows::Q8_0(b) | ValueRows::Q4_0(b) => b.len,
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        match self {
+            ValueRows::F16(r) => r.count,
+            ValueRows::Q8_0(b) | ValueRows::Q4_0(b) => b.count,
+        }
+    }
+
+    /// Row `i` as f32 into `dst[..len]`: each value exactly what its format holds.
+    #[inline(always)]
+    pub fn decode(&self, i: usize, dst: &mut [f32]) {
+        match *self {
+            ValueRows::F16(r) => {
+                for (d, &h) in dst.iter_mut().zip(&r.data[i * r.stride..][..r.len]) {
+                    *d = f16_bits_to_f32(h);
+                }
+            }
+            ValueRows::Q8_0(b) => {
+                let blocks = b.len / VALUE_BLOCK;
+                let codes = b.codes[i * b.len..][..b.len].chunks_exact(VALUE_BLOCK);
+                for ((dst, codes), &d) in dst.chunks_exact_mut(VALUE_BLOCK).zip(codes).zip(&b.scales[i * blocks..][..blocks]) {
+                    let d = f16_bits_to_f32(d);
+                    for (v, &q) in dst.iter_mut().zip(codes) {
+                        *v = d * f32::from(q as i8);
+                    }
+                }
+            }
+            ValueRows::Q4_0(b) => {
+                let blocks = b.len / VALUE_BLOCK;
+                let codes = b.codes[i * b.len / 2..][..b.len / 2].chunks_exact(VALUE_BLOCK / 2);
+                for ((dst, codes), &d) in dst.chunks_exact_mut(VALUE_BLOCK).zip(codes).zip(&b.scales[i * blocks..][..blocks]) {
+                    let d = f16_bits_to_f32(d);
+                    let (lo, hi) = dst.split_at_mut(VALUE_BLOCK / 2);
+                    for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(codes) {
+                        *lo = d * f32::from((q & 15) as i8 - 8);
+                        *hi = d * f32::from((q >> 4) as i8 - 8);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One block of 32 values as llama.cpp's `quantize_row_q8_0_ref` makes it: scale
+/// `d = amax / 127` (stored as f16), codes `roundf(x / d)` from the f32 `d`.
+pub fn quantize_q8_0(x: &[f32; VALUE_BLOCK], codes: &mut [u8], scale: &mut u16) {
+    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    *scale = f32_to_f16_bits(d);
+    for (c, &v) in codes.iter_mut().zip(x) {
+        *c = round_half_away(v * id).clamp(-127, 127) as i8 as u8;
+    }
+}
+
+/// One block of 32 values as llama.cpp's `quantize_row_q4_0_ref` makes it: the value of
+/// largest magnitude `m` (sign kept) maps to code 0, `d = m / −8` (stored as f16), codes
+/// `min(15, trunc(x / d + 8.5))`.
+pub fn quantize_q4_0(x: &[f32; VALUE_BLOCK], codes: &mut [u8], scale: &mut u16) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            (amax, max) = (v.abs(), v);
+        }
+    }
+    let d = max / -8.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    *scale = f32_to_f16_bits(d);
+    let code = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+    for (j, c) in codes.iter_mut().take(VALUE_BLOCK / 2).enumerate() {
+        *c = code(x[j]) | code(x[j + VALUE_BLOCK / 2]) << 4;
+    }
 }
 
 /// `scores[g * out_stride + i] = scale · q_g · key_i` for the query heads `q` (rows of
@@ -33,26 +142,19 @@ pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32]
     scores_f32_body(keys, q, scale, scores, out_stride)
 }
 
-/// Rows of `row` scratch that `softmax_mix_f16` needs for its fast kernels, which convert
+/// Rows of `row` scratch that `softmax_mix` needs for its fast kernels, which convert
 /// a block of values at a time (with less it falls back to the plain loop).
 pub const MIX_SCRATCH_ROWS: usize = 16;
 
 /// Softmax of each of the `out.len() / values.len` score rows `p[g * p_stride..][..count]`
-/// (their max and exp-sum into `stats[g]`), then `out_g = Σ_i p_g[i] · value_i` over f16
-/// values; `row` is scratch of at least one value, best `MIX_SCRATCH_ROWS`.
-pub fn softmax_mix_f16(
-    values: Rows<'_, u16>,
-    p: &mut [f32],
-    p_stride: usize,
-    row: &mut [f32],
-    out: &mut [f32],
-    stats: &mut [SoftmaxStats],
-) {
+/// (their max and exp-sum into `stats[g]`), then `out_g = Σ_i p_g[i] · value_i`; `row`
+/// is scratch of at least one value, best `MIX_SCRATCH_ROWS`.
+pub fn softmax_mix(values: ValueRows<'_>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32], stats: &mut [SoftmaxStats]) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::softmax_mix_f16(values, p, p_stride, row, out, stats) {
+    if super::x86_64::softmax_mix(values, p, p_stride, row, out, stats) {
         return;
     }
-    softmax_mix_f16_body(values, p, p_stride, row, out, stats)
+    softmax_mix_body(values, p, p_stride, row, out, stats)
 }
 
 /// What a softmax divided by: the largest score and `Σ e^(score − max)`. Pieces of one
@@ -89,15 +191,15 @@ pub(super) fn scores_f32_body(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores
 }
 
 #[inline(always)]
-pub(super) fn softmax_mix_f16_body(
-    values: Rows<'_, u16>,
+pub(super) fn softmax_mix_body(
+    values: ValueRows<'_>,
     p: &mut [f32],
     p_stride: usize,
     row: &mut [f32],
     out: &mut [f32],
     stats: &mut [SoftmaxStats],
 ) {
-    let (hd, n) = (values.len, values.count);
+    let (hd, n) = (values.row_len(), values.rows());
     let group = out.len() / hd;
     for (g, st) in stats.iter_mut().enumerate().take(group) {
         *st = softmax(&mut p[g * p_stride..g * p_stride + n]);
@@ -105,9 +207,7 @@ pub(super) fn softmax_mix_f16_body(
     out.fill(0.0);
     let row = &mut row[..hd];
     for i in 0..n {
-        for (r, &h) in row.iter_mut().zip(&values.data[i * values.stride..][..hd]) {
-            *r = f16_bits_to_f32(h);
-        }
+        values.decode(i, row);
         for (g, o) in out.chunks_exact_mut(hd).enumerate() {
             let w = p[g * p_stride + i];
             for (o, &v) in o.iter_mut().zip(row.iter()) {

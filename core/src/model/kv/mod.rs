@@ -1,13 +1,15 @@
 //! The KV cache behind a trait: exact keys (f16, or f32 for comparisons) here, the
-//! product-quantized NoMAD cache in `crate::pq::PqKvCache`. Values are f16 in both.
-//! Every buffer is allocated when the cache is made; `store` and `attend` never allocate.
+//! product-quantized NoMAD cache in `crate::pq::PqKvCache`. Values are f16, or llama.cpp's
+//! q8_0 / q4_0 blocks (`ValueFormat`), in both. Every buffer is allocated when the cache
+//! is made; `store` and `attend` never allocate.
 
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::f16::f32_to_f16_bits;
-use kernels::{Rows, SoftmaxStats};
+use crate::Error;
+use kernels::{BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 
 pub mod kernels;
 #[cfg(target_arch = "x86_64")]
@@ -52,6 +54,8 @@ pub trait KvCache: Send {
     fn key_bytes(&self) -> usize;
     /// Bytes of the value cache.
     fn value_bytes(&self) -> usize;
+    /// How the values are stored.
+    fn value_format(&self) -> ValueFormat;
     /// What the keys are, for reports: "f16", "f32", "pq16 S=128", ...
     fn describe(&self) -> alloc::string::String;
     /// The fewest positions any ring of this cache holds (a sliding window, recent exact
@@ -223,7 +227,12 @@ impl LayerRows {
     /// laid out `[layer][kv_head][row][head_dim]`: each KV head's rows are contiguous, so
     /// attention streams them instead of striding across the other heads.
     fn at(&self, shape: &AttentionShape, layer: usize, kv_head: usize, row: usize) -> usize {
-        (self.offsets[layer] * shape.n_kv_heads + kv_head * self.caps[layer] + row) * shape.head_dim
+        self.index(shape, layer, kv_head, row) * shape.head_dim
+    }
+
+    /// The row's index in that layout, counting rows of every KV head and layer.
+    fn index(&self, shape: &AttentionShape, layer: usize, kv_head: usize, row: usize) -> usize {
+        self.offsets[layer] * shape.n_kv_heads + kv_head * self.caps[layer] + row
     }
 
     /// Stores position `pos` of `layer` (every KV head of `x`, converted by `f`) in `data`.
@@ -260,11 +269,75 @@ impl LayerRows {
     }
 }
 
-/// f16 values and the softmax · V half of attention, shared by every key cache.
+/// How a value cache stores each row of `head_dim` values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ValueFormat {
+    /// IEEE half precision, 2 bytes a value.
+    #[default]
+    F16,
+    /// llama.cpp's q8_0: blocks of 32 int8 codes and an f16 scale, 1.06 bytes a value.
+    Q8_0,
+    /// llama.cpp's q4_0: blocks of 32 4-bit codes and an f16 scale, 0.56 bytes a value.
+    Q4_0,
+}
+
+impl ValueFormat {
+    pub const ALL: [ValueFormat; 3] = [ValueFormat::F16, ValueFormat::Q8_0, ValueFormat::Q4_0];
+
+    /// The name llama.cpp's `--cache-type-v` gives it: "f16", "q8_0", "q4_0".
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueFormat::F16 => "f16",
+            ValueFormat::Q8_0 => "q8_0",
+            ValueFormat::Q4_0 => "q4_0",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ValueFormat> {
+        ValueFormat::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Bytes of one row of `head_dim` values (a multiple of 32 for the block formats).
+    pub fn row_bytes(self, head_dim: usize) -> usize {
+        match self {
+            ValueFormat::F16 => 2 * head_dim,
+            ValueFormat::Q8_0 => head_dim + 2 * (head_dim / VALUE_BLOCK),
+            ValueFormat::Q4_0 => head_dim / 2 + 2 * (head_dim / VALUE_BLOCK),
+        }
+    }
+
+    /// Whether rows of `head_dim` values can be stored this way: the block formats need
+    /// whole blocks of 32.
+    pub fn check(self, head_dim: usize) -> Result<(), Error> {
+        match self {
+            ValueFormat::F16 => Ok(()),
+            _ if head_dim.is_multiple_of(VALUE_BLOCK) => Ok(()),
+            format => Err(Error::ValueFormat { format, head_dim }),
+        }
+    }
+
+    /// Code bytes of one row (block formats).
+    fn code_bytes(self, head_dim: usize) -> usize {
+        match self {
+            ValueFormat::F16 => 0,
+            ValueFormat::Q8_0 => head_dim,
+            ValueFormat::Q4_0 => head_dim / 2,
+        }
+    }
+}
+
+/// The values (in a `ValueFormat`) and the softmax · V half of attention, shared by every
+/// key cache.
 pub struct ValueCache {
     shape: AttentionShape,
     rows: LayerRows,
-    data: Vec<u16>,
+    format: ValueFormat,
+    /// F16: the values, `[layer][kv_head][row][head_dim]`.
+    halves: Vec<u16>,
+    /// Block formats: each row's codes, in the same row order.
+    codes: Vec<u8>,
+    /// Block formats: each row's `head_dim / 32` f16 scales.
+    scales: Vec<u16>,
 }
 
 impl ValueCache {
@@ -274,12 +347,33 @@ impl ValueCache {
 
     /// Layers with `windows[l] > 0` keep a ring of that many positions.
     pub fn with_windows(shape: AttentionShape, windows: &[usize]) -> ValueCache {
+        ValueCache::checked(shape, windows, ValueFormat::F16)
+    }
+
+    /// As `with_windows`, storing values as `format`; refuses a block format for a
+    /// head_dim that is not a multiple of 32.
+    pub fn with_format(shape: AttentionShape, windows: &[usize], format: ValueFormat) -> Result<ValueCache, Error> {
+        format.check(shape.head_dim)?;
+        Ok(ValueCache::checked(shape, windows, format))
+    }
+
+    /// `with_format` for a `format` already checked against `shape.head_dim`.
+    pub(crate) fn checked(shape: AttentionShape, windows: &[usize], format: ValueFormat) -> ValueCache {
         let rows = LayerRows::new(shape.layers, shape.context, windows);
-        ValueCache { shape, data: vec![0; rows.total() * shape.kv_dim()], rows }
+        let n = rows.total() * shape.n_kv_heads;
+        let (halves, codes, scales) = match format {
+            ValueFormat::F16 => (n * shape.head_dim, 0, 0),
+            _ => (0, n * format.code_bytes(shape.head_dim), n * (shape.head_dim / VALUE_BLOCK)),
+        };
+        ValueCache { shape, rows, format, halves: vec![0; halves], codes: vec![0; codes], scales: vec![0; scales] }
     }
 
     pub fn bytes(&self) -> usize {
-        2 * self.data.len()
+        2 * self.halves.len() + self.codes.len() + 2 * self.scales.len()
+    }
+
+    pub fn format(&self) -> ValueFormat {
+        self.format
     }
 
     /// The rows layout (shared with keys kept the same way).
@@ -288,17 +382,42 @@ impl ValueCache {
     }
 
     pub fn store(&mut self, layer: usize, pos: usize, v: &[f32]) {
-        self.rows.store(&self.shape, &mut self.data, layer, pos, v, f32_to_f16_bits);
+        let (shape, format) = (self.shape, self.format);
+        let quantize = match format {
+            ValueFormat::F16 => return self.rows.store(&shape, &mut self.halves, layer, pos, v, f32_to_f16_bits),
+            ValueFormat::Q8_0 => kernels::quantize_q8_0,
+            ValueFormat::Q4_0 => kernels::quantize_q4_0,
+        };
+        let (hd, row) = (shape.head_dim, pos % self.rows.cap(layer));
+        let (code_bytes, blocks) = (format.code_bytes(hd), hd / VALUE_BLOCK);
+        for (kv_head, x) in v.chunks_exact(hd).enumerate().take(shape.n_kv_heads) {
+            let at = self.rows.index(&shape, layer, kv_head, row);
+            let codes = self.codes[at * code_bytes..][..code_bytes].chunks_exact_mut(code_bytes / blocks);
+            let scales = &mut self.scales[at * blocks..][..blocks];
+            for ((x, codes), scale) in x.chunks_exact(VALUE_BLOCK).zip(codes).zip(scales) {
+                quantize(x.try_into().expect("chunks of VALUE_BLOCK"), codes, scale);
+            }
+        }
     }
 
     /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
     /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
     /// `kv_head`: each value row is read and converted once for the whole group.
     pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
-        let hd = self.shape.head_dim;
-        let base = self.rows.at(&self.shape, layer, piece.kv_head, piece.rows.start);
-        let values = Rows { data: &self.data[base..], stride: hd, len: hd, count: piece.rows.len() };
-        kernels::softmax_mix_f16(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, &mut piece.out, &mut piece.stats);
+        let (hd, count) = (self.shape.head_dim, piece.rows.len());
+        let at = self.rows.index(&self.shape, layer, piece.kv_head, piece.rows.start);
+        let blocks = |codes_per_row: usize| BlockRows {
+            codes: &self.codes[at * codes_per_row..],
+            scales: &self.scales[at * (hd / VALUE_BLOCK)..],
+            len: hd,
+            count,
+        };
+        let values = match self.format {
+            ValueFormat::F16 => ValueRows::F16(Rows { data: &self.halves[at * hd..], stride: hd, len: hd, count }),
+            ValueFormat::Q8_0 => ValueRows::Q8_0(blocks(hd)),
+            ValueFormat::Q4_0 => ValueRows::Q4_0(blocks(hd / 2)),
+        };
+        kernels::softmax_mix(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, &mut piece.out, &mut piece.stats);
     }
 }
 
@@ -320,7 +439,21 @@ impl ExactKvCache {
     /// Layers with `windows[l] > 0` only ever attend to their last `windows[l]` positions
     /// and keep a ring of that many keys and values.
     pub fn with_windows(shape: AttentionShape, precision: KeyPrecision, windows: &[usize]) -> ExactKvCache {
-        let values = ValueCache::with_windows(shape, windows);
+        ExactKvCache::with_values(shape, precision, ValueCache::with_windows(shape, windows))
+    }
+
+    /// As `with_windows`, storing values as `format` (refused for a block format where
+    /// head_dim is not a multiple of 32).
+    pub fn with_value_format(
+        shape: AttentionShape,
+        precision: KeyPrecision,
+        windows: &[usize],
+        format: ValueFormat,
+    ) -> Result<ExactKvCache, Error> {
+        Ok(ExactKvCache::with_values(shape, precision, ValueCache::with_format(shape, windows, format)?))
+    }
+
+    pub(crate) fn with_values(shape: AttentionShape, precision: KeyPrecision, values: ValueCache) -> ExactKvCache {
         let n = values.rows().total() * shape.kv_dim();
         let (f16_len, f32_len) = match precision {
             KeyPrecision::F16 => (n, 0),
@@ -382,6 +515,10 @@ impl KvCache for ExactKvCache {
 
     fn value_bytes(&self) -> usize {
         self.values.bytes()
+    }
+
+    fn value_format(&self) -> ValueFormat {
+        self.values.format()
     }
 
     fn shortest_ring(&self) -> Option<usize> {

@@ -1,12 +1,13 @@
-//! Attention loops for CPUs with AVX2 + FMA + F16C (`Isa::Avx2` and above; the value sum
-//! has an AVX-512 variant for head_dim multiple of 64): f16 keys and values converted by
-//! `vcvtph2ps`, products by FMA, the query heads of a KV head sharing each converted row. Each entry returns false, doing nothing, where it cannot run (no
-//! such CPU, or a head_dim that is not a multiple of 16); `kernels.rs` then runs the
-//! portable loop.
+//! Attention loops for CPUs with AVX2 + FMA + F16C (`Isa::Avx2` and above; the f16 value
+//! sum has an AVX-512 variant for head_dim multiple of 64): f16 keys and values converted
+//! by `vcvtph2ps` (q8_0 / q4_0 values widened and scaled), products by FMA, the query
+//! heads of a KV head sharing each converted row. Each entry returns false, doing
+//! nothing, where it cannot run (no such CPU, or a head_dim that is not a multiple of
+//! 16); `kernels.rs` then runs the portable loop.
 
 use core::arch::x86_64::*;
 
-use super::kernels::{self, Rows, SoftmaxStats};
+use super::kernels::{self, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 use crate::Isa;
 
 /// Query heads handled per pass over the rows (4 heads × 2 vectors = 8 accumulators).
@@ -23,9 +24,16 @@ const PREFETCH_ROWS: usize = 16;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn prefetch_row(row: *const u16, len: usize) {
-    for line in (0..len).step_by(32) {
+    prefetch_bytes(row.cast(), 2 * len);
+}
+
+/// Asks for the `len` bytes at `at` to be brought into L1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prefetch_bytes(at: *const u8, len: usize) {
+    for line in (0..len).step_by(64) {
         // a prefetch never faults; `wrapping_add` keeps the address arithmetic defined
-        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(line).cast());
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast());
     }
 }
 
@@ -36,6 +44,21 @@ fn usable(rows_len: usize) -> bool {
 /// Whether every row `i < count` lies inside `data`.
 fn in_bounds<T>(r: &Rows<'_, T>) -> bool {
     r.count == 0 || (r.count - 1).checked_mul(r.stride).and_then(|s| s.checked_add(r.len)).is_some_and(|end| end <= r.data.len())
+}
+
+/// Whether `count` block rows of `code_bytes` codes each lie inside `b`.
+fn blocks_in_bounds(b: &BlockRows<'_>, code_bytes: usize) -> bool {
+    b.len.is_multiple_of(VALUE_BLOCK)
+        && b.count.checked_mul(code_bytes).is_some_and(|n| n <= b.codes.len())
+        && b.count.checked_mul(b.len / VALUE_BLOCK).is_some_and(|n| n <= b.scales.len())
+}
+
+fn values_in_bounds(values: &ValueRows<'_>) -> bool {
+    match values {
+        ValueRows::F16(r) => in_bounds(r),
+        ValueRows::Q8_0(b) => blocks_in_bounds(b, b.len),
+        ValueRows::Q4_0(b) => blocks_in_bounds(b, b.len / 2),
+    }
 }
 
 pub(super) fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, _row: &mut [f32], scores: &mut [f32], out_stride: usize) -> bool {
@@ -63,18 +86,18 @@ pub(super) fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mu
     true
 }
 
-pub(super) fn softmax_mix_f16(
-    values: Rows<'_, u16>,
+pub(super) fn softmax_mix(
+    values: ValueRows<'_>,
     p: &mut [f32],
     p_stride: usize,
     scratch: &mut [f32],
     out: &mut [f32],
     stats: &mut [SoftmaxStats],
 ) -> bool {
-    let (hd, n) = (values.len, values.count);
+    let (hd, n) = (values.row_len(), values.rows());
     let group = out.len() / hd.max(1);
     if !usable(hd)
-        || !in_bounds(&values)
+        || !values_in_bounds(&values)
         || p.len() < (group.max(1) - 1) * p_stride + n
         || out.len() != group * hd
         || scratch.len() < ROW_BLOCK * hd
@@ -85,7 +108,7 @@ pub(super) fn softmax_mix_f16(
     // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the body is safe code.
     unsafe { softmax_rows(p, p_stride, n, &mut stats[..group]) };
     out.fill(0.0);
-    if hd.is_multiple_of(64) && Isa::Avx512.is_available() {
+    if let (ValueRows::F16(values), true) = (values, hd.is_multiple_of(64) && Isa::Avx512.is_available()) {
         for first in (0..group).step_by(HEADS) {
             let (p, out) = (&p[first * p_stride..], &mut out[first * hd..]);
             // SAFETY: AVX-512 F (checked just above); every row inside `values.data`,
@@ -103,10 +126,10 @@ pub(super) fn softmax_mix_f16(
     }
     for first in (0..group).step_by(HEADS) {
         let heads = (group - first).min(HEADS);
-        // SAFETY: as above, plus every row inside `values.data` (checked); `p` holds the
+        // SAFETY: as above, plus every row inside its buffers (checked); `p` holds the
         // `heads` probability rows from `first`, `out` their `heads × hd` outputs, and
         // `scratch` ROW_BLOCK rows (checked).
-        unsafe { mix_f16_avx2(values, &p[first * p_stride..], p_stride, heads, scratch, &mut out[first * hd..(first + heads) * hd]) };
+        unsafe { mix_avx2(values, &p[first * p_stride..], p_stride, heads, scratch, &mut out[first * hd..(first + heads) * hd]) };
     }
     true
 }
@@ -169,27 +192,26 @@ unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f
 /// summed 16 dimensions at a time in registers from L1.
 ///
 /// # Safety
-/// AVX2, FMA and F16C; `values.len` a multiple of 16; every row inside `values.data`;
-/// `p` holds `heads` rows of `p_stride ≥ values.count`; `out.len() == heads * values.len`;
-/// `scratch.len() ≥ ROW_BLOCK * values.len`.
+/// AVX2, FMA and F16C; `values.row_len()` a multiple of 16 (of 32 for blocks); every row
+/// inside its buffers (`values_in_bounds`); `p` holds `heads` rows of
+/// `p_stride ≥ values.rows()`; `out.len() == heads * values.row_len()`;
+/// `scratch.len() ≥ ROW_BLOCK * values.row_len()`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads: usize, scratch: &mut [f32], out: &mut [f32]) {
+unsafe fn mix_avx2(values: ValueRows<'_>, p: &[f32], p_stride: usize, heads: usize, scratch: &mut [f32], out: &mut [f32]) {
     // SAFETY: the caller guarantees the CPU features and that every row, probability,
     // scratch and output index used below is in bounds (see # Safety).
     unsafe {
-        let hd = values.len;
+        let (hd, count) = (values.row_len(), values.rows());
         let op = out.as_mut_ptr();
         let sp = scratch.as_mut_ptr();
-        for block in (0..values.count).step_by(ROW_BLOCK) {
-            let end = (block + ROW_BLOCK).min(values.count);
+        for block in (0..count).step_by(ROW_BLOCK) {
+            let end = (block + ROW_BLOCK).min(count);
             for i in block..end {
-                let row = values.data.as_ptr().add(i * values.stride);
-                if i + PREFETCH_ROWS < values.count {
-                    prefetch_row(row.add(PREFETCH_ROWS * values.stride), hd);
-                }
                 let dst = sp.add((i - block) * hd);
-                for c in (0..hd).step_by(8) {
-                    _mm256_storeu_ps(dst.add(c), _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast())));
+                match values {
+                    ValueRows::F16(r) => row_f16(r, i, dst),
+                    ValueRows::Q8_0(b) => row_q8_0(b, i, count, dst),
+                    ValueRows::Q4_0(b) => row_q4_0(b, i, count, dst),
                 }
             }
             for c in (0..hd).step_by(16) {
@@ -216,10 +238,89 @@ unsafe fn mix_f16_avx2(values: Rows<'_, u16>, p: &[f32], p_stride: usize, heads:
     }
 }
 
+/// Row `i` of f16 values to f32 at `dst`, prefetching a row further on.
+///
+/// # Safety
+/// As `mix_avx2`; `dst` holds `r.len` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn row_f16(r: Rows<'_, u16>, i: usize, dst: *mut f32) {
+    // SAFETY: row `i` is inside `r.data` and `dst` holds `r.len` values (the caller's contract).
+    unsafe {
+        let row = r.data.as_ptr().add(i * r.stride);
+        if i + PREFETCH_ROWS < r.count {
+            prefetch_row(row.add(PREFETCH_ROWS * r.stride), r.len);
+        }
+        for c in (0..r.len).step_by(8) {
+            _mm256_storeu_ps(dst.add(c), _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast())));
+        }
+    }
+}
+
+/// Row `i` of q8_0 blocks to f32 at `dst`: each code widened, times its block's scale
+/// (the same single rounding as the portable decode).
+///
+/// # Safety
+/// As `mix_avx2`; `dst` holds `b.len` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn row_q8_0(b: BlockRows<'_>, i: usize, count: usize, dst: *mut f32) {
+    // SAFETY: row `i`'s codes and scales are inside `b` and `dst` holds `b.len` values
+    // (the caller's contract).
+    unsafe {
+        let blocks = b.len / VALUE_BLOCK;
+        let codes = b.codes.as_ptr().add(i * b.len);
+        let scales = b.scales.as_ptr().add(i * blocks);
+        if i + PREFETCH_ROWS < count {
+            prefetch_bytes(codes.add(PREFETCH_ROWS * b.len), b.len);
+        }
+        for k in 0..blocks {
+            let d = _mm256_cvtph_ps(_mm_set1_epi16(*scales.add(k) as i16));
+            for c in (0..VALUE_BLOCK).step_by(8) {
+                let at = k * VALUE_BLOCK + c;
+                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(codes.add(at).cast()));
+                _mm256_storeu_ps(dst.add(at), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+            }
+        }
+    }
+}
+
+/// Row `i` of q4_0 blocks to f32 at `dst`: low nibbles are a block's first 16 values,
+/// high nibbles its last 16, each `d · (q − 8)`.
+///
+/// # Safety
+/// As `mix_avx2`; `dst` holds `b.len` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn row_q4_0(b: BlockRows<'_>, i: usize, count: usize, dst: *mut f32) {
+    // SAFETY: row `i`'s codes and scales are inside `b` and `dst` holds `b.len` values
+    // (the caller's contract).
+    unsafe {
+        let blocks = b.len / VALUE_BLOCK;
+        let codes = b.codes.as_ptr().add(i * b.len / 2);
+        let scales = b.scales.as_ptr().add(i * blocks);
+        if i + PREFETCH_ROWS < count {
+            prefetch_bytes(codes.add(PREFETCH_ROWS * b.len / 2), b.len / 2);
+        }
+        let (low, eight) = (_mm_set1_epi8(15), _mm256_set1_epi32(8));
+        for k in 0..blocks {
+            let d = _mm256_cvtph_ps(_mm_set1_epi16(*scales.add(k) as i16));
+            let bytes = _mm_loadu_si128(codes.add(k * VALUE_BLOCK / 2).cast());
+            let halves = [_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16::<4>(bytes), low)];
+            for (h, nibbles) in halves.into_iter().enumerate() {
+                for (c, q) in [nibbles, _mm_srli_si128::<8>(nibbles)].into_iter().enumerate() {
+                    let q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), eight);
+                    _mm256_storeu_ps(dst.add(k * VALUE_BLOCK + h * 16 + c * 8), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+                }
+            }
+        }
+    }
+}
+
 /// Rows per block of the AVX-512 mix: the block is re-read from L1 for each 64 dimensions.
 const ZMM_ROW_BLOCK: usize = 32;
 
-/// As `mix_f16_avx2` for `H` ≤ 4 heads and `values.len` a multiple of 64: 64 dimensions of
+/// As `mix_avx2` over f16 values for `H` ≤ 4 heads and `values.len` a multiple of 64: 64 dimensions of
 /// every head in 4·H zmm accumulators, each row's f16 converted straight into registers.
 /// The sums run in the same order as the AVX2 kernel's, so both give the same output.
 ///
