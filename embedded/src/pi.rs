@@ -9,7 +9,7 @@ use std::string::{String, ToString};
 use std::time::{Duration, Instant};
 
 use lutra::{LoadOptions, Model, SessionOptions};
-use lutra_core::engine::{Attention, Generation, StopReason};
+use lutra_core::engine::{Generation, StopReason};
 use lutra_core::sampler::SamplerConfig;
 
 use crate::arena::{ArenaStats, Heap};
@@ -100,7 +100,7 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
     };
     let session_budget = check_fits(model.engine(), context, heap.free()).map_err(|s| Refusal::TooBig(s).to_string())?;
     let mut session =
-        model.session(&SessionOptions { context, threads: opts.threads.max(1), attention: Attention::Exact }).map_err(|e| e.to_string())?;
+        model.session(&SessionOptions { context, threads: opts.threads.max(1), ..SessionOptions::default() }).map_err(|e| e.to_string())?;
     let cache = session.engine().cache_info();
     let kv_cache_bytes = cache.key_bytes + cache.value_bytes;
     let mapped_weight_bytes = model.engine().info().matrix_bytes;

@@ -21,6 +21,7 @@
 pub use lutra_core as core;
 pub use lutra_core::engine;
 pub use lutra_core::engine::{Attention, CacheInfo, CancelFlag, ModelInfo, Perplexity, PqAttention, Role, StopReason};
+pub use lutra_core::model::kv::ValueFormat;
 pub use lutra_core::sampler::SamplerConfig;
 
 pub mod calibrate;
@@ -167,7 +168,7 @@ impl Model {
     pub fn session(&self, opts: &SessionOptions) -> Result<Session, Error> {
         let context = if opts.context == 0 { self.info().context_length.min(4096) } else { opts.context };
         self.check_session_memory(context)?;
-        let inner = engine::Session::new(&self.engine, context, &opts.attention)?;
+        let inner = engine::Session::with_values(&self.engine, context, &opts.attention, opts.values)?;
         Ok(Session { inner, pool: Pool::new(opts.threads.max(1)) })
     }
 }
@@ -188,11 +189,19 @@ pub struct SessionOptions {
     pub threads: usize,
     /// How attention reads the key cache.
     pub attention: Attention,
+    /// How the value cache stores values (f16; q8_0 / q4_0 for head sizes that are a
+    /// multiple of 32).
+    pub values: ValueFormat,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { context: 0, threads: std::thread::available_parallelism().map_or(1, |n| n.get()), attention: Attention::Exact }
+        SessionOptions {
+            context: 0,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            attention: Attention::Exact,
+            values: ValueFormat::F16,
+        }
     }
 }
 

@@ -57,6 +57,8 @@ fn perplexity_and_bench_model_print_json() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let line = String::from_utf8_lossy(&out.stdout);
     assert!(line.starts_with("{\"ppl\":") && line.contains("\"ctx\":128"), "{line}");
+    // 6 layers × 128 positions × 288 f16 values
+    assert!(line.contains("\"values\":\"f16\",\"value_bytes\":442368}"), "{line}");
     let ppl: f64 = line.split(['{', ':', ',']).nth(2).unwrap().parse().unwrap();
     // an in-domain, repeated story: the model predicts it well
     assert!(ppl > 1.0 && ppl < 10.0, "ppl {ppl}");
@@ -150,6 +152,12 @@ fn bad_input_is_a_clear_error() {
     // unsupported bits, invalid sampling
     failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--bits", "9", "-n", "4"]), "bits");
     failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--top-p", "1.5", "-n", "4"]), "top");
+    // a value format llama.cpp has but lutra does not, and block values for stories15M's
+    // 48-value heads (not a whole number of 32-value blocks)
+    failed_with(&lutra(&["run", "-m", m.to_str().unwrap(), "--cache-type-v", "q5_1", "-n", "4"]), "expected f16, q8_0 or q4_0");
+    let out = lutra(&["run", "-m", m.to_str().unwrap(), "--cache-type-v", "q8_0", "-n", "4"]);
+    failed_with(&out, "q8_0 values need a head size that is a multiple of 32; this model's is 48 (use f16 values)");
+    assert!(out.stdout.is_empty(), "nothing printed before the refusal");
     std::fs::remove_dir_all(&dir).ok();
 }
 

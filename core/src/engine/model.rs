@@ -12,7 +12,7 @@ use crate::gguf::Gguf;
 use crate::llama2c::Checkpoint;
 use crate::model::gemma3::Gemma3;
 use crate::model::import::{InMemory, TensorSource};
-use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat};
 use crate::model::llama::Llama;
 use crate::model::llama_family::LlamaFamily;
 use crate::model::ModelError;
@@ -520,15 +520,22 @@ impl Model {
         }
     }
 
-    /// A KV cache of `context` positions reading keys as `attention` says.
+    /// A KV cache of `context` positions reading keys as `attention` says, f16 values.
     pub fn kv_cache(&self, context: usize, attention: &Attention) -> Result<Box<dyn KvCache>, Error> {
+        self.kv_cache_with_values(context, attention, ValueFormat::F16)
+    }
+
+    /// As `kv_cache`, storing values as `values` (a block format needs a head size that is
+    /// a multiple of 32).
+    pub fn kv_cache_with_values(&self, context: usize, attention: &Attention, values: ValueFormat) -> Result<Box<dyn KvCache>, Error> {
         let max = self.info().context_length;
         if context == 0 || context > max {
             return Err(Error::BadContext { asked: context, max });
         }
+        values.check(self.info().head_dim)?;
         let (shape, windows) = (self.attention_shape(context), self.layer_windows());
         match attention {
-            Attention::Exact => Ok(Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, &windows))),
+            Attention::Exact => Ok(Box::new(ExactKvCache::with_value_format(shape, KeyPrecision::F16, &windows, values)?)),
             Attention::Pq(pq) => {
                 let arch = self.info().architecture;
                 if pq.books.model() != arch {
@@ -536,8 +543,10 @@ impl Model {
                 }
                 // sliding-window layers keep rings, of exact keys (long_only) or of codes
                 let exact: Vec<bool> = windows.iter().map(|&w| pq.long_only && w > 0).collect();
-                let cache =
-                    PqKvCache::new(shape, pq.books.clone(), Isa::best())?.with_exact_keys(pq.sink, pq.recent).with_layers(&exact, &windows);
+                let cache = PqKvCache::new(shape, pq.books.clone(), Isa::best())?
+                    .with_exact_keys(pq.sink, pq.recent)
+                    .with_layers(&exact, &windows)
+                    .with_value_format(values)?;
                 Ok(Box::new(cache))
             }
         }

@@ -1,4 +1,5 @@
 use super::{Attention, Error, Model, Session};
+use crate::model::kv::ValueFormat;
 use crate::model::Gemv;
 
 /// Perplexity of a text, by llama.cpp's `llama-perplexity` method.
@@ -16,20 +17,32 @@ pub struct Perplexity {
     pub keys: alloc::string::String,
     /// Bytes of the key cache.
     pub key_bytes: usize,
+    /// How the values were stored.
+    pub values: ValueFormat,
+    /// Bytes of the value cache.
+    pub value_bytes: usize,
 }
 
 /// The text's tokens (with BOS where the vocabulary adds one) cut into non-overlapping
 /// chunks of `ctx`, the first token of each chunk set to BOS (where it adds one), each
 /// chunk run from position 0, and only the second
-/// half of each chunk scored: `exp(mean(−log p(next token)))`, in f64.
-pub fn perplexity<G: Gemv>(model: &Model, gemv: &G, text: &str, ctx: usize, attention: &Attention) -> Result<Perplexity, Error> {
+/// half of each chunk scored: `exp(mean(−log p(next token)))`, in f64. Keys are read as
+/// `attention` says and values stored as `values`.
+pub fn perplexity<G: Gemv>(
+    model: &Model,
+    gemv: &G,
+    text: &str,
+    ctx: usize,
+    attention: &Attention,
+    values: ValueFormat,
+) -> Result<Perplexity, Error> {
     let tokens = model.encode(text, true)?;
     let max = model.info().context_length;
     let chunks = tokens.len() / ctx.max(1);
     if ctx < 4 || ctx > max || chunks == 0 {
         return Err(Error::PerplexityText { tokens: tokens.len(), ctx, max });
     }
-    let mut session = Session::new(model, ctx, attention)?;
+    let mut session = Session::with_values(model, ctx, attention, values)?;
     let (mut nll, mut scored) = (0.0f64, 0usize);
     for chunk in tokens.chunks_exact(ctx) {
         let first = ctx / 2;
@@ -47,5 +60,14 @@ pub fn perplexity<G: Gemv>(model: &Model, gemv: &G, text: &str, ctx: usize, atte
         }
     }
     let cache = session.cache_info();
-    Ok(Perplexity { ppl: libm::exp(nll / scored as f64), chunks, ctx, scored, keys: cache.keys, key_bytes: cache.key_bytes })
+    Ok(Perplexity {
+        ppl: libm::exp(nll / scored as f64),
+        chunks,
+        ctx,
+        scored,
+        keys: cache.keys,
+        key_bytes: cache.key_bytes,
+        values: cache.values,
+        value_bytes: cache.value_bytes,
+    })
 }

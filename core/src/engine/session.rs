@@ -6,7 +6,7 @@ use core::fmt;
 use super::model::{Attention, Model, Network};
 use super::Error;
 use crate::model::gemma3::Gemma3State;
-use crate::model::kv::KvCache;
+use crate::model::kv::{KvCache, ValueFormat};
 use crate::model::llama::State as LlamaState;
 use crate::model::llama_family::LlamaFamilyState;
 use crate::model::Gemv;
@@ -42,6 +42,8 @@ pub struct CacheInfo {
     pub key_bytes: usize,
     /// Bytes of the value cache.
     pub value_bytes: usize,
+    /// How the values are stored.
+    pub values: ValueFormat,
     /// Positions the cache holds.
     pub context: usize,
 }
@@ -49,7 +51,14 @@ pub struct CacheInfo {
 impl fmt::Display for CacheInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mib = |b: usize| b as f64 / (1 << 20) as f64;
-        write!(f, "{}; {:.1} MiB of keys + {:.1} MiB of f16 values", self.keys, mib(self.key_bytes), mib(self.value_bytes))
+        write!(
+            f,
+            "{}; {:.1} MiB of keys + {:.1} MiB of {} values",
+            self.keys,
+            mib(self.key_bytes),
+            mib(self.value_bytes),
+            self.values.name()
+        )
     }
 }
 
@@ -57,6 +66,11 @@ impl Session {
     /// A session of `context` positions (at most the model's) with keys read as `attention` says.
     pub fn new(model: &Model, context: usize, attention: &Attention) -> Result<Session, Error> {
         Session::with_cache(model, model.kv_cache(context, attention)?)
+    }
+
+    /// As `new`, with values stored as `values` (llama.cpp's `--cache-type-v`).
+    pub fn with_values(model: &Model, context: usize, attention: &Attention, values: ValueFormat) -> Result<Session, Error> {
+        Session::with_cache(model, model.kv_cache_with_values(context, attention, values)?)
     }
 
     /// A session over a KV cache made for `model.attention_shape(context)`.
@@ -113,7 +127,13 @@ impl Session {
     /// What the KV cache holds and costs.
     pub fn cache_info(&self) -> CacheInfo {
         let c = self.cache();
-        CacheInfo { keys: c.describe(), key_bytes: c.key_bytes(), value_bytes: c.value_bytes(), context: self.context() }
+        CacheInfo {
+            keys: c.describe(),
+            key_bytes: c.key_bytes(),
+            value_bytes: c.value_bytes(),
+            values: c.value_format(),
+            context: self.context(),
+        }
     }
 
     /// Appends `tokens` to the sequence without computing them yet.

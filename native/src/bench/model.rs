@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use lutra::engine::{Attention, Model, Session};
 use lutra::progress::Progress;
 use lutra::threads::{Pool, PoolGemv};
+use lutra::ValueFormat;
 use lutra_core::model::Gemv;
 
 use super::median;
@@ -21,6 +22,8 @@ pub struct ModelBench {
     /// Positions filled before timing.
     pub depth: usize,
     pub attention: Attention,
+    /// How the value cache stores values.
+    pub values: ValueFormat,
 }
 
 /// Prompt processing (`pp` tokens, batched, logits for the last only) and generation
@@ -38,7 +41,7 @@ pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(
     let (pp, tg) = (spec.pp.min(room), spec.tg.min(room));
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = Session::new(model, spec.depth + pp.max(tg) + 1, &spec.attention).map_err(|e| e.to_string())?;
+    let mut session = Session::with_values(model, spec.depth + pp.max(tg) + 1, &spec.attention, spec.values).map_err(|e| e.to_string())?;
     fill_depth(model, &gemv, &mut session, spec.depth)?;
     let mut pp_tps = Vec::new();
     let mut tg_tps = Vec::new();
@@ -64,7 +67,7 @@ pub fn profile_model(model: &Model, threads: usize, spec: &ModelBench) -> Result
     }
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = Session::new(model, spec.depth + pp.max(tg) + 1, &spec.attention).map_err(|e| e.to_string())?;
+    let mut session = Session::with_values(model, spec.depth + pp.max(tg) + 1, &spec.attention, spec.values).map_err(|e| e.to_string())?;
     fill_depth(model, &gemv, &mut session, spec.depth)?;
     lutra_pp(model, &gemv, &mut session, spec.depth, pp)?;
     lutra_tg(model, &gemv, &mut session, spec.depth, tg)?;
@@ -170,7 +173,7 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
     let mut llama = LlamaCppModel::load_with_context(path, threads, depth + pp.max(tg))?;
     let pool = Pool::new(threads);
     let gemv = PoolGemv(&pool);
-    let mut session = Session::new(model, context, &spec.attention).map_err(|e| e.to_string())?;
+    let mut session = Session::with_values(model, context, &spec.attention, spec.values).map_err(|e| e.to_string())?;
     if depth > 0 {
         fill_depth(model, &gemv, &mut session, depth)?;
         llama.fill(depth)?;

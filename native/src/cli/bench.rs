@@ -156,10 +156,10 @@ pub fn bench(command: BenchCommand) -> Result<(), String> {
             if a.llamacpp {
                 return versus_llamacpp(&a, &model, &threads);
             }
-            let spec = ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention };
+            let spec = ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention, values: a.attention.values()? };
             for t in threads {
                 let name = a.model.model.display();
-                let kind = &a.attention.attention;
+                let kind = a.attention.label();
                 let weights = weights_label(model.info());
                 if a.profile {
                     let isa = lutra_core::Isa::best().name();
@@ -303,8 +303,9 @@ fn weights_label(info: &lutra::ModelInfo) -> String {
 /// `lutra bench model --llamacpp`: lutra and llama.cpp side by side, per thread count.
 fn versus_llamacpp(a: &BenchModelArgs, model: &lutra::Model, threads: &[usize]) -> Result<(), String> {
     let name = a.model.model.display();
-    let kind = &a.attention.attention;
-    let spec = ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention: a.attention.choice()? };
+    let kind = a.attention.label();
+    let spec =
+        ModelBench { pp: a.pp, tg: a.tg, runs: a.runs, depth: a.depth, attention: a.attention.choice()?, values: a.attention.values()? };
     let mut header = false;
     for &t in threads {
         let r = bench_model_vs_llamacpp(model, &a.model.model, t, &spec)?;

@@ -39,7 +39,7 @@ pub struct ChatArgs {
 }
 
 pub fn chat(a: ChatArgs) -> Result<(), String> {
-    let attention = a.attention.choice()?;
+    let (attention, values) = (a.attention.choice()?, a.attention.values()?);
     let model = a.model.load(true)?;
     if !model.info().chat {
         return Err(Error::NoChatTemplate { architecture: model.info().architecture }.to_string());
@@ -47,7 +47,7 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
     let context = a.ctx.min(model.info().context_length);
     super::warn_if_codebooks_short(&attention, context);
     model.check_session_memory(context).map_err(|e| e.to_string())?;
-    let mut session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
+    let mut session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
     let pool = Pool::new(a.threads.max(1));
     let gemv = PoolGemv(&pool);
     let sampler = a.sampling.config();
@@ -100,7 +100,7 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         }
         if prompt.restart {
             // the template re-formats earlier turns: start the session over
-            session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
+            session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
         }
         let tokens = prompt.tokens;
         cancel.reset();

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Parser, Subcommand};
 use lutra::core::pq::Codebooks;
 use lutra::core::Isa;
-use lutra::{Attention, PqAttention, SamplerConfig};
+use lutra::{Attention, PqAttention, SamplerConfig, ValueFormat};
 
 use bench::BenchCommand;
 use calibrate::CalibrateArgs;
@@ -70,6 +70,9 @@ pub struct AttentionArgs {
     /// With --attention pq: which layers use PQ keys: long (layers without a sliding window; the others keep exact keys) or all
     #[arg(long, default_value = "long")]
     pq_layers: String,
+    /// How the value cache stores values: f16, q8_0 or q4_0 (llama.cpp's blocks of 32 with an f16 scale; head size a multiple of 32)
+    #[arg(long = "cache-type-v", default_value = "f16")]
+    cache_type_v: String,
 }
 
 impl AttentionArgs {
@@ -89,6 +92,20 @@ impl AttentionArgs {
             }
             ("pq", None) => Err("--attention pq needs --codebooks FILE (make one with `lutra calibrate`)".into()),
             (other, _) => Err(format!("--attention {other:?}: expected exact or pq")),
+        }
+    }
+
+    /// `--cache-type-v f16|q8_0|q4_0`.
+    pub fn values(&self) -> Result<ValueFormat, String> {
+        ValueFormat::from_name(&self.cache_type_v)
+            .ok_or_else(|| format!("--cache-type-v {:?}: expected f16, q8_0 or q4_0", self.cache_type_v))
+    }
+
+    /// The attention and, where not f16, the value format, for reports: "pq", "exact+q8_0".
+    pub fn label(&self) -> String {
+        match self.values() {
+            Ok(ValueFormat::F16) | Err(_) => self.attention.clone(),
+            Ok(v) => format!("{}+{}", self.attention, v.name()),
         }
     }
 }

@@ -25,21 +25,34 @@ pub struct PerplexityArgs {
 
 pub fn perplexity(a: PerplexityArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let attention = a.attention.choice()?;
+    let (attention, values) = (a.attention.choice()?, a.attention.values()?);
     let model = a.model.load(false)?;
     model.check_session_memory(a.ctx.min(model.info().context_length)).map_err(|e| e.to_string())?;
     super::warn_if_codebooks_short(&attention, a.ctx);
     let pool = Pool::new(a.threads.max(1));
-    let p = lutra::engine::perplexity(&model, &PoolGemv(&pool), &text, a.ctx, &attention).map_err(|e| e.to_string())?;
+    let p = lutra::engine::perplexity(&model, &PoolGemv(&pool), &text, a.ctx, &attention, values).map_err(|e| e.to_string())?;
     if a.json {
         println!(
-            "{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{},\"attention\":\"{}\",\"key_bytes\":{}}}",
-            p.ppl, p.chunks, p.ctx, p.keys, p.key_bytes
+            "{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{},\"attention\":\"{}\",\"key_bytes\":{},\"values\":\"{}\",\"value_bytes\":{}}}",
+            p.ppl,
+            p.chunks,
+            p.ctx,
+            p.keys,
+            p.key_bytes,
+            p.values.name(),
+            p.value_bytes
         );
     } else {
         println!(
-            "perplexity {:.4} over {} chunks of {} tokens ({} scored), {} keys ({} key-cache bytes)",
-            p.ppl, p.chunks, p.ctx, p.scored, p.keys, p.key_bytes
+            "perplexity {:.4} over {} chunks of {} tokens ({} scored), {} keys ({} key-cache bytes), {} values ({} value-cache bytes)",
+            p.ppl,
+            p.chunks,
+            p.ctx,
+            p.scored,
+            p.keys,
+            p.key_bytes,
+            p.values.name(),
+            p.value_bytes
         );
     }
     Ok(())

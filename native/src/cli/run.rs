@@ -46,7 +46,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
         None => a.prompt.clone(),
     };
-    let attention = a.attention.choice()?;
+    let (attention, values) = (a.attention.choice()?, a.attention.values()?);
     let t_load = Instant::now();
     let model = a.model.load(true)?;
     let prompt = if a.chat { model.encode_chat(&[(Role::User, &prompt_text)], true) } else { model.encode(&prompt_text, true) }
@@ -54,7 +54,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let context = a.ctx.min(model.info().context_length);
     super::warn_if_codebooks_short(&attention, context);
     model.check_session_memory(context).map_err(|e| e.to_string())?;
-    let mut session = Session::new(&model, context, &attention).map_err(|e| e.to_string())?;
+    let mut session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
     let pool = Pool::new(a.threads.max(1));
     let gemv = PoolGemv(&pool);
     eprintln!(
