@@ -7,7 +7,6 @@
 //! `Generation::start`), with every block's alignment padding counted;
 //! lutra-embedded's `arena` test measures the real peak against it.
 
-use crate::model::kv::kernels::MIX_SCRATCH_ROWS;
 use crate::model::kv::PIECE_ROWS;
 use crate::model::PREFILL_BATCH;
 use crate::sampler::scratch_len;
@@ -101,12 +100,7 @@ impl Dims {
     /// pieces it splits a step into.
     pub const fn kv_cache_bytes(&self, context: usize) -> usize {
         let (hd, group) = (self.head_dim, self.heads / self.kv_heads);
-        let piece = block(4 * group * PIECE_ROWS)
-            + block(4 * PIECE_ROWS)
-            + block(4 * MIX_SCRATCH_ROWS * hd)
-            + block(4 * group * hd)
-            + block(8 * group)
-            + 160;
+        let piece = block(4 * group * PIECE_ROWS) + block(4 * PIECE_ROWS) + block(4 * hd) + block(4 * group * hd) + block(8 * group) + 160;
         let pieces = self.kv_heads * context.div_ceil(PIECE_ROWS);
         2 * block(2 * self.kv_rows(context) * self.kv_dim()) + block(pieces * 160) + pieces * piece + 2 * block(self.layers * 8) + 256
     }

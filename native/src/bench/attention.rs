@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use lutra::threads::Pool;
 use lutra_core::f16::f32_to_f16_bits;
-use lutra_core::model::kv::kernels::{softmax_mix, Rows, SoftmaxStats, ValueRows, MIX_SCRATCH_ROWS};
+use lutra_core::model::kv::kernels::{softmax_mix, Rows, SoftmaxStats, ValueRows};
 use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
@@ -169,7 +169,7 @@ impl ValueFloor {
             .map(|_| {
                 Mutex::new(FloorScratch {
                     scores: self.scores.clone(),
-                    row: vec![0.0; MIX_SCRATCH_ROWS * hd],
+                    row: vec![0.0; hd],
                     out: vec![0.0; group * hd],
                     stats: vec![SoftmaxStats::default(); group],
                 })

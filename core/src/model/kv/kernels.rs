@@ -142,16 +142,12 @@ pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32]
     scores_f32_body(keys, q, scale, scores, out_stride)
 }
 
-/// Rows of `row` scratch that `softmax_mix` needs for its fast kernels, which convert
-/// a block of values at a time (with less it falls back to the plain loop).
-pub const MIX_SCRATCH_ROWS: usize = 16;
-
-/// Softmax of each of the `out.len() / values.len` score rows `p[g * p_stride..][..count]`
-/// (their max and exp-sum into `stats[g]`), then `out_g = Σ_i p_g[i] · value_i`; `row`
-/// is scratch of at least one value, best `MIX_SCRATCH_ROWS`.
+/// Softmax of each of the `out.len() / values.row_len()` score rows
+/// `p[g * p_stride..][..rows]` (their max and exp-sum into `stats[g]`), then
+/// `out_g = Σ_i p_g[i] · value_i`; `row` is scratch of at least one row of values.
 pub fn softmax_mix(values: ValueRows<'_>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32], stats: &mut [SoftmaxStats]) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::softmax_mix(values, p, p_stride, row, out, stats) {
+    if super::x86_64::softmax_mix(values, p, p_stride, out, stats) {
         return;
     }
     softmax_mix_body(values, p, p_stride, row, out, stats)

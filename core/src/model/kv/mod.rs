@@ -95,7 +95,7 @@ pub struct AttentionPiece {
     pub(crate) scores: Vec<f32>,
     /// Integer table sums of the piece's code blocks (PQ caches), for up to four heads.
     pub(crate) sums: Vec<u16>,
-    /// Key / value rows converted to f32.
+    /// One key or value row converted to f32 (the portable loops and exact sink keys).
     pub(crate) row: Vec<f32>,
     /// `group × head_dim`.
     pub(crate) out: Vec<f32>,
@@ -118,7 +118,7 @@ impl Pieces {
             rows: 0..0,
             scores: vec![0.0; group * PIECE_ROWS],
             sums: vec![0; crate::pq::SCAN_HEADS * PIECE_ROWS],
-            row: vec![0.0; kernels::MIX_SCRATCH_ROWS * hd],
+            row: vec![0.0; hd],
             out: vec![0.0; group * hd],
             stats: vec![SoftmaxStats::default(); group],
         };

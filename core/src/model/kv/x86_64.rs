@@ -12,9 +12,6 @@ use crate::Isa;
 
 /// Query heads handled per pass over the rows (4 heads × 2 vectors = 8 accumulators).
 const HEADS: usize = 4;
-/// Value rows per block: a block is converted once, then re-read from L1 for each 16
-/// dimensions (the callers' scratch holds this many rows).
-pub(super) const ROW_BLOCK: usize = super::kernels::MIX_SCRATCH_ROWS;
 
 /// How far ahead rows are prefetched. Rows of one KV head sit `kv_dim` values apart, a
 /// stride the hardware prefetchers follow poorly once there are several KV heads.
@@ -86,21 +83,13 @@ pub(super) fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mu
     true
 }
 
-pub(super) fn softmax_mix(
-    values: ValueRows<'_>,
-    p: &mut [f32],
-    p_stride: usize,
-    scratch: &mut [f32],
-    out: &mut [f32],
-    stats: &mut [SoftmaxStats],
-) -> bool {
+pub(super) fn softmax_mix(values: ValueRows<'_>, p: &mut [f32], p_stride: usize, out: &mut [f32], stats: &mut [SoftmaxStats]) -> bool {
     let (hd, n) = (values.row_len(), values.rows());
     let group = out.len() / hd.max(1);
     if !usable(hd)
         || !values_in_bounds(&values)
         || p.len() < (group.max(1) - 1) * p_stride + n
         || out.len() != group * hd
-        || scratch.len() < ROW_BLOCK * hd
         || stats.len() < group
     {
         return false;
@@ -125,11 +114,17 @@ pub(super) fn softmax_mix(
         return true;
     }
     for first in (0..group).step_by(HEADS) {
-        let heads = (group - first).min(HEADS);
-        // SAFETY: as above, plus every row inside its buffers (checked); `p` holds the
-        // `heads` probability rows from `first`, `out` their `heads × hd` outputs, and
-        // `scratch` ROW_BLOCK rows (checked).
-        unsafe { mix_avx2(values, &p[first * p_stride..], p_stride, heads, scratch, &mut out[first * hd..(first + heads) * hd]) };
+        let (p, out) = (&p[first * p_stride..], &mut out[first * hd..]);
+        // SAFETY: as above, plus every row inside its buffers (checked) in the format the
+        // kernel is chosen for; `p` holds the probability rows of the heads from `first`
+        // and `out` their `heads × hd` outputs.
+        unsafe {
+            match values {
+                ValueRows::F16(_) => mix_heads::<F16>(group - first, values, p, p_stride, out),
+                ValueRows::Q8_0(_) => mix_heads::<Q8_0>(group - first, values, p, p_stride, out),
+                ValueRows::Q4_0(_) => mix_heads::<Q4_0>(group - first, values, p, p_stride, out),
+            }
+        }
     }
     true
 }
@@ -187,130 +182,121 @@ unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f
     }
 }
 
-/// `out_g += Σ_i p[g * p_stride + i] · value_i` for `heads` ≤ 4 query heads: a block of
-/// rows is converted to f32 in `scratch` front to back (one sequential stream), then
-/// summed 16 dimensions at a time in registers from L1.
+/// `mix_avx2` for the first `min(heads, 4)` heads, with as many dimensions per pass as
+/// keep 8 to 12 accumulators busy.
 ///
 /// # Safety
-/// AVX2, FMA and F16C; `values.row_len()` a multiple of 16 (of 32 for blocks); every row
-/// inside its buffers (`values_in_bounds`); `p` holds `heads` rows of
-/// `p_stride ≥ values.rows()`; `out.len() == heads * values.row_len()`;
-/// `scratch.len() ≥ ROW_BLOCK * values.row_len()`.
+/// As `mix_avx2`, for a row length that is a multiple of 16; `out` holds the heads' outputs.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mix_avx2(values: ValueRows<'_>, p: &[f32], p_stride: usize, heads: usize, scratch: &mut [f32], out: &mut [f32]) {
-    // SAFETY: the caller guarantees the CPU features and that every row, probability,
-    // scratch and output index used below is in bounds (see # Safety).
+unsafe fn mix_heads<const F: u8>(heads: usize, values: ValueRows<'_>, p: &[f32], p_stride: usize, out: &mut [f32]) {
+    let hd = values.row_len();
+    // SAFETY: the caller's contract, and each kernel's row length divides by its 16·V
+    // (checked just here).
+    unsafe {
+        match heads {
+            1 if hd.is_multiple_of(64) => mix_avx2::<1, F, 4>(values, p, p_stride, &mut out[..hd]),
+            1 => mix_avx2::<1, F, 1>(values, p, p_stride, &mut out[..hd]),
+            2 if hd.is_multiple_of(32) => mix_avx2::<2, F, 2>(values, p, p_stride, &mut out[..2 * hd]),
+            2 => mix_avx2::<2, F, 1>(values, p, p_stride, &mut out[..2 * hd]),
+            3 => mix_avx2::<3, F, 1>(values, p, p_stride, &mut out[..3 * hd]),
+            _ => mix_avx2::<4, F, 1>(values, p, p_stride, &mut out[..4 * hd]),
+        }
+    }
+}
+
+/// Value formats of `mix_avx2`, as a const parameter so that each is compiled on its own.
+const F16: u8 = 0;
+const Q8_0: u8 = 1;
+const Q4_0: u8 = 2;
+
+/// Rows per block of the AVX2 mix: the block's raw values (at most 32 × 512 bytes) stay
+/// in L1 while each 16 dimensions of it are summed.
+const MIX_ROW_BLOCK: usize = 32;
+/// How far ahead the AVX2 mix asks for rows.
+const MIX_PREFETCH_ROWS: usize = 64;
+
+/// `out_g += Σ_i p[g * p_stride + i] · value_i` for `H` ≤ 4 query heads: `16·V` dimensions
+/// of every head in `2·V·H` ymm accumulators (8 or 12, so that enough FMA chains are in
+/// flight whatever H), each row's values converted straight into registers (f16 by
+/// `vcvtph2ps`; q8_0 / q4_0 codes widened and times their block's scale, the portable
+/// decode's single rounding), rows in order, so the f16 sums are the AVX-512 kernel's
+/// bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `F` the format of `values`; its row length a multiple of `16·V`
+/// (and of 32 for blocks); every row inside its buffers (`values_in_bounds`); `p` holds
+/// `H` rows of `p_stride ≥ values.rows()`; `out.len() == H * values.row_len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRows<'_>, p: &[f32], p_stride: usize, out: &mut [f32]) {
+    // SAFETY: the caller guarantees the CPU features and that every row, probability and
+    // output index used below is in bounds (see # Safety).
     unsafe {
         let (hd, count) = (values.row_len(), values.rows());
+        let (halves, codes, scales, row_bytes) = match values {
+            ValueRows::F16(r) => (r.data.as_ptr(), core::ptr::null(), core::ptr::null(), 2 * r.stride),
+            ValueRows::Q8_0(b) => (core::ptr::null(), b.codes.as_ptr(), b.scales.as_ptr(), hd),
+            ValueRows::Q4_0(b) => (core::ptr::null(), b.codes.as_ptr(), b.scales.as_ptr(), hd / 2),
+        };
+        let stride = if F == F16 { row_bytes / 2 } else { 0 };
+        let blocks = hd / VALUE_BLOCK;
         let op = out.as_mut_ptr();
-        let sp = scratch.as_mut_ptr();
-        for block in (0..count).step_by(ROW_BLOCK) {
-            let end = (block + ROW_BLOCK).min(count);
-            for i in block..end {
-                let dst = sp.add((i - block) * hd);
-                match values {
-                    ValueRows::F16(r) => row_f16(r, i, dst),
-                    ValueRows::Q8_0(b) => row_q8_0(b, i, count, dst),
-                    ValueRows::Q4_0(b) => row_q4_0(b, i, count, dst),
-                }
-            }
-            for c in (0..hd).step_by(16) {
-                let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
-                for (g, a) in acc.iter_mut().enumerate().take(heads) {
-                    a[0] = _mm256_loadu_ps(op.add(g * hd + c));
-                    a[1] = _mm256_loadu_ps(op.add(g * hd + c + 8));
-                }
-                for i in block..end {
-                    let v = sp.add((i - block) * hd + c);
-                    let (v0, v1) = (_mm256_loadu_ps(v), _mm256_loadu_ps(v.add(8)));
-                    for (g, a) in acc.iter_mut().enumerate().take(heads) {
-                        let w = _mm256_set1_ps(*p.get_unchecked(g * p_stride + i));
-                        a[0] = _mm256_fmadd_ps(w, v0, a[0]);
-                        a[1] = _mm256_fmadd_ps(w, v1, a[1]);
+        let (low, eight) = (_mm_set1_epi8(15), _mm_set1_epi8(8));
+        let first_row: *const u8 = if F == F16 { halves.cast() } else { codes };
+        // the blocks are read a column of 16·V values at a time, which the hardware
+        // prefetchers do not follow: each column's pass asks for the same column
+        // MIX_PREFETCH_ROWS rows ahead, so every byte is asked for once, evenly spread
+        prefetch_bytes(first_row, MIX_PREFETCH_ROWS.min(count) * row_bytes);
+        let column_bytes = 16 * V * row_bytes / hd;
+        for block in (0..count).step_by(MIX_ROW_BLOCK) {
+            let end = (block + MIX_ROW_BLOCK).min(count);
+            for c in (0..hd).step_by(16 * V) {
+                let column = c * row_bytes / hd;
+                let mut acc = [[[_mm256_setzero_ps(); 2]; V]; H];
+                for (g, a) in acc.iter_mut().enumerate() {
+                    for (j, a) in a.iter_mut().enumerate() {
+                        a[0] = _mm256_loadu_ps(op.add(g * hd + c + 16 * j));
+                        a[1] = _mm256_loadu_ps(op.add(g * hd + c + 16 * j + 8));
                     }
                 }
-                for (g, a) in acc.iter().enumerate().take(heads) {
-                    _mm256_storeu_ps(op.add(g * hd + c), a[0]);
-                    _mm256_storeu_ps(op.add(g * hd + c + 8), a[1]);
+                for i in block..end {
+                    if i + MIX_PREFETCH_ROWS < count {
+                        prefetch_bytes(first_row.add((i + MIX_PREFETCH_ROWS) * row_bytes + column), column_bytes);
+                    }
+                    let mut w = [_mm256_setzero_ps(); H];
+                    for (g, w) in w.iter_mut().enumerate() {
+                        *w = _mm256_broadcast_ss(&*p.as_ptr().add(g * p_stride + i));
+                    }
+                    for j in 0..V {
+                        let c = c + 16 * j;
+                        let v = if F == F16 {
+                            let row = halves.add(i * stride + c);
+                            [_mm256_cvtph_ps(_mm_loadu_si128(row.cast())), _mm256_cvtph_ps(_mm_loadu_si128(row.add(8).cast()))]
+                        } else {
+                            let scale = *scales.add(i * blocks + c / VALUE_BLOCK);
+                            let d = _mm256_cvtph_ps(_mm_set1_epi16(scale as i16));
+                            let q = if F == Q8_0 {
+                                _mm_loadu_si128(codes.add(i * row_bytes + c).cast())
+                            } else {
+                                // the block's bytes: low nibbles its first 16 values, high its last 16
+                                let bytes = _mm_loadu_si128(codes.add(i * row_bytes + (c / VALUE_BLOCK) * VALUE_BLOCK / 2).cast());
+                                let nibbles = if c % VALUE_BLOCK == 0 { bytes } else { _mm_srli_epi16::<4>(bytes) };
+                                _mm_sub_epi8(_mm_and_si128(nibbles, low), eight)
+                            };
+                            let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                            let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q)));
+                            [_mm256_mul_ps(d, q0), _mm256_mul_ps(d, q1)]
+                        };
+                        for (a, &w) in acc.iter_mut().zip(&w) {
+                            a[j][0] = _mm256_fmadd_ps(w, v[0], a[j][0]);
+                            a[j][1] = _mm256_fmadd_ps(w, v[1], a[j][1]);
+                        }
+                    }
                 }
-            }
-        }
-    }
-}
-
-/// Row `i` of f16 values to f32 at `dst`, prefetching a row further on.
-///
-/// # Safety
-/// As `mix_avx2`; `dst` holds `r.len` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn row_f16(r: Rows<'_, u16>, i: usize, dst: *mut f32) {
-    // SAFETY: row `i` is inside `r.data` and `dst` holds `r.len` values (the caller's contract).
-    unsafe {
-        let row = r.data.as_ptr().add(i * r.stride);
-        if i + PREFETCH_ROWS < r.count {
-            prefetch_row(row.add(PREFETCH_ROWS * r.stride), r.len);
-        }
-        for c in (0..r.len).step_by(8) {
-            _mm256_storeu_ps(dst.add(c), _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast())));
-        }
-    }
-}
-
-/// Row `i` of q8_0 blocks to f32 at `dst`: each code widened, times its block's scale
-/// (the same single rounding as the portable decode).
-///
-/// # Safety
-/// As `mix_avx2`; `dst` holds `b.len` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn row_q8_0(b: BlockRows<'_>, i: usize, count: usize, dst: *mut f32) {
-    // SAFETY: row `i`'s codes and scales are inside `b` and `dst` holds `b.len` values
-    // (the caller's contract).
-    unsafe {
-        let blocks = b.len / VALUE_BLOCK;
-        let codes = b.codes.as_ptr().add(i * b.len);
-        let scales = b.scales.as_ptr().add(i * blocks);
-        if i + PREFETCH_ROWS < count {
-            prefetch_bytes(codes.add(PREFETCH_ROWS * b.len), b.len);
-        }
-        for k in 0..blocks {
-            let d = _mm256_cvtph_ps(_mm_set1_epi16(*scales.add(k) as i16));
-            for c in (0..VALUE_BLOCK).step_by(8) {
-                let at = k * VALUE_BLOCK + c;
-                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(codes.add(at).cast()));
-                _mm256_storeu_ps(dst.add(at), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
-            }
-        }
-    }
-}
-
-/// Row `i` of q4_0 blocks to f32 at `dst`: low nibbles are a block's first 16 values,
-/// high nibbles its last 16, each `d · (q − 8)`.
-///
-/// # Safety
-/// As `mix_avx2`; `dst` holds `b.len` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn row_q4_0(b: BlockRows<'_>, i: usize, count: usize, dst: *mut f32) {
-    // SAFETY: row `i`'s codes and scales are inside `b` and `dst` holds `b.len` values
-    // (the caller's contract).
-    unsafe {
-        let blocks = b.len / VALUE_BLOCK;
-        let codes = b.codes.as_ptr().add(i * b.len / 2);
-        let scales = b.scales.as_ptr().add(i * blocks);
-        if i + PREFETCH_ROWS < count {
-            prefetch_bytes(codes.add(PREFETCH_ROWS * b.len / 2), b.len / 2);
-        }
-        let (low, eight) = (_mm_set1_epi8(15), _mm256_set1_epi32(8));
-        for k in 0..blocks {
-            let d = _mm256_cvtph_ps(_mm_set1_epi16(*scales.add(k) as i16));
-            let bytes = _mm_loadu_si128(codes.add(k * VALUE_BLOCK / 2).cast());
-            let halves = [_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16::<4>(bytes), low)];
-            for (h, nibbles) in halves.into_iter().enumerate() {
-                for (c, q) in [nibbles, _mm_srli_si128::<8>(nibbles)].into_iter().enumerate() {
-                    let q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), eight);
-                    _mm256_storeu_ps(dst.add(k * VALUE_BLOCK + h * 16 + c * 8), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+                for (g, a) in acc.iter().enumerate() {
+                    for (j, a) in a.iter().enumerate() {
+                        _mm256_storeu_ps(op.add(g * hd + c + 16 * j), a[0]);
+                        _mm256_storeu_ps(op.add(g * hd + c + 16 * j + 8), a[1]);
+                    }
                 }
             }
         }
