@@ -28,7 +28,7 @@ pub enum Error {
     /// A product-quantized key cache needs an even number of sub-spaces in 2..=256.
     BadSubspaces(usize),
     /// A block value format for a head size that is not a whole number of its blocks.
-    ValueFormat { format: crate::model::kv::ValueFormat, head_dim: usize },
+    ValueFormat { format: &'static str, head_dim: usize },
 }
 
 impl fmt::Display for Error {
@@ -55,7 +55,7 @@ impl fmt::Display for Error {
             }
             Error::BadSubspaces(s) => write!(f, "{s} sub-spaces: a PQ key cache needs an even number in 2..=256"),
             Error::ValueFormat { format, head_dim } => {
-                write!(f, "{} values need a head size that is a multiple of 32; this model's is {head_dim} (use f16 values)", format.name())
+                write!(f, "{format} values need a head size that is a multiple of 32; this model's is {head_dim} (use f16 values)")
             }
         }
     }

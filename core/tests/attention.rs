@@ -166,7 +166,7 @@ fn block_values_match_an_f64_reference_of_llama_cpp_blocks() {
         }
         let odd = AttentionShape { layers: 1, n_heads: 2, n_kv_heads: 1, head_dim: 48, context: 8 };
         let refused = ExactKvCache::with_value_format(odd, KeyPrecision::F16, &[], format).err();
-        assert_eq!(refused, Some(lutra_core::Error::ValueFormat { format, head_dim: 48 }));
+        assert_eq!(refused, Some(lutra_core::Error::ValueFormat { format: format.name(), head_dim: 48 }));
     }
 }
 

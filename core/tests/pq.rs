@@ -415,7 +415,7 @@ fn block_values_reach_every_layer_of_a_pq_cache() {
     let odd = AttentionShape { head_dim: 16, ..shape };
     let books = random_books(&mut rng, PqShape::new(2, 2, 16, 8, 16).unwrap());
     let refused = PqKvCache::new(odd, books, Isa::best()).unwrap().with_value_format(ValueFormat::Q8_0).err();
-    assert_eq!(refused, Some(PqError::Kernel(lutra_core::Error::ValueFormat { format: ValueFormat::Q8_0, head_dim: 16 })));
+    assert_eq!(refused, Some(PqError::Kernel(lutra_core::Error::ValueFormat { format: "q8_0", head_dim: 16 })));
 }
 
 /// A sliding-window layer coded with PQ keeps a ring of its window's codes and values

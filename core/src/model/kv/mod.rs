@@ -312,7 +312,7 @@ impl ValueFormat {
         match self {
             ValueFormat::F16 => Ok(()),
             _ if head_dim.is_multiple_of(VALUE_BLOCK) => Ok(()),
-            format => Err(Error::ValueFormat { format, head_dim }),
+            format => Err(Error::ValueFormat { format: format.name(), head_dim }),
         }
     }
 
