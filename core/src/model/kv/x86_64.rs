@@ -183,7 +183,7 @@ unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f
 }
 
 /// `mix_avx2` for the first `min(heads, 4)` heads, with as many dimensions per pass as
-/// keep 8 to 12 accumulators busy.
+/// the row length allows up to 8 accumulators.
 ///
 /// # Safety
 /// As `mix_avx2`, for a row length that is a multiple of 16; `out` holds the heads' outputs.
@@ -216,8 +216,9 @@ const MIX_ROW_BLOCK: usize = 32;
 const MIX_PREFETCH_ROWS: usize = 64;
 
 /// `out_g += Σ_i p[g * p_stride + i] · value_i` for `H` ≤ 4 query heads: `16·V` dimensions
-/// of every head in `2·V·H` ymm accumulators (8 or 12, so that enough FMA chains are in
-/// flight whatever H), each row's values converted straight into registers (f16 by
+/// of every head in `2·V·H` ymm accumulators (8 where the row length allows — one head
+/// × 64 dimensions, two × 32, four × 16 — so that enough FMA chains are in flight
+/// whatever H), each row's values converted straight into registers (f16 by
 /// `vcvtph2ps`; q8_0 / q4_0 codes widened and times their block's scale, the portable
 /// decode's single rounding), rows in order, so the f16 sums are the AVX-512 kernel's
 /// bit for bit.
