@@ -164,6 +164,13 @@ fn block_values_match_an_f64_reference_of_llama_cpp_blocks() {
                 }
             }
         }
+        // a row of subnormal values: its scale is 0 in f16, and 1/d overflows in f32
+        let tiny = AttentionShape { layers: 1, n_heads: 1, n_kv_heads: 1, head_dim: 32, context: 2 };
+        let mut cache = ExactKvCache::with_value_format(tiny, KeyPrecision::F16, &[], format).unwrap();
+        cache.store(0, 0, &[1.0; 32], &[1e-41; 32]);
+        let mut out = [1.0; 32];
+        cache.attend(0, 0, 0, &[1.0; 32], 1.0, &mut out);
+        assert_eq!(out, [0.0; 32], "{}", format.name());
         let odd = AttentionShape { layers: 1, n_heads: 2, n_kv_heads: 1, head_dim: 48, context: 8 };
         let refused = ExactKvCache::with_value_format(odd, KeyPrecision::F16, &[], format).err();
         assert_eq!(refused, Some(lutra_core::Error::ValueFormat { format: format.name(), head_dim: 48 }));

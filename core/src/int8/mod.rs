@@ -351,25 +351,34 @@ impl Int8Activations {
             if !amax.is_finite() || x.iter().any(|v| v.is_nan()) {
                 return Err(Error::NonFiniteInput);
             }
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            for (q, &v) in q.iter_mut().zip(x) {
-                // |v·id| ≤ 127 up to rounding; the clamp matters only where a subnormal
-                // amax makes 1/d infinite (that block's f16 scale is then 0 anyway)
-                *q = round_half_away((v * id).clamp(-127.0, 127.0)) as i8;
-            }
-            *s = f16_bits_to_f32(f32_to_f16_bits(d));
+            *s = f16_bits_to_f32(f32_to_f16_bits(quantize_q8_0_block(x, q)));
             *sum = q.iter().map(|&q| i32::from(q)).sum();
         }
         Ok(())
     }
 }
 
+/// One block of values as llama.cpp's `quantize_row_q8_0_ref` quantizes it: codes
+/// `round(x / d)` from the f32 scale `d = max|x| / 127`, which it returns (stored as f16
+/// by the caller). Activations of Q8_0 products and q8_0 value caches both use it.
+#[inline(always)]
+pub(crate) fn quantize_q8_0_block(x: &[f32], codes: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in codes.iter_mut().zip(x) {
+        // |v·id| ≤ 127 up to rounding; the clamp matters only where a subnormal amax
+        // makes 1/d infinite (that block's f16 scale is then 0 anyway)
+        *q = round_half_away((v * id).clamp(-127.0, 127.0)) as i8;
+    }
+    d
+}
+
 /// `roundf` (half away from zero) for |x| < 2^23, branch-free so the quantizing loop
 /// vectorizes (libm's call was a tenth of a prefill): the truncation, plus or minus one
 /// where the exact remainder reaches a half.
 #[inline(always)]
-pub(crate) fn round_half_away(x: f32) -> i32 {
+fn round_half_away(x: f32) -> i32 {
     let t = x as i32;
     let frac = x - t as f32;
     t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)

@@ -4,7 +4,7 @@
 //! baseline target and (in `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
 
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
-use crate::int8::round_half_away;
+use crate::int8::quantize_q8_0_block;
 
 /// Where a run of cached rows lives: row `i` of `count` is `data[i * stride..][..len]`.
 #[derive(Clone, Copy)]
@@ -95,13 +95,9 @@ impl ValueRows<'_> {
 /// One block of 32 values as llama.cpp's `quantize_row_q8_0_ref` makes it: scale
 /// `d = amax / 127` (stored as f16), codes `roundf(x / d)` from the f32 `d`.
 pub fn quantize_q8_0(x: &[f32; VALUE_BLOCK], codes: &mut [u8], scale: &mut u16) {
-    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    *scale = f32_to_f16_bits(d);
-    for (c, &v) in codes.iter_mut().zip(x) {
-        *c = round_half_away(v * id).clamp(-127, 127) as i8 as u8;
-    }
+    let mut q = [0i8; VALUE_BLOCK];
+    *scale = f32_to_f16_bits(quantize_q8_0_block(x, &mut q));
+    codes.iter_mut().zip(q).for_each(|(c, q)| *c = q as u8);
 }
 
 /// One block of 32 values as llama.cpp's `quantize_row_q4_0_ref` makes it: the value of

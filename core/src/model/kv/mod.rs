@@ -297,15 +297,6 @@ impl ValueFormat {
         ValueFormat::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// Bytes of one row of `head_dim` values (a multiple of 32 for the block formats).
-    pub fn row_bytes(self, head_dim: usize) -> usize {
-        match self {
-            ValueFormat::F16 => 2 * head_dim,
-            ValueFormat::Q8_0 => head_dim + 2 * (head_dim / VALUE_BLOCK),
-            ValueFormat::Q4_0 => head_dim / 2 + 2 * (head_dim / VALUE_BLOCK),
-        }
-    }
-
     /// Whether rows of `head_dim` values can be stored this way: the block formats need
     /// whole blocks of 32.
     pub fn check(self, head_dim: usize) -> Result<(), Error> {
@@ -406,16 +397,16 @@ impl ValueCache {
     pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
         let (hd, count) = (self.shape.head_dim, piece.rows.len());
         let at = self.rows.index(&self.shape, layer, piece.kv_head, piece.rows.start);
-        let blocks = |codes_per_row: usize| BlockRows {
-            codes: &self.codes[at * codes_per_row..],
+        let blocks = || BlockRows {
+            codes: &self.codes[at * self.format.code_bytes(hd)..],
             scales: &self.scales[at * (hd / VALUE_BLOCK)..],
             len: hd,
             count,
         };
         let values = match self.format {
             ValueFormat::F16 => ValueRows::F16(Rows { data: &self.halves[at * hd..], stride: hd, len: hd, count }),
-            ValueFormat::Q8_0 => ValueRows::Q8_0(blocks(hd)),
-            ValueFormat::Q4_0 => ValueRows::Q4_0(blocks(hd / 2)),
+            ValueFormat::Q8_0 => ValueRows::Q8_0(blocks()),
+            ValueFormat::Q4_0 => ValueRows::Q4_0(blocks()),
         };
         kernels::softmax_mix(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, &mut piece.out, &mut piece.stats);
     }
