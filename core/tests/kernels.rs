@@ -175,14 +175,15 @@ fn multi_token_products_equal_each_tokens_gemv() {
 
 #[test]
 fn extreme_tables_do_not_overflow_i16() {
-    // all activations equal, all codes maximal: every lookup hits +127, the largest
-    // sum the i16 stage can ever see (64 chunks per group).
+    // all activations equal, all codes maximal (or all zero): every lookup hits +127
+    // (or −127), the largest sums the i16 stages can see. Every group size, since how
+    // many planes share an i16 accumulator depends on it (AVX2).
     let isas: Vec<Isa> = Isa::available().collect();
-    for bits in 1..=8u8 {
-        let layout = lutra_core::Layout::new(32, 256, bits, 256, Offset::Min).unwrap();
+    for (bits, group, code) in (1..=8u8).flat_map(|b| [16, 32, 64, 128, 256].into_iter().flat_map(move |g| [(b, g, u8::MAX), (b, g, 0)])) {
+        let layout = lutra_core::Layout::new(32, 256, bits, group, Offset::Min).unwrap();
         let mut data = lutra_core::AlignedBytes::zeroed(layout.total_bytes());
         lutra_core::quant::pack(&layout, data.as_mut(), |_, _, gc| {
-            gc.codes.fill(u8::MAX);
+            gc.codes.fill(code);
             gc.scale = 1.0;
             Ok(())
         })
@@ -190,12 +191,14 @@ fn extreme_tables_do_not_overflow_i16() {
         let m = PackedMatrix::from_bytes(layout, data).unwrap();
         let x = vec![1.0f32; 256];
         let planes: i32 = (0..bits).map(|i| 1 << i).sum();
+        let sign = if code == 0 { -1 } else { 1 };
         for interleave in [Interleave::Shuffle, Interleave::Permute] {
             let m = PackedMatrix::repack(&m, interleave).unwrap();
             let reference = integers(Isa::Scalar, &m, &x);
-            assert!(reference.iter().all(|&v| v == 64 * 127 * planes), "bits={bits}");
+            let chunks = group as i32 / 4;
+            assert!(reference.iter().all(|&v| v == sign * chunks * 127 * planes), "bits={bits} group={group}");
             for &isa in isas.iter().filter(|i| i.accepts(interleave)) {
-                assert_eq!(integers(isa, &m, &x), reference, "{} bits={bits}", isa.name());
+                assert_eq!(integers(isa, &m, &x), reference, "{} bits={bits} group={group} code={code}", isa.name());
             }
         }
     }

@@ -488,66 +488,14 @@ macro_rules! define_run {
 }
 pub(crate) use define_run;
 
-/// `define_run` for N tokens' tables over one matrix, for ISAs with a `tile_group_n`
-/// kernel (weights loaded once for every token).
-#[cfg(target_arch = "x86_64")]
-macro_rules! define_run_n {
-    ($feature:literal ; $f16x32:expr) => {
-        #[target_feature(enable = $feature)]
-        pub(crate) unsafe fn run_n<const N: usize, E: $crate::lut::Epilogue>(
-            jobs: [&$crate::lut::Job<'_>; N],
-            tiles: core::ops::Range<usize>,
-            epis: &mut [E; N],
-        ) {
-            let job = jobs[0];
-            for tile in tiles {
-                for g in 0..job.groups() {
-                    let mut acc = [[0i32; $crate::TILE_ROWS]; N];
-                    // SAFETY: the caller checked that this ISA is available and that all
-                    // jobs share one matrix (so one layout and group length).
-                    unsafe { tile_group_n(job.tile_group(tile, g), jobs.map(|j| j.quads(g)), job.layout.bits(), acc.each_mut()) };
-                    for ((epi, job), acc) in epis.iter_mut().zip(jobs).zip(&acc) {
-                        epi.group(job, tile, g, acc, $f16x32);
-                    }
-                }
-                for (epi, job) in epis.iter_mut().zip(jobs) {
-                    epi.tile_end(job, tile);
-                }
-            }
-        }
-    };
-}
-#[cfg(target_arch = "x86_64")]
-pub(crate) use define_run_n;
-
 /// Tokens per multi-token lookup pass that `gemm` uses on `isa` (1: each token alone).
-/// AVX2 has a multi-token kernel (`gemv_tiles_n`), but on a Zen 4 it measured slower
-/// than one token at a time (4-bit 2048×640, group 32: 31.9 µs per token alone, 33.6 in
-/// pairs, 37.4 in fours; the i16 accumulators of several tokens do not fit 16 registers
-/// beside the tables), so `gemm` does not use it there.
+/// AVX2 takes two: on a Zen 4 (AVX2 tier) the lookups of a Gemma 3 prefill took 8–11 %
+/// less time in pairs than one token at a time, and more in threes or fours (the i16
+/// accumulators of three tokens do not fit 16 registers beside the tables).
 pub fn gemm_tokens(isa: Isa) -> usize {
     match isa {
-        Isa::Avx512Vbmi => 2,
+        Isa::Avx512Vbmi | Isa::Avx2 => 2,
         _ => 1,
-    }
-}
-
-/// Whether `isa` has a `run_n` (multi-token lookup kernel, `define_run_n`).
-fn has_run_n(isa: Isa) -> bool {
-    matches!(isa, Isa::Avx2)
-}
-
-/// The multi-token kernels of the ISAs `has_run_n` names.
-fn dispatch_n<const N: usize, E: Epilogue>(isa: Isa, jobs: [&Job<'_>; N], tiles: Range<usize>, epis: &mut [E; N]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the caller checked that AVX2, FMA and F16C are available and that the
-        // jobs share one matrix.
-        Isa::Avx2 => unsafe { x86_64::avx2::run_n(jobs, tiles, epis) },
-        _ => {
-            let _ = (jobs, tiles, epis);
-            unreachable!("has_run_n names only ISAs with a run_n")
-        }
     }
 }
 
@@ -612,6 +560,12 @@ pub fn gemv_tiles<B: AsRef<[u8]>>(
     if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(l.interleave()) {
         // SAFETY: the ISA is available; job and `y` were validated above.
         unsafe { x86_64::avx512vbmi::run_float(&job, tiles, y) };
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() && isa.accepts(l.interleave()) {
+        // SAFETY: AVX2, FMA and F16C are available; job and `y` were validated above.
+        unsafe { x86_64::avx2::run_float([&job], tiles, [y]) };
         return Ok(());
     }
     let mut epi = FloatOut { y, first_tile: tiles.start, acc: [0.0; TILE_ROWS] };
@@ -741,14 +695,17 @@ pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
         unsafe { x86_64::avx512vbmi::run_float_pair([jobs_ref[0], jobs_ref[1]], tiles, [y0, y1]) };
         return Ok(());
     }
-    if !has_run_n(isa) {
-        for (t, y) in tables.into_iter().zip(ys) {
-            gemv_tiles(isa, m, t, tiles.clone(), y)?;
-        }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: the ISA is available; every job is validated against the one matrix,
+        // and each `y` holds exactly the rows of `tiles`.
+        unsafe { x86_64::avx2::run_float(jobs_ref, tiles, ys) };
         return Ok(());
     }
-    let mut epis = ys.map(|y| FloatOut { y, first_tile: tiles.start, acc: [0.0; TILE_ROWS] });
-    dispatch_n(isa, jobs_ref, tiles, &mut epis);
+    let _ = jobs_ref;
+    for (t, y) in tables.into_iter().zip(ys) {
+        gemv_tiles(isa, m, t, tiles.clone(), y)?;
+    }
     Ok(())
 }
 

@@ -1,65 +1,60 @@
-//! AVX2: two chunks per `vpshufb` (one table per 128-bit lane), `vpmaddubsw` for plane pairs.
+//! AVX2: two chunks per `vpshufb` (one table per 128-bit lane); `vpmaddubsw` weighs
+//! and adds plane pairs, and the float epilogue stays in registers.
+//!
+//! Plane pairs accumulate in i16 with weights (4^l, 2·4^l) for the l-th pair of a
+//! *set*, so several pairs share accumulators and are widened to i32 once per set, not
+//! once per pair. A set holds as many pairs as keep every i16 sum in range: a lookup is
+//! at most 127 in magnitude, a word of an accumulator takes one weighted pair per
+//! 32-byte load, two loads per quad, so a set of `s` pairs over `q` quads sums to at most
+//! `2·q·(4^s − 1)·127` (`pairs_per_set`). An odd last plane is its own set.
 
 use core::arch::x86_64::*;
+use core::ops::Range;
 
-use crate::{Block64, Interleave, TILE_ROWS};
+use crate::lut::{Job, Tables};
+use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
 
-/// Sum the two 128-bit lanes (same rows, different chunks), widen to i32, scale by
-/// 2^shift and add to `acc[row..row + 8]`.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn fold8(acc: &mut [i32; TILE_ROWS], row: usize, v: __m256i, shift: i32) {
-    let x = _mm_add_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let x = _mm256_sll_epi32(_mm256_cvtepi16_epi32(x), _mm_cvtsi32_si128(shift));
-    let dst = acc[row..row + 8].as_mut_ptr().cast::<__m256i>();
-    // SAFETY: `dst` points at 8 i32 inside `acc`.
-    unsafe { _mm256_storeu_si256(dst, _mm256_add_epi32(_mm256_loadu_si256(dst), x)) };
+/// Pairs of planes that may share i16 accumulators over `n_quads` quads (at most 3:
+/// the weights of a fourth, 64 and 128, would overflow the sum of two quads).
+fn pairs_per_set(n_quads: usize) -> usize {
+    let fits = |pairs: usize| 2 * n_quads * ((1usize << (2 * pairs)) - 1) * 127 <= i16::MAX as usize;
+    (1..=3).rev().find(|&p| fits(p)).unwrap_or(1)
 }
 
-/// Widen 16 i16 rows to i32, scale and add to `acc[row..row + 16]`.
+/// Adds the i16 rows of `a` (the two 128-bit lanes are two chunks of the same 8 rows)
+/// to the i32 rows `out`, times 2^shift.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn fold16(acc: &mut [i32; TILE_ROWS], row: usize, v: __m256i, shift: i32) {
-    let s = _mm_cvtsi32_si128(shift);
-    let lo = _mm256_sll_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)), s);
-    let hi = _mm256_sll_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)), s);
-    let dst = acc[row..row + 16].as_mut_ptr().cast::<__m256i>();
-    // SAFETY: `dst` points at 16 i32 inside `acc`.
-    unsafe {
-        _mm256_storeu_si256(dst, _mm256_add_epi32(_mm256_loadu_si256(dst), lo));
-        _mm256_storeu_si256(dst.add(1), _mm256_add_epi32(_mm256_loadu_si256(dst.add(1)), hi));
+fn widen_into(out: &mut [__m256i; 4], a: [__m256i; 4], shift: i32) {
+    let count = _mm_cvtsi32_si128(shift);
+    for (o, a) in out.iter_mut().zip(a) {
+        let lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(a));
+        let hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1));
+        *o = _mm256_add_epi32(*o, _mm256_sll_epi32(_mm256_add_epi32(lo, hi), count));
     }
 }
 
-/// # Safety
-/// The CPU must support AVX2; `w` is one tile-group of a layout with `quads.len()` quads.
-#[target_feature(enable = "avx2")]
-#[inline]
-pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
-    // SAFETY: the caller's contract.
-    unsafe { tile_group_n::<1>(w, [quads], bits, [acc]) }
-}
-
-/// `tile_group` for N tokens at once: each 32 weight bytes are loaded and split into
-/// nibble indices once, then looked up in every token's tables. Integer sums, so each
-/// `acc[t]` is what `tile_group` gives token t, bit for bit.
+/// Integer accumulators of one tile-group for N tokens' tables: `[token][k]` holds rows
+/// 8k..8k+8 as i32. Each 32 weight bytes are loaded and split into nibble indices once
+/// for all N tokens; integer sums, so each token's rows do not depend on N.
 ///
 /// # Safety
-/// The CPU must support AVX2; `w` is one tile-group of a layout with `quads[t].len()`
-/// quads for every t.
+/// The CPU must support AVX2; `w` is one tile-group of a `Shuffle` layout of BITS bits
+/// with `n_quads` quads, each of `tables` points at that group's `n_quads` (aligned)
+/// table blocks, and `per_set` is `pairs_per_set(n_quads)`.
 #[target_feature(enable = "avx2")]
 #[inline]
-pub(crate) unsafe fn tile_group_n<const N: usize>(w: &[u8], quads: [&[Block64]; N], bits: u8, mut acc: [&mut [i32; TILE_ROWS]; N]) {
-    let bits = bits as usize;
-    let n_quads = quads[0].len();
-    debug_assert!(quads.iter().all(|q| q.len() == n_quads), "every token's tables cover the same group");
-    debug_assert_eq!(w.len(), TILE_ROWS * 16 * n_quads * bits / 8);
-    let tables = quads.map(|q| q.as_ptr().cast::<u8>());
+unsafe fn rows<const BITS: usize, const N: usize>(w: &[u8], tables: [*const u8; N], n_quads: usize, per_set: usize) -> [[__m256i; 4]; N] {
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * n_quads * BITS / 8);
+    debug_assert_eq!(per_set, pairs_per_set(n_quads));
     let nibble = _mm256_set1_epi8(0x0f);
-    let plane_weights = _mm256_set1_epi16(0x0201);
+    let mut out = [[_mm256_setzero_si256(); 4]; N];
     let mut p = w.as_ptr();
-    for pair in 0..bits / 2 {
-        let mut a = [[_mm256_setzero_si256(); 4]; N];
+    let mut a = [[_mm256_setzero_si256(); 4]; N];
+    for pair in 0..BITS / 2 {
+        let level = pair % per_set;
+        // bytes (4^level, 2·4^level): the pair's two planes, relative to the set's first
+        let weights = _mm256_set1_epi16((0x0201u16 << (2 * level)) as i16);
         for quad in 0..n_quads {
             for half in 0..2 {
                 for lanes in 0..2 {
@@ -74,22 +69,27 @@ pub(crate) unsafe fn tile_group_n<const N: usize>(w: &[u8], quads: [&[Block64]; 
                             let table = _mm256_load_si256(table.add(64 * quad + 32 * lanes).cast());
                             let lo = _mm256_shuffle_epi8(table, i_lo);
                             let hi = _mm256_shuffle_epi8(table, i_hi);
-                            a[2 * half] = _mm256_add_epi16(a[2 * half], _mm256_maddubs_epi16(plane_weights, lo));
-                            a[2 * half + 1] = _mm256_add_epi16(a[2 * half + 1], _mm256_maddubs_epi16(plane_weights, hi));
+                            a[2 * half] = _mm256_add_epi16(a[2 * half], _mm256_maddubs_epi16(weights, lo));
+                            a[2 * half + 1] = _mm256_add_epi16(a[2 * half + 1], _mm256_maddubs_epi16(weights, hi));
                         }
                     }
                 }
             }
         }
-        for (a, acc) in a.into_iter().zip(acc.iter_mut()) {
-            for (k, v) in a.into_iter().enumerate() {
-                // SAFETY: AVX2 is enabled in this function.
-                unsafe { fold8(acc, 8 * k, v, 2 * pair as i32) };
+        if level + 1 == per_set || pair + 1 == BITS / 2 {
+            for (out, a) in out.iter_mut().zip(a.iter_mut()) {
+                widen_into(out, *a, 2 * (pair - level) as i32);
+                *a = [_mm256_setzero_si256(); 4];
             }
         }
     }
-    if bits % 2 == 1 {
-        let mut rows = [[_mm256_setzero_si256(); 2]; N];
+    if BITS % 2 == 1 {
+        // Byte i of a chunk is row i (low nibble) and 16 + i (high nibble): one
+        // `vpmaddubsw` keeps the even rows, one the odd, each widened to i16 in place.
+        let even = _mm256_set1_epi16(0x0001);
+        let odd = _mm256_set1_epi16(0x0100);
+        // per token: even and odd rows of 0..16, even and odd rows of 16..32
+        let mut e = [[_mm256_setzero_si256(); 4]; N];
         for quad in 0..n_quads {
             for lanes in 0..2 {
                 // SAFETY: as above.
@@ -98,45 +98,221 @@ pub(crate) unsafe fn tile_group_n<const N: usize>(w: &[u8], quads: [&[Block64]; 
                     p = p.add(32);
                     let i_lo = _mm256_and_si256(v, nibble);
                     let i_hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-                    for (rows, table) in rows.iter_mut().zip(tables) {
+                    for (e, table) in e.iter_mut().zip(tables) {
                         let table = _mm256_load_si256(table.add(64 * quad + 32 * lanes).cast());
-                        for (r, index) in rows.iter_mut().zip([i_lo, i_hi]) {
-                            let x = _mm256_shuffle_epi8(table, index);
-                            let x16 = _mm256_add_epi16(
-                                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)),
-                                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)),
-                            );
-                            *r = _mm256_add_epi16(*r, x16);
-                        }
+                        let lo = _mm256_shuffle_epi8(table, i_lo);
+                        let hi = _mm256_shuffle_epi8(table, i_hi);
+                        e[0] = _mm256_add_epi16(e[0], _mm256_maddubs_epi16(even, lo));
+                        e[1] = _mm256_add_epi16(e[1], _mm256_maddubs_epi16(odd, lo));
+                        e[2] = _mm256_add_epi16(e[2], _mm256_maddubs_epi16(even, hi));
+                        e[3] = _mm256_add_epi16(e[3], _mm256_maddubs_epi16(odd, hi));
                     }
                 }
             }
         }
-        for ([lo_rows, hi_rows], acc) in rows.into_iter().zip(acc.iter_mut()) {
-            // SAFETY: AVX2 is enabled in this function.
-            unsafe {
-                fold16(acc, 0, lo_rows, bits as i32 - 1);
-                fold16(acc, 16, hi_rows, bits as i32 - 1);
-            }
+        for (out, e) in out.iter_mut().zip(e) {
+            // interleave even and odd rows back: rows 0..8, 8..16, 16..24, 24..32
+            let a = [
+                _mm256_unpacklo_epi16(e[0], e[1]),
+                _mm256_unpackhi_epi16(e[0], e[1]),
+                _mm256_unpacklo_epi16(e[2], e[3]),
+                _mm256_unpackhi_epi16(e[2], e[3]),
+            ];
+            widen_into(out, a, BITS as i32 - 1);
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY: the caller's contract; `quads` holds the group's table blocks.
+    let [rows] = unsafe { rows::<BITS, 1>(w, [quads.as_ptr().cast()], quads.len(), pairs_per_set(quads.len())) };
+    let dst = acc.as_mut_ptr().cast::<__m256i>();
+    for (k, r) in rows.into_iter().enumerate() {
+        // SAFETY: `acc` is 32 i32 = four 256-bit vectors.
+        unsafe { _mm256_storeu_si256(dst.add(k), _mm256_add_epi32(_mm256_loadu_si256(dst.add(k)), r)) };
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2; `w` is one tile-group of a layout with `quads.len()` quads.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY (all arms): same contract as this function. `bits` comes from a `Layout`,
+    // whose private fields hold 1..=8 (only `Layout::new` makes one), so `_` is 8.
+    unsafe {
+        match bits {
+            1 => tile_group_bits::<1>(w, quads, acc),
+            2 => tile_group_bits::<2>(w, quads, acc),
+            3 => tile_group_bits::<3>(w, quads, acc),
+            4 => tile_group_bits::<4>(w, quads, acc),
+            5 => tile_group_bits::<5>(w, quads, acc),
+            6 => tile_group_bits::<6>(w, quads, acc),
+            7 => tile_group_bits::<7>(w, quads, acc),
+            _ => tile_group_bits::<8>(w, quads, acc),
         }
     }
 }
+
+crate::lut::define_run!("avx2,fma,f16c"; |b| f16x32(b));
 
 /// 32 f16 scales to f32 with F16C `vcvtph2ps`.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 fn f16x32(bytes: &[u8; 64]) -> [f32; TILE_ROWS] {
-    let mut out = [_mm256_setzero_ps(); 4];
-    for (i, o) in out.iter_mut().enumerate() {
-        // SAFETY: 16 readable bytes at 16·i within the 64.
-        *o = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bytes.as_ptr().add(16 * i).cast()) });
-    }
     // SAFETY: [f32; 32] is four __m256 of plain bits.
-    unsafe { core::mem::transmute(out) }
+    unsafe { core::mem::transmute(f16x32_regs(bytes.as_ptr())) }
 }
 
-crate::lut::define_run!("avx2,fma,f16c"; |b| f16x32(b));
-crate::lut::define_run_n!("avx2,fma,f16c"; |b| f16x32(b));
+/// 32 f16 at `p` as four vectors of 8 f32.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn f16x32_regs(p: *const u8) -> [__m256; 4] {
+    let mut out = [_mm256_setzero_ps(); 4];
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: callers pass 64 readable bytes.
+        *o = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.add(16 * i).cast()) });
+    }
+    out
+}
+
+/// The float epilogue of one matrix in registers, shared by the one- and N-token
+/// kernels: the operations and their order are the portable epilogue's
+/// (`lut::FloatOut`), so every token's floats equal the other ISAs' up to nothing but
+/// this fact, and each other whatever N.
+struct Epilogue<'a> {
+    job: &'a Job<'a>,
+    bytes: *const u8,
+    half_range: f32,
+    zero: f32,
+    with_mins: bool,
+    wide: bool,
+}
+
+impl<'a> Epilogue<'a> {
+    fn new(job: &'a Job<'a>) -> Self {
+        let l = &job.layout;
+        let half_range = l.half_range();
+        let zero = match l.offset() {
+            Offset::Zero(z) => z as f32,
+            Offset::Symmetric | Offset::Min => half_range,
+        };
+        let (with_mins, wide) = (l.offset() == Offset::Min, l.scales() == ScaleFormat::F32);
+        Epilogue { job, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
+    }
+
+    /// The 32 f32 scales (or minima) of the block at byte `at`.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn block(&self, at: usize) -> [__m256; 4] {
+        // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
+        // `job.bytes` (layout-checked by `Job::new`).
+        unsafe {
+            let p = self.bytes.add(at);
+            if self.wide {
+                let p = p.cast::<f32>();
+                [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))]
+            } else {
+                f16x32_regs(p)
+            }
+        }
+    }
+
+    /// Group `g`'s scales, and minima when the layout has them.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn affine(&self, tile: usize, g: usize) -> ([__m256; 4], Option<[__m256; 4]>) {
+        let mins = if self.with_mins { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
+        (self.block(self.job.scale_block_offset(tile, g)), mins)
+    }
+
+    /// Adds group `g`'s integer sums `ints`, over one token's `tables`, to that token's `f`:
+    /// `f += s·(I·α + β) [+ m·Σa]`, multiplies and adds as the portable epilogue has them.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn add(&self, f: &mut [__m256; 4], ints: [__m256i; 4], tables: &Tables<'_>, g: usize, affine: &([__m256; 4], Option<[__m256; 4]>)) {
+        let sum = tables.sum[g];
+        let alpha = _mm256_set1_ps(tables.scale[g] * 0.5);
+        let (scales, mins) = affine;
+        let beta = _mm256_set1_ps(if mins.is_some() { self.half_range * sum } else { (self.half_range - self.zero) * sum });
+        for k in 0..4 {
+            let x = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ints[k]), alpha), beta);
+            let mut x = _mm256_mul_ps(scales[k], x);
+            if let Some(m) = mins {
+                x = _mm256_add_ps(x, _mm256_mul_ps(m[k], _mm256_set1_ps(sum)));
+            }
+            f[k] = _mm256_add_ps(f[k], x);
+        }
+    }
+
+    /// Writes tile `tile`'s rows (of the tiles from `first`) into `y`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn store(&self, f: [__m256; 4], tile: usize, first: usize, y: &mut [f32]) {
+        let start = (tile - first) * TILE_ROWS;
+        let n = (self.job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
+        let mut rows = [0.0f32; TILE_ROWS];
+        for (k, v) in f.into_iter().enumerate() {
+            // SAFETY: 8 f32 at 8k inside `rows`.
+            unsafe { _mm256_storeu_ps(rows.as_mut_ptr().add(8 * k), v) };
+        }
+        y[start..start + n].copy_from_slice(&rows[..n]);
+    }
+}
+
+/// The float GEMV of N tokens over the same tiles, sums and epilogue in registers.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_float_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, mut ys: [&mut [f32]; N]) {
+    let e = Epilogue::new(jobs[0]);
+    let first = tiles.start;
+    let n_quads = jobs[0].layout.group() / 16;
+    let per_set = pairs_per_set(n_quads);
+    for tile in tiles {
+        let mut f = [[_mm256_setzero_ps(); 4]; N];
+        for g in 0..jobs[0].groups() {
+            let mut tables = [core::ptr::null::<u8>(); N];
+            for (t, job) in tables.iter_mut().zip(jobs) {
+                *t = job.quads(g).as_ptr().cast();
+            }
+            // SAFETY: the tile-group and every token's group tables have the layout's
+            // lengths (all jobs share one matrix).
+            let ints = unsafe { rows::<BITS, N>(jobs[0].tile_group(tile, g), tables, n_quads, per_set) };
+            let affine = e.affine(tile, g);
+            for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
+                e.add(f, ints, &job.tables, g, &affine);
+            }
+        }
+        for (f, y) in f.into_iter().zip(ys.iter_mut()) {
+            e.store(f, tile, first, y);
+        }
+    }
+}
+
+/// Each token's `y` rows of `tiles` (see `lut::gemv_tiles`); every `y` is what N = 1
+/// writes for its token.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; every job is validated (by `Job::new`) against
+/// one `Shuffle` matrix, and each `y` holds exactly the rows of `tiles`.
+pub(crate) unsafe fn run_float<const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, ys: [&mut [f32]; N]) {
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
+    unsafe {
+        match jobs[0].layout.bits() {
+            1 => run_float_bits::<1, N>(jobs, tiles, ys),
+            2 => run_float_bits::<2, N>(jobs, tiles, ys),
+            3 => run_float_bits::<3, N>(jobs, tiles, ys),
+            4 => run_float_bits::<4, N>(jobs, tiles, ys),
+            5 => run_float_bits::<5, N>(jobs, tiles, ys),
+            6 => run_float_bits::<6, N>(jobs, tiles, ys),
+            7 => run_float_bits::<7, N>(jobs, tiles, ys),
+            _ => run_float_bits::<8, N>(jobs, tiles, ys),
+        }
+    }
+}
 
 /// The portable table builder, compiled with AVX2 + FMA so it vectorizes 8-wide.
 ///
