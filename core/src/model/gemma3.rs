@@ -54,7 +54,7 @@ use super::import::{Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
-use super::products::{self, batch_product, first_rows, Scratch};
+use super::products::{self, batch_product, batch_products, first_rows, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 
@@ -382,9 +382,7 @@ impl Gemma3 {
             for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
             }
-            batch_product(gemv, &layer.wq, &mut b.scratch, &b.xb, n, &mut b.q)?;
-            batch_product(gemv, &layer.wk, &mut b.scratch, &b.xb, n, &mut b.k)?;
-            batch_product(gemv, &layer.wv, &mut b.scratch, &b.xb, n, &mut b.v)?;
+            batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.wq, &mut b.q), (&layer.wk, &mut b.k), (&layer.wv, &mut b.v)])?;
             let angles = if c.is_global(l) { &b.rope.global } else { &b.rope.local };
             for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(angles) {
                 for head in q.chunks_exact_mut(hd) {
@@ -416,8 +414,7 @@ impl Gemma3 {
             for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
             }
-            batch_product(gemv, &layer.w_gate, &mut b.scratch, &b.xb, n, &mut b.hb)?;
-            batch_product(gemv, &layer.w_up, &mut b.scratch, &b.xb, n, &mut b.hb2)?;
+            batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
             for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
                 *g = gelu_tanh(*g) * u;
             }

@@ -45,7 +45,7 @@ use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
-use super::products::{self, batch_product, first_rows, Scratch};
+use super::products::{self, batch_product, batch_products, first_rows, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
@@ -455,9 +455,11 @@ impl LlamaFamily {
             for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
             }
-            project(gemv, &layer.wq, &mut b.scratch, &b.xb, n, &mut b.q)?;
-            project(gemv, &layer.wk, &mut b.scratch, &b.xb, n, &mut b.k)?;
-            project(gemv, &layer.wv, &mut b.scratch, &b.xb, n, &mut b.v)?;
+            let (wq, wk, wv) = (&layer.wq, &layer.wk, &layer.wv);
+            batch_products(gemv, &mut b.scratch, &b.xb, n, [(&wq.weights, &mut b.q), (&wk.weights, &mut b.k), (&wv.weights, &mut b.v)])?;
+            for (p, ys) in [(wq, &mut b.q), (wk, &mut b.k), (wv, &mut b.v)] {
+                add_bias(p, ys, n);
+            }
             for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(&b.rope) {
                 for (head, norm) in q
                     .chunks_exact_mut(hd)
@@ -490,8 +492,7 @@ impl LlamaFamily {
             for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
             }
-            batch_product(gemv, &layer.w_gate, &mut b.scratch, &b.xb, n, &mut b.hb)?;
-            batch_product(gemv, &layer.w_up, &mut b.scratch, &b.xb, n, &mut b.hb2)?;
+            batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
             for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
                 *g = silu(*g) * u;
             }
@@ -514,12 +515,17 @@ fn silu(x: f32) -> f32 {
 /// `ys[i] = p.weights · xs[i] + p.bias` for the first `n` rows of `xs`.
 fn project<G: Gemv>(gemv: &G, p: &Projection, scratch: &mut Scratch, xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), ModelError> {
     batch_product(gemv, &p.weights, scratch, xs, n, ys)?;
+    add_bias(p, ys, n);
+    Ok(())
+}
+
+/// Adds `p`'s bias, if it has one, to the first `n` rows of `ys`.
+fn add_bias(p: &Projection, ys: &mut [f32], n: usize) {
     if let Some(bias) = &p.bias {
         for y in first_rows(ys, n, bias.len()) {
             add(y, bias);
         }
     }
-    Ok(())
 }
 
 /// The first tensor of `g` that a model of config `c` does not read (`expected` of them).

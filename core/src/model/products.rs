@@ -60,28 +60,45 @@ pub(super) fn batch_product<G: Gemv>(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), ModelError> {
-    let (rows, cols) = (m.rows(), m.cols());
-    match m {
-        Weights::Lookup(m) => {
-            let group = m.layout().group();
-            let set = scratch.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
-            let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
-            for (t, x) in set.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
-                t.build(x)?;
-            }
-            let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
-            gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
+    batch_products(gemv, scratch, xs, n, [(m, ys)])
+}
+
+/// `batch_product` for several matrices of the same input (q, k and v; gate and up):
+/// each kind of prepared input — a table set per (columns, group), int8 activations per
+/// column count — is made once for all of them.
+pub(super) fn batch_products<G: Gemv, const K: usize>(
+    gemv: &G,
+    scratch: &mut Scratch,
+    xs: &[f32],
+    n: usize,
+    products: [(&Weights, &mut [f32]); K],
+) -> Result<(), ModelError> {
+    for (i, (m, _)) in products.iter().enumerate() {
+        if !products[..i].iter().any(|(done, _)| input_form(done) == input_form(m)) {
+            scratch.prepare(m, xs, n)?;
         }
-        Weights::Int8(m) => {
-            let acts = scratch.int8.iter_mut().find(|a| a.first().is_some_and(|a| a.cols() == cols));
-            let acts = acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
-            for (act, x) in acts.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
-                act.quantize(x)?;
+    }
+    for (m, ys) in products {
+        let (rows, cols) = (m.rows(), m.cols());
+        match m {
+            Weights::Lookup(m) => {
+                let set = scratch.tables(cols, m.layout().group())?;
+                let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
+                gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
             }
-            gemv.int8_gemm(m, &acts[..n], &mut ys[..n * rows])?;
+            Weights::Int8(m) => gemv.int8_gemm(m, &scratch.int8(cols)?[..n], &mut ys[..n * rows])?,
         }
     }
     Ok(())
+}
+
+/// What a matrix's kernel reads of its input: tables of (columns, group), or int8
+/// activations of (columns, 0).
+fn input_form(m: &Weights) -> (bool, usize, usize) {
+    match m {
+        Weights::Lookup(m) => (true, m.layout().cols(), m.layout().group()),
+        Weights::Int8(m) => (false, m.cols(), 0),
+    }
 }
 
 /// Per-token working memory of the products: one table set per token of a batch for
@@ -93,6 +110,41 @@ pub(super) struct Scratch {
 }
 
 impl Scratch {
+    /// The table set for matrices of `cols` columns in groups of `group`.
+    fn tables(&self, cols: usize, group: usize) -> Result<&[OwnedTables], ModelError> {
+        let set = self.tables.iter().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set.as_slice());
+        set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))
+    }
+
+    /// The int8 activations for matrices of `cols` columns.
+    fn int8(&self, cols: usize) -> Result<&[Int8Activations], ModelError> {
+        let acts = self.int8.iter().find(|a| a.first().is_some_and(|a| a.cols() == cols)).map(|a| a.as_slice());
+        acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))
+    }
+
+    /// Tables (or int8 activations) of the first `n` rows of `xs`, as `m`'s kernel reads them.
+    fn prepare(&mut self, m: &Weights, xs: &[f32], n: usize) -> Result<(), ModelError> {
+        let cols = m.cols();
+        match m {
+            Weights::Lookup(m) => {
+                let group = m.layout().group();
+                let set = self.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
+                let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
+                for (t, x) in set.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
+                    t.build(x)?;
+                }
+            }
+            Weights::Int8(_) => {
+                let acts = self.int8.iter_mut().find(|a| a.first().is_some_and(|a| a.cols() == cols));
+                let acts = acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
+                for (act, x) in acts.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
+                    act.quantize(x)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Room for the products of up to `PREFILL_BATCH` tokens with each of `matrices`.
     pub(super) fn for_matrices<'m>(matrices: impl Iterator<Item = &'m Weights>) -> Result<Scratch, ModelError> {
         let mut tables = Vec::new();
