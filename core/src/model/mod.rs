@@ -153,6 +153,12 @@ pub trait Gemv {
         }
         xs.iter().zip(ys.chunks_exact_mut(m.rows().max(1))).try_for_each(|(x, y)| self.int8_gemv(m, x, y))
     }
+    /// `job(item, i)` for every item of a batch (each token's tables or int8 activations,
+    /// made from its own input): the calling thread unless overridden. Each call touches
+    /// only its own item, so any split gives the same items.
+    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
+        items.iter_mut().enumerate().try_for_each(|(i, item)| job(item, i))
+    }
     /// Who runs attention's pieces; the calling thread unless overridden.
     fn parallel(&self) -> &dyn kv::Parallel {
         &SingleThread

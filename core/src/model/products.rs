@@ -75,7 +75,7 @@ pub(super) fn batch_products<G: Gemv, const K: usize>(
 ) -> Result<(), ModelError> {
     for (i, (m, _)) in products.iter().enumerate() {
         if !products[..i].iter().any(|(done, _)| input_form(done) == input_form(m)) {
-            scratch.prepare(m, xs, n)?;
+            scratch.prepare(gemv, m, xs, n)?;
         }
     }
     for (m, ys) in products {
@@ -122,24 +122,25 @@ impl Scratch {
         acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))
     }
 
-    /// Tables (or int8 activations) of the first `n` rows of `xs`, as `m`'s kernel reads them.
-    fn prepare(&mut self, m: &Weights, xs: &[f32], n: usize) -> Result<(), ModelError> {
+    /// Tables (or int8 activations) of the first `n` rows of `xs`, as `m`'s kernel reads
+    /// them, token by token on `gemv`'s threads.
+    fn prepare<G: Gemv>(&mut self, gemv: &G, m: &Weights, xs: &[f32], n: usize) -> Result<(), ModelError> {
         let cols = m.cols();
+        if xs.len() < n * cols {
+            return Err(ModelError::Kernel(crate::Error::BufferSize { what: "activations", expected: n * cols, got: xs.len() }));
+        }
+        let input = |i: usize| &xs[i * cols..(i + 1) * cols];
         match m {
             Weights::Lookup(m) => {
                 let group = m.layout().group();
                 let set = self.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
                 let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
-                for (t, x) in set.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
-                    t.build(x)?;
-                }
+                gemv.for_each_token(&mut set[..n], &|t: &mut OwnedTables, i| t.build(input(i)).map(|_| ()))?;
             }
             Weights::Int8(_) => {
                 let acts = self.int8.iter_mut().find(|a| a.first().is_some_and(|a| a.cols() == cols));
                 let acts = acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
-                for (act, x) in acts.iter_mut().zip(xs.chunks_exact(cols)).take(n) {
-                    act.quantize(x)?;
-                }
+                gemv.for_each_token(&mut acts[..n], &|a: &mut Int8Activations, i| a.quantize(input(i)))?;
             }
         }
         Ok(())

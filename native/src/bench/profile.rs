@@ -91,6 +91,9 @@ impl<G: Gemv> Gemv for ProfileGemv<'_, G> {
         let name = || self.name(m.rows(), int8_name(m));
         self.timed(name, m.bytes(), || self.inner.int8_gemm(m, xs, ys))
     }
+    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
+        self.inner.for_each_token(items, job)
+    }
     fn parallel(&self) -> &dyn Parallel {
         self
     }

@@ -3,7 +3,7 @@
 mod parallel;
 mod pool;
 
-pub use parallel::{gemm, gemv, gemv_rayon, int8_gemm, int8_gemv};
+pub use parallel::{for_each_token, gemm, gemv, gemv_rayon, int8_gemm, int8_gemv};
 pub use pool::{ChunkCounter, DisjointSlice, Pool};
 
 use lutra_core::int8::{Int8Activations, Int8Matrix};
@@ -28,6 +28,9 @@ impl Gemv for PoolGemv<'_> {
     }
     fn int8_gemm(&self, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
         int8_gemm(self.0, Isa::best(), m, xs, ys)
+    }
+    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
+        for_each_token(self.0, items, job)
     }
     fn parallel(&self) -> &dyn Parallel {
         self.0

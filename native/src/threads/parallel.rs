@@ -146,6 +146,26 @@ pub fn gemm<B: AsRef<[u8]> + Sync>(pool: &Pool, isa: Isa, m: &PackedMatrix<B>, t
     })
 }
 
+/// `job(item, i)` for every item on every thread of `pool`, in chunks of tokens (a
+/// batch's table builds and activation quantization, microseconds each).
+pub fn for_each_token<T: Send>(
+    pool: &Pool,
+    items: &mut [T],
+    job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync),
+) -> Result<(), Error> {
+    if pool.threads() == 1 || items.len() < 2 {
+        return items.iter_mut().enumerate().try_for_each(|(i, item)| job(item, i));
+    }
+    let counter = ChunkCounter::new(items.len(), items.len().div_ceil(4 * pool.threads()));
+    let items = DisjointSlice::new(items);
+    run_chunks(pool, &counter, |range| {
+        // SAFETY: each index range comes from the counter exactly once, so no two threads
+        // hold the same item.
+        let chunk = unsafe { items.range_mut(range.clone()) };
+        chunk.iter_mut().zip(range).try_for_each(|(item, i)| job(item, i))
+    })
+}
+
 /// Attention's pieces, one at a time to whichever thread asks first.
 impl Parallel for Pool {
     fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
