@@ -345,6 +345,18 @@ impl Int8Activations {
         if x.len() != self.codes.len() {
             return Err(Error::BufferSize { what: "activations", expected: self.codes.len(), got: x.len() });
         }
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx2.is_available() {
+            // SAFETY: AVX2 is available (checked once, cached).
+            return unsafe { x86_64::quantize_avx2(self, x) };
+        }
+        self.quantize_portable(x)
+    }
+
+    /// `quantize` (lengths checked by the caller) in plain arithmetic, which every
+    /// compilation of it performs alike: the AVX2 build only runs it 8 wide.
+    #[inline(always)]
+    pub(crate) fn quantize_portable(&mut self, x: &[f32]) -> Result<(), Error> {
         let blocks = x.chunks_exact(BLOCK).zip(self.codes.chunks_exact_mut(BLOCK));
         for (((x, q), s), sum) in blocks.zip(&mut self.scales).zip(&mut self.sums) {
             let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -582,6 +594,8 @@ fn five_bit_widened(isa: Isa, g: &FiveBitGroup<'_>, x: &Int8Activations, out: &m
 #[cfg(test)]
 mod rounding_tests {
     use super::{round_half_away, Int8Activations};
+    use alloc::vec;
+    use alloc::vec::Vec;
 
     /// A block whose largest magnitude is subnormal: 1/d overflows to infinity, which
     /// once overflowed the rounding (a fuzzer's find, through a Gemma prefill).
@@ -597,6 +611,48 @@ mod rounding_tests {
         assert_eq!(a.scales, [0.0, 1.5 / 127.0_f32].map(|d| f32::from(half::f16::from_f32(d))));
         assert_eq!(a.codes[5], -127);
         assert_eq!(a.codes[40], 127);
+    }
+
+    /// The dispatched quantizer (8 wide where AVX2 exists) gives the portable one's codes,
+    /// scales and sums, bit for bit: values at exact halves of a step, subnormals, zeros,
+    /// and spreads over many magnitudes; and both refuse NaN and infinity.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn every_build_of_the_quantizer_agrees() {
+        let cols = 256;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..64 {
+            let x: Vec<f32> = (0..cols)
+                // the last rounds: blocks of subnormals and zeros only (1/d infinite)
+                .map(|i| match if round >= 48 { 1 + i % 2 } else { (round + i) % 7 } {
+                    // exact halves of the step 127 sets when the block's max is 127
+                    0 => ((next() % 255) as f32 - 127.0) + 0.5,
+                    1 => f32::from_bits((next() as u32) & 0x807f_ffff), // subnormal or zero
+                    2 => 0.0,
+                    _ => (next() as i32 as f32) * 2f32.powi((next() % 40) as i32 - 50),
+                })
+                .collect();
+            let (mut a, mut b) = (Int8Activations::new(cols).unwrap(), Int8Activations::new(cols).unwrap());
+            a.quantize(&x).unwrap();
+            b.quantize_portable(&x).unwrap();
+            assert_eq!(
+                (&a.codes, a.scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), &a.sums),
+                (&b.codes, b.scales.iter().map(|s| s.to_bits()).collect(), &b.sums)
+            );
+        }
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut x = vec![1.0f32; cols];
+            x[77] = bad;
+            let mut a = Int8Activations::new(cols).unwrap();
+            assert!(matches!(a.quantize(&x), Err(crate::Error::NonFiniteInput)));
+            assert!(matches!(a.quantize_portable(&x), Err(crate::Error::NonFiniteInput)));
+        }
     }
 
     /// Equal to libm's `roundf` at every half in ±200, its neighbours, and a sweep of all

@@ -7,6 +7,64 @@
 use core::arch::x86_64::*;
 
 use super::{FiveBitGroup, Group, Int8Activations, BLOCK, FIVE_BIT_BLOCK_BYTES, GROUP_ROWS};
+use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::Error;
+
+/// `Int8Activations::quantize_portable`, a block of 32 in four vectors: the same float
+/// operations (|x|'s maximum, `d = amax / 127`, `x · (1/d)` clamped to ±127, rounded half
+/// away from zero through truncation and the remainder), so the same codes, scales and
+/// sums. A product `0 · ∞` (a subnormal amax makes 1/d infinite) is NaN there and rounds
+/// to code 0; here it is zeroed before the clamp to the same end.
+///
+/// # Safety
+/// AVX2 must be available; `x` has `a.cols()` values.
+#[target_feature(enable = "avx2")]
+pub unsafe fn quantize_avx2(a: &mut Int8Activations, x: &[f32]) -> Result<(), Error> {
+    debug_assert_eq!(x.len(), a.codes.len());
+    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let (low, high) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+    let (half, minus_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    // bytes of `packs` come out 128-bit lane by lane: put each vector's 8 codes back in order
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let blocks = x.chunks_exact(BLOCK).zip(a.codes.chunks_exact_mut(BLOCK));
+    for (((x, q), s), sum) in blocks.zip(&mut a.scales).zip(&mut a.sums) {
+        // SAFETY: a block is 32 f32 = four 8-lane loads.
+        let v: [__m256; 4] = core::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) });
+        let nan = v.iter().fold(_mm256_setzero_ps(), |m, &v| _mm256_or_ps(m, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v)));
+        if _mm256_movemask_ps(nan) != 0 {
+            return Err(Error::NonFiniteInput);
+        }
+        let m = v.iter().fold(_mm256_setzero_ps(), |m, &v| _mm256_max_ps(m, _mm256_and_ps(v, magnitude)));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        if !amax.is_finite() {
+            return Err(Error::NonFiniteInput);
+        }
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let codes = v.map(|v| {
+            let y = _mm256_mul_ps(v, id);
+            let y = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(y, y), y);
+            let y = _mm256_min_ps(_mm256_max_ps(y, low), high);
+            let t = _mm256_cvttps_epi32(y);
+            let frac = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
+            let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(frac, half));
+            let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(frac, minus_half));
+            // the masks are −1 where true
+            _mm256_add_epi32(_mm256_sub_epi32(t, up), down)
+        });
+        let bytes = _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
+        // SAFETY: `q` is 32 bytes.
+        unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), _mm256_permutevar8x32_epi32(bytes, order)) };
+        let total = _mm256_add_epi32(_mm256_add_epi32(codes[0], codes[1]), _mm256_add_epi32(codes[2], codes[3]));
+        let total = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
+        let total = _mm_add_epi32(total, _mm_shuffle_epi32::<0b01_00_11_10>(total));
+        *sum = _mm_cvtsi128_si32(_mm_add_epi32(total, _mm_shuffle_epi32::<0b10_11_00_01>(total)));
+        *s = f16_bits_to_f32(f32_to_f16_bits(d));
+    }
+    Ok(())
+}
 
 /// As `scalar::group`, 16 bytes at a time.
 ///
