@@ -340,6 +340,19 @@ impl Gemv for PoolGemv {
         })
     }
 
+    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
+        let n = items.len();
+        if self.0.threads() == 1 || n < 2 {
+            return items.iter_mut().enumerate().try_for_each(|(i, item)| job(item, i));
+        }
+        let items = DisjointSlice::new(items);
+        split(self.0, n, n.div_ceil(4 * self.0.threads()), |range| {
+            // SAFETY: each index range comes from the counter exactly once.
+            let chunk = unsafe { items.range_mut(range.clone()) };
+            chunk.iter_mut().zip(range).try_for_each(|(item, i)| job(item, i))
+        })
+    }
+
     fn parallel(&self) -> &dyn Parallel {
         self
     }
