@@ -20,8 +20,9 @@
 //! The *integer accumulator* of (row, group) is `I = Σ_i 2^i·Σ_chunks Tq[idx]`, and
 //! every ISA computes it exactly. The shuffle kernels sum lookups in i16, which cannot
 //! overflow (a pair of planes adds at most 3·127 per chunk, a group has at most 64
-//! chunks: 64·381 = 24 384 < 32 767), then widen to i32; the VBMI kernel sums in i32
-//! directly (`vpdpbusd`). The float output is
+//! chunks: 64·381 = 24 384 < 32 767), then widen to i32; AVX2 lets up to three pairs
+//! share i16 sums where the group is short enough to bound them (`x86_64::avx2`); the
+//! VBMI kernel sums in i32 directly (`vpdpbusd`). The float output is
 //!
 //! ```text
 //! y_row = Σ_g  s·(I·scale_g/2 + (half_range − z)·A_g)        (Offset::Zero(z); Symmetric: z = half_range)
@@ -489,9 +490,10 @@ macro_rules! define_run {
 pub(crate) use define_run;
 
 /// Tokens per multi-token lookup pass that `gemm` uses on `isa` (1: each token alone).
-/// AVX2 takes two: on a Zen 4 (AVX2 tier) the lookups of a Gemma 3 prefill took 8–11 %
-/// less time in pairs than one token at a time, and more in threes or fours (the i16
-/// accumulators of three tokens do not fit 16 registers beside the tables).
+/// AVX2 takes two: on a Zen 4 (AVX2 tier) the lookups of Gemma 3 and stories15M
+/// prefills took 6–14 % less time in pairs than one token at a time, and more in threes
+/// or fours (the i16 accumulators of three tokens do not fit 16 registers beside the
+/// tables).
 pub fn gemm_tokens(isa: Isa) -> usize {
     match isa {
         Isa::Avx512Vbmi | Isa::Avx2 => 2,
@@ -702,7 +704,7 @@ pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
         unsafe { x86_64::avx2::run_float(jobs_ref, tiles, ys) };
         return Ok(());
     }
-    let _ = jobs_ref;
+    let _ = jobs_ref; // read by the x86 kernels above only
     for (t, y) in tables.into_iter().zip(ys) {
         gemv_tiles(isa, m, t, tiles.clone(), y)?;
     }

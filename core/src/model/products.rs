@@ -110,16 +110,24 @@ pub(super) struct Scratch {
 }
 
 impl Scratch {
-    /// The table set for matrices of `cols` columns in groups of `group`.
-    fn tables(&self, cols: usize, group: usize) -> Result<&[OwnedTables], ModelError> {
-        let set = self.tables.iter().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set.as_slice());
-        set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))
+    /// Where the table set for matrices of `cols` columns in groups of `group` is.
+    fn table_set(&self, cols: usize, group: usize) -> Result<usize, ModelError> {
+        let at = self.tables.iter().position(|(key, _)| *key == (cols, group));
+        at.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))
     }
 
-    /// The int8 activations for matrices of `cols` columns.
+    /// Where the int8 activations for matrices of `cols` columns are.
+    fn int8_set(&self, cols: usize) -> Result<usize, ModelError> {
+        let at = self.int8.iter().position(|a| a.first().is_some_and(|a| a.cols() == cols));
+        at.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))
+    }
+
+    fn tables(&self, cols: usize, group: usize) -> Result<&[OwnedTables], ModelError> {
+        Ok(&self.tables[self.table_set(cols, group)?].1)
+    }
+
     fn int8(&self, cols: usize) -> Result<&[Int8Activations], ModelError> {
-        let acts = self.int8.iter().find(|a| a.first().is_some_and(|a| a.cols() == cols)).map(|a| a.as_slice());
-        acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))
+        Ok(&self.int8[self.int8_set(cols)?])
     }
 
     /// Tables (or int8 activations) of the first `n` rows of `xs`, as `m`'s kernel reads
@@ -132,15 +140,12 @@ impl Scratch {
         let input = |i: usize| &xs[i * cols..(i + 1) * cols];
         match m {
             Weights::Lookup(m) => {
-                let group = m.layout().group();
-                let set = self.tables.iter_mut().find(|(key, _)| *key == (cols, group)).map(|(_, set)| set);
-                let set = set.ok_or(ModelError::Kernel(crate::Error::TablesMismatch { tables_cols: 0, tables_group: 0, cols, group }))?;
-                gemv.for_each_token(&mut set[..n], &|t: &mut OwnedTables, i| t.build(input(i)).map(|_| ()))?;
+                let at = self.table_set(cols, m.layout().group())?;
+                gemv.for_each_token(&mut self.tables[at].1[..n], &|t: &mut OwnedTables, i| t.build(input(i)).map(|_| ()))?;
             }
             Weights::Int8(_) => {
-                let acts = self.int8.iter_mut().find(|a| a.first().is_some_and(|a| a.cols() == cols));
-                let acts = acts.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))?;
-                gemv.for_each_token(&mut acts[..n], &|a: &mut Int8Activations, i| a.quantize(input(i)))?;
+                let at = self.int8_set(cols)?;
+                gemv.for_each_token(&mut self.int8[at][..n], &|a: &mut Int8Activations, i| a.quantize(input(i)))?;
             }
         }
         Ok(())
