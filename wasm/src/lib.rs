@@ -122,6 +122,13 @@ impl Gemv for Products {
             Products::Pool(p) => p.int8_gemv(m, x, y),
         }
     }
+    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
+        match self {
+            Products::Single => SingleThread.for_each_token(items, job),
+            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+            Products::Pool(p) => p.for_each_token(items, job),
+        }
+    }
     fn parallel(&self) -> &dyn Parallel {
         match self {
             Products::Single => &SingleThread,

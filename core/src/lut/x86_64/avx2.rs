@@ -15,7 +15,7 @@ use crate::lut::{Job, Tables};
 use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
 
 /// Pairs of planes that may share i16 accumulators over `n_quads` quads (at most 3:
-/// the weights of a fourth, 64 and 128, would overflow the sum of two quads).
+/// with a fourth, weights 64 and 128, even one quad's sums would overflow).
 fn pairs_per_set(n_quads: usize) -> usize {
     let fits = |pairs: usize| 2 * n_quads * ((1usize << (2 * pairs)) - 1) * 127 <= i16::MAX as usize;
     (1..=3).rev().find(|&p| fits(p)).unwrap_or(1)
