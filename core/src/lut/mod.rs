@@ -305,6 +305,9 @@ pub(crate) struct Job<'a> {
     code_bytes: usize,
     scale_block_bytes: usize,
     quads_per_group: usize,
+    /// `half_range − z` (`Offset::Zero(z)`; 0 for `Symmetric`) or `half_range` (`Min`):
+    /// a group's β is this times its Σa (`beta`).
+    beta_per_sum: f32,
 }
 
 impl<'a> Job<'a> {
@@ -337,7 +340,23 @@ impl<'a> Job<'a> {
             code_bytes: l.tile_group_bytes(),
             scale_block_bytes: l.scales().bytes() * TILE_ROWS,
             quads_per_group: l.group() / 16,
+            beta_per_sum: match l.offset() {
+                Offset::Zero(z) => l.half_range() - z as f32,
+                Offset::Symmetric => l.half_range() - l.half_range(),
+                Offset::Min => l.half_range(),
+            },
         })
+    }
+    /// β of group g in `y += s·(I·α + β) [+ m·Σa]`: every float epilogue's, so all compute
+    /// it alike.
+    #[inline(always)]
+    pub fn beta(&self, g: usize) -> f32 {
+        self.beta_per_sum * self.tables.sum[g]
+    }
+    /// Whether the layout stores per-group minima (`Offset::Min`).
+    #[inline(always)]
+    pub fn has_mins(&self) -> bool {
+        self.layout.offset() == Offset::Min
     }
     #[inline(always)]
     pub fn groups(&self) -> usize {
@@ -413,27 +432,16 @@ pub(crate) struct FloatOut<'y> {
 impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
-        let l = &job.layout;
         let scales = job.scale_block(job.scale_block_offset(tile, g), &f16x32);
-        let alpha = job.tables.scale[g] * 0.5;
-        let sum = job.tables.sum[g];
-        match l.offset() {
-            Offset::Zero(_) | Offset::Symmetric => {
-                let z = match l.offset() {
-                    Offset::Zero(z) => z as f32,
-                    _ => l.half_range(),
-                };
-                let beta = (l.half_range() - z) * sum;
-                for r in 0..TILE_ROWS {
-                    self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta);
-                }
+        let (alpha, beta, sum) = (job.tables.scale[g] * 0.5, job.beta(g), job.tables.sum[g]);
+        if job.has_mins() {
+            let mins = job.scale_block(job.min_block_offset(tile, g), &f16x32);
+            for r in 0..TILE_ROWS {
+                self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta) + mins[r] * sum;
             }
-            Offset::Min => {
-                let mins = job.scale_block(job.min_block_offset(tile, g), &f16x32);
-                let beta = l.half_range() * sum;
-                for r in 0..TILE_ROWS {
-                    self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta) + mins[r] * sum;
-                }
+        } else {
+            for r in 0..TILE_ROWS {
+                self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta);
             }
         }
     }

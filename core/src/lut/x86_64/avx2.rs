@@ -11,8 +11,8 @@
 use core::arch::x86_64::*;
 use core::ops::Range;
 
-use crate::lut::{Job, Tables};
-use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
+use crate::lut::Job;
+use crate::{Block64, Interleave, ScaleFormat, TILE_ROWS};
 
 /// Pairs of planes that may share i16 accumulators over `n_quads` quads (at most 3:
 /// with a fourth, weights 64 and 128, even one quad's sums would overflow).
@@ -186,22 +186,12 @@ fn f16x32_regs(p: *const u8) -> [__m256; 4] {
 struct Epilogue<'a> {
     job: &'a Job<'a>,
     bytes: *const u8,
-    half_range: f32,
-    zero: f32,
-    with_mins: bool,
     wide: bool,
 }
 
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
-        let l = &job.layout;
-        let half_range = l.half_range();
-        let zero = match l.offset() {
-            Offset::Zero(z) => z as f32,
-            Offset::Symmetric | Offset::Min => half_range,
-        };
-        let (with_mins, wide) = (l.offset() == Offset::Min, l.scales() == ScaleFormat::F32);
-        Epilogue { job, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
+        Epilogue { job, bytes: job.bytes.as_ptr(), wide: job.layout.scales() == ScaleFormat::F32 }
     }
 
     /// The 32 f32 scales (or minima) of the block at byte `at`.
@@ -225,19 +215,20 @@ impl<'a> Epilogue<'a> {
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
     fn affine(&self, tile: usize, g: usize) -> ([__m256; 4], Option<[__m256; 4]>) {
-        let mins = if self.with_mins { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
+        let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
         (self.block(self.job.scale_block_offset(tile, g)), mins)
     }
 
-    /// Adds group `g`'s integer sums `ints`, over one token's `tables`, to that token's `f`:
-    /// `f += s·(I·α + β) [+ m·Σa]`, multiplies and adds as the portable epilogue has them.
+    /// Adds group `g`'s integer sums `ints`, over one token's tables (its `job`), to that
+    /// token's `f`: `f += s·(I·α + β) [+ m·Σa]`, multiplies and adds as the portable
+    /// epilogue has them.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn add(&self, f: &mut [__m256; 4], ints: [__m256i; 4], tables: &Tables<'_>, g: usize, affine: &([__m256; 4], Option<[__m256; 4]>)) {
-        let sum = tables.sum[g];
-        let alpha = _mm256_set1_ps(tables.scale[g] * 0.5);
+    fn add(&self, f: &mut [__m256; 4], ints: [__m256i; 4], job: &Job<'_>, g: usize, affine: &([__m256; 4], Option<[__m256; 4]>)) {
+        let sum = job.tables.sum[g];
+        let alpha = _mm256_set1_ps(job.tables.scale[g] * 0.5);
         let (scales, mins) = affine;
-        let beta = _mm256_set1_ps(if mins.is_some() { self.half_range * sum } else { (self.half_range - self.zero) * sum });
+        let beta = _mm256_set1_ps(job.beta(g));
         for k in 0..4 {
             let x = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ints[k]), alpha), beta);
             let mut x = _mm256_mul_ps(scales[k], x);
@@ -282,7 +273,7 @@ unsafe fn run_float_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N],
             let ints = unsafe { rows::<BITS, N>(jobs[0].tile_group(tile, g), tables, n_quads, per_set) };
             let affine = e.affine(tile, g);
             for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
-                e.add(f, ints, &job.tables, g, &affine);
+                e.add(f, ints, job, g, &affine);
             }
         }
         for (f, y) in f.into_iter().zip(ys.iter_mut()) {

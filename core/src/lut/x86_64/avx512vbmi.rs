@@ -8,8 +8,8 @@ use core::arch::x86_64::*;
 
 use core::ops::Range;
 
-use crate::lut::{Job, Tables};
-use crate::{Block64, Interleave, Offset, ScaleFormat, TILE_ROWS};
+use crate::lut::Job;
+use crate::{Block64, Interleave, ScaleFormat, TILE_ROWS};
 
 /// `(a & b) | c` for `vpternlogd`.
 const AND_OR: i32 = 0xea;
@@ -127,22 +127,12 @@ crate::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fma,f16c"; 
 struct Epilogue<'a> {
     job: &'a Job<'a>,
     bytes: *const u8,
-    half_range: f32,
-    zero: f32,
-    with_mins: bool,
     wide: bool,
 }
 
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
-        let l = &job.layout;
-        let half_range = l.half_range();
-        let zero = match l.offset() {
-            Offset::Zero(z) => z as f32,
-            Offset::Symmetric | Offset::Min => half_range,
-        };
-        let (with_mins, wide) = (l.offset() == Offset::Min, l.scales() == ScaleFormat::F32);
-        Epilogue { job, bytes: job.bytes.as_ptr(), half_range, zero, with_mins, wide }
+        Epilogue { job, bytes: job.bytes.as_ptr(), wide: job.layout.scales() == ScaleFormat::F32 }
     }
 
     /// The 32 f32 scales (or minima) of the block at byte `at`.
@@ -165,31 +155,31 @@ impl<'a> Epilogue<'a> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
     #[inline]
     fn affine(&self, tile: usize, g: usize) -> ((__m512, __m512), Option<(__m512, __m512)>) {
-        let mins = if self.with_mins { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
+        let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
         (self.block(self.job.scale_block_offset(tile, g)), mins)
     }
 
-    /// Adds group `g`'s integer sums `ints`, over one token's `tables`, to that token's `f`.
+    /// Adds group `g`'s integer sums `ints`, over one token's tables (its `job`), to that
+    /// token's `f`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
     #[inline]
     fn add(
         &self,
         f: &mut (__m512, __m512),
         ints: (__m512i, __m512i),
-        tables: &Tables<'_>,
+        job: &Job<'_>,
         g: usize,
         affine: ((__m512, __m512), Option<(__m512, __m512)>),
     ) {
         let (((s_lo, s_hi), mins), (i_lo, i_hi)) = (affine, ints);
-        let sum = tables.sum[g];
-        let alpha = _mm512_set1_ps(tables.scale[g] * 0.5);
+        let sum = job.tables.sum[g];
+        let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
+        let beta = _mm512_set1_ps(job.beta(g));
         if let Some((m_lo, m_hi)) = mins {
-            let beta = _mm512_set1_ps(self.half_range * sum);
             let gamma = _mm512_set1_ps(sum);
             f.0 = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0));
             f.1 = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1));
         } else {
-            let beta = _mm512_set1_ps((self.half_range - self.zero) * sum);
             f.0 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0);
             f.1 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1);
         }
@@ -224,7 +214,7 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
         for g in 0..job.groups() {
             // SAFETY: the tile-group and the group's tables have the layout's lengths.
             let ints = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
-            e.add(&mut f, ints, &job.tables, g, e.affine(tile, g));
+            e.add(&mut f, ints, job, g, e.affine(tile, g));
         }
         e.store(f, tile, first, y);
     }
@@ -243,7 +233,7 @@ unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Ran
             let ints = unsafe { rows_pair::<BITS>(jobs[0].tile_group(tile, g), [jobs[0].quads(g), jobs[1].quads(g)]) };
             let affine = e.affine(tile, g);
             for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
-                e.add(f, ints, &job.tables, g, affine);
+                e.add(f, ints, job, g, affine);
             }
         }
         for (f, y) in f.into_iter().zip(ys.iter_mut()) {
