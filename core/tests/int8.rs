@@ -218,27 +218,29 @@ fn five_bit_form_equals_the_byte_form_of_its_codes_on_every_isa() {
 #[test]
 fn a_batch_of_tokens_equals_each_token_alone() {
     let mut rng = Rng(23);
-    let (rows, cols) = (13, 320);
-    let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
-    for m in [Int8Matrix::from_q5_0(&q5, rows, cols).unwrap(), Int8Matrix::from_q8_0(&q8, rows, cols).unwrap()] {
-        for tokens in 1..=9 {
-            let xs: Vec<Int8Activations> = (0..tokens)
-                .map(|_| {
-                    let mut x = Int8Activations::new(cols).unwrap();
-                    x.quantize(&rng.vec(cols, 2.0)).unwrap();
-                    x
-                })
-                .collect();
-            for isa in Isa::available() {
-                // whole and partial groups of rows
-                for range in [0..rows, 3..10, 5..6] {
-                    let mut ys = vec![vec![0.0; range.len()]; tokens];
-                    let mut each = ys.iter_mut();
-                    gemm_rows(isa, &m, &xs, range.clone(), |_| each.next().unwrap()).unwrap();
-                    for (t, (x, y)) in xs.iter().zip(&ys).enumerate() {
-                        let mut alone = vec![0.0; range.len()];
-                        gemv_rows(Isa::Scalar, &m, x, range.clone(), &mut alone).unwrap();
-                        assert_eq!(bits(y), bits(&alone), "{} {:?}, token {t} of {tokens}, rows {range:?}", isa.name(), m.form());
+    // the second shape is wider than one run of the AVX2 tile kernel (64 blocks)
+    for ((rows, cols), most_tokens) in [((13, 320), 9), ((9, 64 * 32 + 96), 17)] {
+        let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
+        for m in [Int8Matrix::from_q5_0(&q5, rows, cols).unwrap(), Int8Matrix::from_q8_0(&q8, rows, cols).unwrap()] {
+            for tokens in 1..=most_tokens {
+                let xs: Vec<Int8Activations> = (0..tokens)
+                    .map(|_| {
+                        let mut x = Int8Activations::new(cols).unwrap();
+                        x.quantize(&rng.vec(cols, 2.0)).unwrap();
+                        x
+                    })
+                    .collect();
+                for isa in Isa::available() {
+                    // whole and partial groups of rows
+                    for range in [0..rows, 3..rows.min(10), 5..6] {
+                        let mut ys = vec![vec![0.0; range.len()]; tokens];
+                        let mut each = ys.iter_mut();
+                        gemm_rows(isa, &m, &xs, range.clone(), |_| each.next().unwrap()).unwrap();
+                        for (t, (x, y)) in xs.iter().zip(&ys).enumerate() {
+                            let mut alone = vec![0.0; range.len()];
+                            gemv_rows(Isa::Scalar, &m, x, range.clone(), &mut alone).unwrap();
+                            assert_eq!(bits(y), bits(&alone), "{} {:?}, token {t} of {tokens}, rows {range:?}", isa.name(), m.form());
+                        }
                     }
                 }
             }
@@ -284,4 +286,40 @@ fn a_packed_five_bit_matrix_reads_back_unchanged() {
     };
     assert_eq!(back.form(), CodeForm::FiveBit);
     assert_eq!(back.parts(), m.parts());
+}
+
+/// Every code at 31 (u, the kernels' unsigned form) against activations at ±127: the
+/// largest sums the batch kernels add in 16 bits, equal to the scalar kernel's.
+#[test]
+fn the_largest_five_bit_sums_do_not_overflow_a_batch() {
+    let (rows, cols) = (8, 640);
+    let mut q5 = Vec::new();
+    for _ in 0..rows * cols / BLOCK {
+        q5.extend_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        q5.extend_from_slice(&u32::MAX.to_le_bytes());
+        q5.extend_from_slice(&[0xff; 16]);
+    }
+    let m = Int8Matrix::from_q5_0(&q5, rows, cols).unwrap();
+    for sign in [1.0f32, -1.0] {
+        let xs: Vec<Int8Activations> = (0..8)
+            .map(|_| {
+                let mut x = Int8Activations::new(cols).unwrap();
+                x.quantize(&vec![sign; cols]).unwrap();
+                x
+            })
+            .collect();
+        for isa in Isa::available() {
+            let mut ys = vec![vec![0.0; rows]; xs.len()];
+            let mut each = ys.iter_mut();
+            gemm_rows(isa, &m, &xs, 0..rows, |_| each.next().unwrap()).unwrap();
+            let mut alone = vec![0.0; rows];
+            gemv_rows(Isa::Scalar, &m, &xs[0], 0..rows, &mut alone).unwrap();
+            // Σ 15·(±127) over 640 columns, at scales 0.01 and 1/127 (both rounded to f16)
+            let want = f64::from(sign) * 15.0 * 640.0 * 0.01;
+            assert!((f64::from(alone[0]) - want).abs() < 1e-3 * want.abs(), "scalar {} vs {want}", alone[0]);
+            for y in &ys {
+                assert_eq!(bits(y), bits(&alone), "{}", isa.name());
+            }
+        }
+    }
 }

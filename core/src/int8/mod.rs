@@ -57,6 +57,15 @@ pub enum CodeForm {
 /// Rows a kernel call multiplies at once (their scales are stored interleaved).
 pub const GROUP_ROWS: usize = 4;
 
+/// Tokens of an AVX2 token tile (`x86_64::TokenTile`): one per 32-bit lane of a vector.
+const TILE_TOKENS: usize = 8;
+/// Blocks of a token tile (1024 columns, 10 KiB on the stack); wider matrices are
+/// multiplied a run of blocks at a time.
+const TILE_BLOCKS: usize = 32;
+/// Fewest tokens worth a tile: it costs the same for one token as for eight, about five
+/// tokens' worth of the token-at-a-time kernel.
+const TILE_MIN_TOKENS: usize = 5;
+
 /// A matrix of int8 codes with one f32 scale per row and 32 columns: `w = d · q`.
 #[derive(Clone, Debug)]
 pub struct Int8Matrix {
@@ -445,19 +454,72 @@ pub fn gemm_rows<'y>(
             Err(Error::BufferSize { what: "output rows", expected: rows.len(), got: y.len() })
         }
     };
-    for batch in xs.chunks(if multi_token(isa) { 4 } else { 1 }) {
-        match batch {
-            [a, b, c, d] => rows_n(isa, m, [a, b, c, d], rows.clone(), [out()?, out()?, out()?, out()?]),
-            [a, b, c] => rows_n(isa, m, [a, b, c], rows.clone(), [out()?, out()?, out()?]),
-            [a, b] => rows_n(isa, m, [a, b], rows.clone(), [out()?, out()?]),
-            _ => {
-                for x in batch {
-                    rows_n(isa, m, [x], rows.clone(), [out()?]);
+    for tile in xs.chunks(TILE_TOKENS) {
+        #[cfg(target_arch = "x86_64")]
+        if m.form == CodeForm::FiveBit && multi_token(isa) && tile.len() >= TILE_MIN_TOKENS {
+            let mut ys: [&mut [f32]; TILE_TOKENS] = Default::default();
+            for y in &mut ys[..tile.len()] {
+                *y = out()?;
+            }
+            rows_tiled(m, &core::array::from_fn(|t| tile.get(t)), rows.clone(), &mut ys[..tile.len()]);
+            continue;
+        }
+        for batch in tile.chunks(if multi_token(isa) { 4 } else { 1 }) {
+            match batch {
+                [a, b, c, d] => rows_n(isa, m, [a, b, c, d], rows.clone(), [out()?, out()?, out()?, out()?]),
+                [a, b, c] => rows_n(isa, m, [a, b, c], rows.clone(), [out()?, out()?, out()?]),
+                [a, b] => rows_n(isa, m, [a, b], rows.clone(), [out()?, out()?]),
+                _ => {
+                    for x in batch {
+                        rows_n(isa, m, [x], rows.clone(), [out()?]);
+                    }
                 }
             }
         }
     }
     Ok(())
+}
+
+/// `gemm_rows` of a five-bit matrix for the tokens of `xs` (`None` past the last; `ys`
+/// has one output per token) on the AVX2 tile kernel, a run of `TILE_BLOCKS` blocks at a
+/// time; AVX2 is available and shapes are checked by the caller. Between runs a row's
+/// partial sums wait in `ys` (an f32 stored and loaded is unchanged, so the float steps
+/// stay the scalar kernel's).
+#[cfg(target_arch = "x86_64")]
+fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows: Range<usize>, ys: &mut [&mut [f32]]) {
+    let per_row = m.cols / BLOCK;
+    let group_bytes = Int8Matrix::group_bytes(m.form, m.cols);
+    let mut tile = x86_64::TokenTile::new();
+    for start in (0..per_row).step_by(TILE_BLOCKS) {
+        let run = start..(start + TILE_BLOCKS).min(per_row);
+        // SAFETY: the caller checked that AVX2 is available and that every token has
+        // `cols` codes, which hold the run's blocks.
+        unsafe { tile.fill_avx2(xs, run.clone()) };
+        for group in rows.start / GROUP_ROWS..rows.end.div_ceil(GROUP_ROWS) {
+            let first = group * GROUP_ROWS;
+            let wanted = first.max(rows.start)..(first + GROUP_ROWS).min(rows.end);
+            let mut acc = [[0.0f32; TILE_TOKENS]; GROUP_ROWS];
+            if start > 0 {
+                for row in wanted.clone() {
+                    for (t, y) in ys.iter().enumerate() {
+                        acc[row - first][t] = y[row - rows.start];
+                    }
+                }
+            }
+            let g = FiveBitGroup {
+                w: &m.codes.as_ref()[group * group_bytes + run.start * FIVE_BIT_BLOCK_BYTES..][..run.len() * FIVE_BIT_BLOCK_BYTES],
+                w_scales: &m.scales.as_f32s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS],
+            };
+            // SAFETY: the caller checked that AVX2 is available; `g` holds `run.len() ≤
+            // TILE_BLOCKS` group blocks and their scales, and the tile those blocks.
+            unsafe { x86_64::five_bit_tile_avx2(&g, &tile, &mut acc) };
+            for row in wanted {
+                for (t, y) in ys.iter_mut().enumerate() {
+                    y[row - rows.start] = acc[row - first][t];
+                }
+            }
+        }
+    }
 }
 
 /// `gemm_rows` for N tokens at once, shapes checked by the caller.

@@ -6,7 +6,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{FiveBitGroup, Group, Int8Activations, BLOCK, FIVE_BIT_BLOCK_BYTES, GROUP_ROWS};
+use super::{FiveBitGroup, Group, Int8Activations, BLOCK, FIVE_BIT_BLOCK_BYTES, GROUP_ROWS, TILE_BLOCKS, TILE_TOKENS};
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::Error;
 
@@ -133,38 +133,13 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
 pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
     let blocks = g.w_scales.len() / GROUP_ROWS;
     debug_assert!(g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES && xs.iter().all(|x| x.codes.len() == blocks * BLOCK));
-    let nibble = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm_setzero_ps(); N];
     for b in 0..blocks {
-        // SAFETY (loads): block b's 80 bytes lie inside `w` (80 per block), its four
-        // scales inside `w_scales`, and each token's block b (32 codes, a scale, a sum)
-        // inside that token's vectors.
-        let (low01, low23, fifth, dw) = unsafe {
-            let p = g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES);
-            let fifth = _mm_loadu_si128(p.add(64).cast());
-            (
-                _mm256_loadu_si256(p.cast()),
-                _mm256_loadu_si256(p.add(32).cast()),
-                // bytes 0..16 carry codes 0..16's fifth bits at bits 4..8; shifted by a
-                // nibble, bytes 16..32 carry codes 16..32's there too
-                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(fifth), _mm_slli_epi16::<4>(fifth)),
-                _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)),
-            )
-        };
-        // each fifth bit isolated, then moved to bit 4 of its own byte
-        let u = [
-            _mm256_or_si256(_mm256_and_si256(low01, nibble), _mm256_and_si256(fifth, _mm256_set1_epi8(0x10))),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(low01), nibble),
-                _mm256_srli_epi16::<1>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x20))),
-            ),
-            _mm256_or_si256(_mm256_and_si256(low23, nibble), _mm256_srli_epi16::<2>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x40)))),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(low23), nibble),
-                _mm256_srli_epi16::<3>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x80u8 as i8))),
-            ),
-        ];
+        // SAFETY: block b's 80 bytes lie inside `w` (80 per block), its four scales
+        // inside `w_scales`.
+        let (u, dw) =
+            unsafe { (five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES)), _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS))) };
         for (t, x) in xs.iter().enumerate() {
             // SAFETY: as above.
             let xv = unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) };
@@ -180,6 +155,160 @@ pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Acti
     for (o, a) in out.iter_mut().zip(acc) {
         // SAFETY: `o` holds four f32.
         unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+/// Up to eight tokens' activations over a run of blocks, transposed for kernels that
+/// broadcast four codes of a row against every token at once: `codes[b][j]` holds token
+/// t's codes `4j..4j + 4` of block b at bytes `4t..4t + 4`. Missing tokens are zeros.
+#[repr(C, align(32))]
+pub struct TokenTile {
+    codes: [[[u8; 4 * TILE_TOKENS]; BLOCK / 4]; TILE_BLOCKS],
+    scales: [[f32; TILE_TOKENS]; TILE_BLOCKS],
+    /// `16 · Σ q` per block: the five-bit kernels' correction for their unsigned codes.
+    sums16: [[i32; TILE_TOKENS]; TILE_BLOCKS],
+}
+
+impl TokenTile {
+    pub fn new() -> Self {
+        TokenTile {
+            codes: [[[0; 4 * TILE_TOKENS]; BLOCK / 4]; TILE_BLOCKS],
+            scales: [[0.0; TILE_TOKENS]; TILE_BLOCKS],
+            sums16: [[0; TILE_TOKENS]; TILE_BLOCKS],
+        }
+    }
+
+    /// Blocks `blocks` (at most `TILE_BLOCKS`) of the tokens, as an 8×8 transpose of
+    /// 32-bit words per block (the tile is remade for every call's rows, so it must cost
+    /// little next to them).
+    ///
+    /// # Safety
+    /// AVX2 must be available; every token has codes for `blocks`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn fill_avx2(&mut self, xs: &[Option<&Int8Activations>; TILE_TOKENS], blocks: core::ops::Range<usize>) {
+        debug_assert!(blocks.len() <= TILE_BLOCKS && xs.iter().flatten().all(|x| x.codes.len() >= blocks.end * BLOCK));
+        for (at, b) in blocks.enumerate() {
+            // SAFETY: block b's 32 codes lie inside each token's codes (the caller's promise).
+            let r = xs.map(|x| x.map_or(_mm256_setzero_si256(), |x| unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) }));
+            let t = [0, 2, 4, 6].map(|i| (_mm256_unpacklo_epi32(r[i], r[i + 1]), _mm256_unpackhi_epi32(r[i], r[i + 1])));
+            // words j and j + 4 of four tokens each: [0|4], [1|5], [2|6], [3|7]
+            let quad = |lo: usize| {
+                let (a, b) = (t[lo], t[lo + 1]);
+                [
+                    _mm256_unpacklo_epi64(a.0, b.0),
+                    _mm256_unpackhi_epi64(a.0, b.0),
+                    _mm256_unpacklo_epi64(a.1, b.1),
+                    _mm256_unpackhi_epi64(a.1, b.1),
+                ]
+            };
+            let (first, last) = (quad(0), quad(2));
+            for j in 0..4 {
+                let words = [_mm256_permute2x128_si256::<0x20>(first[j], last[j]), _mm256_permute2x128_si256::<0x31>(first[j], last[j])];
+                for (half, v) in words.into_iter().enumerate() {
+                    // SAFETY: `codes[at][j + 4·half]` is 32 bytes, aligned (the type's alignment).
+                    unsafe { _mm256_store_si256(self.codes[at][j + 4 * half].as_mut_ptr().cast(), v) };
+                }
+            }
+            for (t, x) in xs.iter().enumerate() {
+                self.scales[at][t] = x.map_or(0.0, |x| x.scales[b]);
+                // |Σ q| ≤ 32·127, so 16·Σ q fits easily
+                self.sums16[at][t] = x.map_or(0, |x| 16 * x.sums[b]);
+            }
+        }
+    }
+}
+
+/// A five-bit group block's four rows as bytes `u = code + 16`, one row per vector in
+/// code order: two nibble planes, the fifth bits moved to bit 4.
+///
+/// # Safety
+/// AVX2 must be available; `p` points at one group block's 80 readable bytes.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn five_bit_unpack(p: *const u8) -> [__m256i; GROUP_ROWS] {
+    let nibble = _mm256_set1_epi8(0x0f);
+    // SAFETY: the 80 bytes are readable (the caller's promise).
+    let (low01, low23, fifth) = unsafe {
+        let fifth = _mm_loadu_si128(p.add(64).cast());
+        (
+            _mm256_loadu_si256(p.cast()),
+            _mm256_loadu_si256(p.add(32).cast()),
+            // bytes 0..16 carry codes 0..16's fifth bits at bits 4..8; shifted by a
+            // nibble, bytes 16..32 carry codes 16..32's there too
+            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(fifth), _mm_slli_epi16::<4>(fifth)),
+        )
+    };
+    // each fifth bit isolated, then moved to bit 4 of its own byte
+    [
+        _mm256_or_si256(_mm256_and_si256(low01, nibble), _mm256_and_si256(fifth, _mm256_set1_epi8(0x10))),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(low01), nibble),
+            _mm256_srli_epi16::<1>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x20))),
+        ),
+        _mm256_or_si256(_mm256_and_si256(low23, nibble), _mm256_srli_epi16::<2>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x40)))),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(low23), nibble),
+            _mm256_srli_epi16::<3>(_mm256_and_si256(fifth, _mm256_set1_epi8(0x80u8 as i8))),
+        ),
+    ]
+}
+
+/// As `scalar::five_bit_group` for the (up to) eight tokens of `tile`, over the tile's
+/// first `g.w_scales.len() / 4` blocks, adding to `acc[row][token]`. Tokens sit in the
+/// vector's lanes and each four codes of a row are broadcast against them, so a block's
+/// sums come out one vector per row with no horizontal reduction: per row and block,
+/// eight `pmaddubsw` (u ≤ 31, pair sums ≤ 2·31·127, four of them added in i16
+/// ≤ 31 496 < 2^15), two `pmaddwd` by ones, and the float step, for eight tokens — the
+/// token-at-a-time kernel spends about as much on one token's four rows.
+///
+/// # Safety
+/// AVX2 must be available; `g.w` holds `g.w_scales.len() / 4 ≤ TILE_BLOCKS` group
+/// blocks.
+#[target_feature(enable = "avx2")]
+pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &mut [[f32; TILE_TOKENS]; GROUP_ROWS]) {
+    let blocks = g.w_scales.len() / GROUP_ROWS;
+    debug_assert!(blocks <= TILE_BLOCKS && g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES);
+    #[repr(C, align(32))]
+    struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
+    let ones = _mm256_set1_epi16(1);
+    // SAFETY: `acc` rows are 8 f32 each.
+    let mut sum = acc.map(|row| unsafe { _mm256_loadu_ps(row.as_ptr()) });
+    let mut u = Rows([[0; TILE_TOKENS]; GROUP_ROWS]);
+    for b in 0..blocks {
+        // SAFETY: block b's 80 bytes lie inside `w`; `u` rows are 32 aligned bytes.
+        unsafe {
+            for (row, v) in u.0.iter_mut().zip(five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES))) {
+                _mm256_store_si256(row.as_mut_ptr().cast(), v);
+            }
+        }
+        // read back from memory: `vpbroadcastd` of a load is a load-port operation, where
+        // LLVM's register version takes two shuffles per broadcast (measured slower)
+        let u = core::hint::black_box(&u);
+        let x = &tile.codes[b];
+        let mut dot = [_mm256_setzero_si256(); GROUP_ROWS];
+        for half in 0..2 {
+            let mut pairs = [_mm256_setzero_si256(); GROUP_ROWS];
+            for j in 4 * half..4 * half + 4 {
+                // SAFETY: `x[j]` is 32 aligned bytes.
+                let xv = unsafe { _mm256_load_si256(x[j].as_ptr().cast()) };
+                for (p, row) in pairs.iter_mut().zip(&u.0) {
+                    *p = _mm256_add_epi16(*p, _mm256_maddubs_epi16(_mm256_set1_epi32(row[j]), xv));
+                }
+            }
+            for (d, p) in dot.iter_mut().zip(pairs) {
+                *d = _mm256_add_epi32(*d, _mm256_madd_epi16(p, ones));
+            }
+        }
+        // SAFETY: the tile's block b holds 8 sums and 8 scales, 32 aligned bytes each.
+        let (sums16, dx) = unsafe { (_mm256_load_si256(tile.sums16[b].as_ptr().cast()), _mm256_load_ps(tile.scales[b].as_ptr())) };
+        for (i, (s, d)) in sum.iter_mut().zip(dot).enumerate() {
+            let scale = _mm256_mul_ps(_mm256_set1_ps(g.w_scales[b * GROUP_ROWS + i]), dx);
+            *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, sums16)), scale));
+        }
+    }
+    for (row, s) in acc.iter_mut().zip(sum) {
+        // SAFETY: `row` holds 8 f32.
+        unsafe { _mm256_storeu_ps(row.as_mut_ptr(), s) };
     }
 }
 
