@@ -218,11 +218,15 @@ fn five_bit_form_equals_the_byte_form_of_its_codes_on_every_isa() {
 #[test]
 fn a_batch_of_tokens_equals_each_token_alone() {
     let mut rng = Rng(23);
-    // the second shape is wider than one run of the AVX2 tile kernel (64 blocks), and up
-    // to 37 tokens fill several tiles of eight, the last one in part
+    // the second shape is wider than two runs of the AVX2 tile kernels (32 blocks each),
+    // and up to 37 tokens fill several tiles of eight, the last one in part
     for ((rows, cols), most_tokens) in [((13, 320), 9), ((9, 64 * 32 + 96), 37)] {
         let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
-        for m in [Int8Matrix::from_q5_0(&q5, rows, cols).unwrap(), Int8Matrix::from_q8_0(&q8, rows, cols).unwrap()] {
+        // and bytes over the whole range, −128 included
+        let extreme = q8_0_blocks(&mut rng, rows, cols, true);
+        let matrices =
+            [Int8Matrix::from_q5_0(&q5, rows, cols), Int8Matrix::from_q8_0(&q8, rows, cols), Int8Matrix::from_q8_0(&extreme, rows, cols)];
+        for m in matrices.map(Result::unwrap) {
             for tokens in 1..=most_tokens {
                 let xs: Vec<Int8Activations> = (0..tokens)
                     .map(|_| {

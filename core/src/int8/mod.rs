@@ -418,8 +418,9 @@ pub fn gemv_rows(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
 }
 
 /// Whether `isa` has the multi-token kernels (AVX2 and up, both code forms): they read a
-/// group's weights once for up to four tokens. Elsewhere tokens run one at a time, and
-/// five-bit codes are widened to bytes a block at a time for the byte kernel.
+/// group's weights once for up to four tokens, and from five tokens on, for eight on a
+/// token tile (`rows_tiled`). Elsewhere tokens run one at a time, and five-bit codes are
+/// widened to bytes a block at a time for the byte kernel.
 fn multi_token(isa: Isa) -> bool {
     matches!(isa, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi)
 }
@@ -456,7 +457,7 @@ pub fn gemm_rows<'y>(
     };
     for tile in xs.chunks(TILE_TOKENS) {
         #[cfg(target_arch = "x86_64")]
-        if m.form == CodeForm::FiveBit && multi_token(isa) && tile.len() >= TILE_MIN_TOKENS {
+        if multi_token(isa) && tile.len() >= TILE_MIN_TOKENS {
             let mut ys: [&mut [f32]; TILE_TOKENS] = Default::default();
             for y in &mut ys[..tile.len()] {
                 *y = out()?;
@@ -480,8 +481,8 @@ pub fn gemm_rows<'y>(
     Ok(())
 }
 
-/// `gemm_rows` of a five-bit matrix for the tokens of `xs` (`None` past the last; `ys`
-/// has one output per token) on the AVX2 tile kernel, a run of `TILE_BLOCKS` blocks at a
+/// `gemm_rows` for the tokens of `xs` (`None` past the last; `ys` has one output per
+/// token) on the AVX2 tile kernel of `m`'s form, a run of `TILE_BLOCKS` blocks at a
 /// time; AVX2 is available and shapes are checked by the caller. Between runs a row's
 /// partial sums wait in `ys` (an f32 stored and loaded is unchanged, so the float steps
 /// stay the scalar kernel's).
@@ -506,13 +507,16 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
                     }
                 }
             }
-            let g = FiveBitGroup {
-                w: &m.codes.as_ref()[group * group_bytes + run.start * FIVE_BIT_BLOCK_BYTES..][..run.len() * FIVE_BIT_BLOCK_BYTES],
-                w_scales: &m.scales.as_f32s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS],
-            };
-            // SAFETY: the caller checked that AVX2 is available; `g` holds `run.len() ≤
-            // TILE_BLOCKS` group blocks and their scales, and the tile those blocks.
-            unsafe { x86_64::five_bit_tile_avx2(&g, &tile, &mut acc) };
+            let w_scales = &m.scales.as_f32s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
+            let block_bytes = group_bytes / per_row;
+            let w = &m.codes.as_ref()[group * group_bytes + run.start * block_bytes..][..run.len() * block_bytes];
+            // SAFETY: the caller checked that AVX2 is available; `w` holds `run.len() ≤
+            // TILE_BLOCKS` blocks of the group in `m`'s form and `w_scales` their scales,
+            // and the tile holds those blocks.
+            match m.form {
+                CodeForm::FiveBit => unsafe { x86_64::five_bit_tile_avx2(&FiveBitGroup { w, w_scales }, &tile, &mut acc) },
+                CodeForm::Bytes => unsafe { x86_64::bytes_tile_avx2(w, w_scales, &tile, &mut acc) },
+            }
             for row in wanted {
                 for (t, y) in ys.iter_mut().enumerate() {
                     y[row - rows.start] = acc[row - first][t];

@@ -312,6 +312,60 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
     }
 }
 
+/// As `scalar::group` for the (up to) eight tokens of `tile`, over the tile's first
+/// `w_scales.len() / 4` blocks, adding to `acc[row][token]`: the byte form's codes on
+/// the tile layout of `five_bit_tile_avx2`, with llama.cpp's sign trick (|w| times x
+/// with w's sign; pair sums ≤ 2·128·127 fit i16, but two of them may not, so each
+/// `pmaddubsw` is widened by `pmaddwd` before it is added).
+///
+/// # Safety
+/// AVX2 must be available; `w` is four rows' interleaved codes of `w_scales.len() / 4 ≤
+/// TILE_BLOCKS` blocks (`128` bytes each).
+#[target_feature(enable = "avx2")]
+pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc: &mut [[f32; TILE_TOKENS]; GROUP_ROWS]) {
+    let blocks = w_scales.len() / GROUP_ROWS;
+    debug_assert!(blocks <= TILE_BLOCKS && w.len() == blocks * GROUP_ROWS * BLOCK);
+    #[repr(C, align(32))]
+    struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
+    let ones = _mm256_set1_epi16(1);
+    // SAFETY: `acc` rows are 8 f32 each.
+    let mut sum = acc.map(|row| unsafe { _mm256_loadu_ps(row.as_ptr()) });
+    let (mut codes, mut magnitudes) = (Rows([[0; TILE_TOKENS]; GROUP_ROWS]), Rows([[0; TILE_TOKENS]; GROUP_ROWS]));
+    for b in 0..blocks {
+        // SAFETY: row i's block b is bytes (4b + i)·32.. + 32 of `w`; `codes` and
+        // `magnitudes` rows are 32 aligned bytes.
+        unsafe {
+            for (i, (c, m)) in codes.0.iter_mut().zip(&mut magnitudes.0).enumerate() {
+                let v = _mm256_loadu_si256(w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast());
+                _mm256_store_si256(c.as_mut_ptr().cast(), v);
+                _mm256_store_si256(m.as_mut_ptr().cast(), _mm256_sign_epi8(v, v));
+            }
+        }
+        // broadcasts from memory, as in `five_bit_tile_avx2`
+        let (codes, magnitudes) = core::hint::black_box((&codes, &magnitudes));
+        let x = &tile.codes[b];
+        let mut dot = [_mm256_setzero_si256(); GROUP_ROWS];
+        for (j, x) in x.iter().enumerate() {
+            // SAFETY: `x` is 32 aligned bytes.
+            let xv = unsafe { _mm256_load_si256(x.as_ptr().cast()) };
+            for (d, (c, m)) in dot.iter_mut().zip(codes.0.iter().zip(&magnitudes.0)) {
+                let signed = _mm256_sign_epi8(xv, _mm256_set1_epi32(c[j]));
+                *d = _mm256_add_epi32(*d, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(m[j]), signed), ones));
+            }
+        }
+        // SAFETY: the tile's block b holds 8 scales, 32 aligned bytes.
+        let dx = unsafe { _mm256_load_ps(tile.scales[b].as_ptr()) };
+        for (i, (s, d)) in sum.iter_mut().zip(dot).enumerate() {
+            let scale = _mm256_mul_ps(_mm256_set1_ps(w_scales[b * GROUP_ROWS + i]), dx);
+            *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(d), scale));
+        }
+    }
+    for (row, s) in acc.iter_mut().zip(sum) {
+        // SAFETY: `row` holds 8 f32.
+        unsafe { _mm256_storeu_ps(row.as_mut_ptr(), s) };
+    }
+}
+
 /// `group_avx2` for N tokens: each row's codes and their magnitudes are loaded and made
 /// once per block for all N; each token's float steps are `group_avx2`'s.
 ///

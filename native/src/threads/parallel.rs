@@ -1,6 +1,6 @@
 //! GEMV rows split across threads: tiles handed out in chunks (see `pool`).
 
-use lutra_core::int8::{self, CodeForm, Int8Activations, Int8Matrix};
+use lutra_core::int8::{self, Int8Activations, Int8Matrix};
 use lutra_core::model::kv::{AttentionPiece, Parallel};
 use lutra_core::{gemm_chunk_tiles, gemm_tiles, gemv_tiles, Error, Isa, PackedMatrix, Tables, TILE_ROWS};
 
@@ -72,8 +72,7 @@ pub fn int8_gemv(pool: &Pool, isa: Isa, m: &Int8Matrix, x: &Int8Activations, y: 
 /// take chunks of rows, and each runs every token over its chunk while it is in cache
 /// (one dispatch for the batch, not one per token; `int8::gemm_rows` reads a chunk's
 /// weights once for several tokens where the kernel can). A small matrix is split by
-/// tokens instead (`TOKEN_SPLIT_BYTES`), as many at a time as the kernel takes (eight on
-/// the five-bit tile kernel, four on the byte kernel).
+/// tokens instead (`TOKEN_SPLIT_BYTES`), eight at a time (the AVX2 tile kernels' batch).
 pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
     let rows = m.rows();
     if ys.len() != xs.len() * rows {
@@ -88,8 +87,7 @@ pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], 
     }
     let out = DisjointSlice::new(ys);
     if m.bytes() <= TOKEN_SPLIT_BYTES && xs.len() >= 2 * pool.threads() {
-        let batch = if m.form() == CodeForm::FiveBit { 8 } else { 4 };
-        return run_chunks(pool, &ChunkCounter::new(xs.len(), batch), |tokens| {
+        return run_chunks(pool, &ChunkCounter::new(xs.len(), 8), |tokens| {
             // SAFETY: each token range comes from the counter exactly once, so these
             // tokens' rows are written by this call only.
             let y = |t: usize| unsafe { out.range_mut((tokens.start + t) * rows..(tokens.start + t + 1) * rows) };
