@@ -61,9 +61,11 @@ pub const GROUP_ROWS: usize = 4;
 const TILE_TOKENS: usize = 8;
 /// Blocks of a token tile (1024 columns, 10 KiB on the stack); wider matrices are
 /// multiplied a run of blocks at a time.
+#[cfg(target_arch = "x86_64")]
 const TILE_BLOCKS: usize = 32;
 /// Fewest tokens worth a tile: it costs the same for one token as for eight, about five
 /// tokens' worth of the token-at-a-time kernel.
+#[cfg(target_arch = "x86_64")]
 const TILE_MIN_TOKENS: usize = 5;
 
 /// A matrix of int8 codes with one f32 scale per row and 32 columns: `w = d · q`.
