@@ -218,16 +218,17 @@ fn five_bit_form_equals_the_byte_form_of_its_codes_on_every_isa() {
 #[test]
 fn a_batch_of_tokens_equals_each_token_alone() {
     let mut rng = Rng(23);
-    // the second shape is wider than two runs of the AVX2 tile kernels (32 blocks each),
-    // and up to 37 tokens fill several tiles of eight, the last one in part
-    for ((rows, cols), most_tokens) in [((13, 320), 9), ((9, 64 * 32 + 96), 37)] {
+    // every batch size up to 9 on a narrow matrix; on one wider than two runs of the AVX2
+    // tile kernels (32 blocks each), batches that fill one, two and four tiles of eight,
+    // the last in part or whole
+    for ((rows, cols), batches) in [((13, 320), &[1, 2, 3, 4, 5, 6, 7, 8, 9][..]), ((9, 64 * 32 + 96), &[5, 8, 13, 32, 37])] {
         let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
         // and bytes over the whole range, −128 included
         let extreme = q8_0_blocks(&mut rng, rows, cols, true);
         let matrices =
             [Int8Matrix::from_q5_0(&q5, rows, cols), Int8Matrix::from_q8_0(&q8, rows, cols), Int8Matrix::from_q8_0(&extreme, rows, cols)];
         for m in matrices.map(Result::unwrap) {
-            for tokens in 1..=most_tokens {
+            for &tokens in batches {
                 let xs: Vec<Int8Activations> = (0..tokens)
                     .map(|_| {
                         let mut x = Int8Activations::new(cols).unwrap();
@@ -235,16 +236,22 @@ fn a_batch_of_tokens_equals_each_token_alone() {
                         x
                     })
                     .collect();
-                for isa in Isa::available() {
-                    // whole and partial groups of rows
-                    for range in [0..rows, 3..rows.min(10), 5..6] {
+                // whole and partial groups of rows
+                for range in [0..rows, 3..rows.min(10), 5..6] {
+                    let alone: Vec<Vec<f32>> = xs
+                        .iter()
+                        .map(|x| {
+                            let mut y = vec![0.0; range.len()];
+                            gemv_rows(Isa::Scalar, &m, x, range.clone(), &mut y).unwrap();
+                            y
+                        })
+                        .collect();
+                    for isa in Isa::available() {
                         let mut ys = vec![vec![0.0; range.len()]; tokens];
                         let mut each = ys.iter_mut();
                         gemm_rows(isa, &m, &xs, range.clone(), |_| each.next().unwrap()).unwrap();
-                        for (t, (x, y)) in xs.iter().zip(&ys).enumerate() {
-                            let mut alone = vec![0.0; range.len()];
-                            gemv_rows(Isa::Scalar, &m, x, range.clone(), &mut alone).unwrap();
-                            assert_eq!(bits(y), bits(&alone), "{} {:?}, token {t} of {tokens}, rows {range:?}", isa.name(), m.form());
+                        for (t, (y, alone)) in ys.iter().zip(&alone).enumerate() {
+                            assert_eq!(bits(y), bits(alone), "{} {:?}, token {t} of {tokens}, rows {range:?}", isa.name(), m.form());
                         }
                     }
                 }
@@ -293,19 +300,29 @@ fn a_packed_five_bit_matrix_reads_back_unchanged() {
     assert_eq!(back.parts(), m.parts());
 }
 
-/// Every code at 31 (u, the kernels' unsigned form) against activations at ±127: the
-/// largest sums the batch kernels add in 16 bits, equal to the scalar kernel's.
+/// Every code at its extreme — 31 in the five-bit kernels' unsigned form (code 15), −128
+/// and 127 as bytes — against activations at ±127: the largest sums the batch kernels
+/// add in 16 bits, equal to the scalar kernel's.
 #[test]
-fn the_largest_five_bit_sums_do_not_overflow_a_batch() {
+fn the_largest_sums_do_not_overflow_a_batch() {
     let (rows, cols) = (8, 640);
-    let mut q5 = Vec::new();
+    let (mut q5, mut minus_128, mut plus_127) = (Vec::new(), Vec::new(), Vec::new());
+    let d = half::f16::from_f32(0.01).to_bits().to_le_bytes();
     for _ in 0..rows * cols / BLOCK {
-        q5.extend_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        q5.extend_from_slice(&d);
         q5.extend_from_slice(&u32::MAX.to_le_bytes());
         q5.extend_from_slice(&[0xff; 16]);
+        minus_128.extend_from_slice(&d);
+        minus_128.extend_from_slice(&[0x80; BLOCK]);
+        plus_127.extend_from_slice(&d);
+        plus_127.extend_from_slice(&[0x7f; BLOCK]);
     }
-    let m = Int8Matrix::from_q5_0(&q5, rows, cols).unwrap();
-    for sign in [1.0f32, -1.0] {
+    let matrices = [
+        (Int8Matrix::from_q5_0(&q5, rows, cols).unwrap(), 15.0),
+        (Int8Matrix::from_q8_0(&minus_128, rows, cols).unwrap(), -128.0),
+        (Int8Matrix::from_q8_0(&plus_127, rows, cols).unwrap(), 127.0),
+    ];
+    for ((m, code), sign) in matrices.iter().flat_map(|m| [(m, 1.0f32), (m, -1.0)]) {
         let xs: Vec<Int8Activations> = (0..8)
             .map(|_| {
                 let mut x = Int8Activations::new(cols).unwrap();
@@ -316,14 +333,14 @@ fn the_largest_five_bit_sums_do_not_overflow_a_batch() {
         for isa in Isa::available() {
             let mut ys = vec![vec![0.0; rows]; xs.len()];
             let mut each = ys.iter_mut();
-            gemm_rows(isa, &m, &xs, 0..rows, |_| each.next().unwrap()).unwrap();
+            gemm_rows(isa, m, &xs, 0..rows, |_| each.next().unwrap()).unwrap();
             let mut alone = vec![0.0; rows];
-            gemv_rows(Isa::Scalar, &m, &xs[0], 0..rows, &mut alone).unwrap();
-            // Σ 15·(±127) over 640 columns, at scales 0.01 and 1/127 (both rounded to f16)
-            let want = f64::from(sign) * 15.0 * 640.0 * 0.01;
+            gemv_rows(Isa::Scalar, m, &xs[0], 0..rows, &mut alone).unwrap();
+            // Σ code·(±127) over 640 columns, at scales 0.01 and 1/127 (both rounded to f16)
+            let want = f64::from(sign) * code * 640.0 * 0.01;
             assert!((f64::from(alone[0]) - want).abs() < 1e-3 * want.abs(), "scalar {} vs {want}", alone[0]);
             for y in &ys {
-                assert_eq!(bits(y), bits(&alone), "{}", isa.name());
+                assert_eq!(bits(y), bits(&alone), "{} {:?}", isa.name(), m.form());
             }
         }
     }

@@ -6,7 +6,7 @@
 //!
 //! Q5_0 matrices keep their 5-bit codes in a compact form ([`CodeForm::FiveBit`]: a
 //! nibble and a fifth bit per code, 6 bits a weight with its f32 scale; Q5_0 has 5.5)
-//! that the AVX2 kernel widens in registers, several tokens per weight load in a batch;
+//! that the AVX2 kernels widen to bytes as they read it, several tokens per weight load;
 //! T-MAC's open question of lookup or multiply-add per tensor is answered by measurement
 //! here: at 5 bits the lookup path needs a residual table pass, and multiply-add wins
 //! (BENCHMARKS.md, "per-tensor kernel choice").

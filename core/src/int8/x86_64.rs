@@ -2,7 +2,8 @@
 //! with w's sign (x is −127..=127, so the sign flip cannot wrap); pair sums ≤ 2·128·127
 //! fit i16 without saturating, `pmaddwd` by ones widens them to i32, a `phaddd` tree
 //! gives the four rows' block sums in one vector, and the float step is the scalar
-//! one's, lane by lane.
+//! one's, lane by lane. From five tokens on, prefill's tile kernels put eight tokens in
+//! the lanes instead (`TokenTile`), so a block's sums need no horizontal reduction.
 
 use core::arch::x86_64::*;
 
@@ -137,7 +138,7 @@ pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Acti
     let mut acc = [_mm_setzero_ps(); N];
     for b in 0..blocks {
         // SAFETY: block b's 80 bytes lie inside `w` (80 per block), its four scales
-        // inside `w_scales`.
+        // inside `w_scales`, and each token's block b inside that token's codes.
         let (u, dw) =
             unsafe { (five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES)), _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS))) };
         for (t, x) in xs.iter().enumerate() {
@@ -159,8 +160,9 @@ pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Acti
 }
 
 /// Up to eight tokens' activations over a run of blocks, transposed for kernels that
-/// broadcast four codes of a row against every token at once: `codes[b][j]` holds token
-/// t's codes `4j..4j + 4` of block b at bytes `4t..4t + 4`. Missing tokens are zeros.
+/// broadcast four codes of a row against every token at once: `codes[at][j]` holds token
+/// t's codes `4j..4j + 4` of the run's block `at` at bytes `4t..4t + 4`. Missing tokens
+/// are zeros.
 #[repr(C, align(32))]
 pub struct TokenTile {
     codes: [[[u8; 4 * TILE_TOKENS]; BLOCK / 4]; TILE_BLOCKS],

@@ -72,7 +72,8 @@ pub fn int8_gemv(pool: &Pool, isa: Isa, m: &Int8Matrix, x: &Int8Activations, y: 
 /// take chunks of rows, and each runs every token over its chunk while it is in cache
 /// (one dispatch for the batch, not one per token; `int8::gemm_rows` reads a chunk's
 /// weights once for several tokens where the kernel can). A small matrix is split by
-/// tokens instead (`TOKEN_SPLIT_BYTES`), eight at a time (the AVX2 tile kernels' batch).
+/// tokens instead (`TOKEN_SPLIT_BYTES`), up to eight at a time (the AVX2 tile kernels'
+/// batch).
 pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
     let rows = m.rows();
     if ys.len() != xs.len() * rows {
@@ -87,7 +88,9 @@ pub fn int8_gemm(pool: &Pool, isa: Isa, m: &Int8Matrix, xs: &[Int8Activations], 
     }
     let out = DisjointSlice::new(ys);
     if m.bytes() <= TOKEN_SPLIT_BYTES && xs.len() >= 2 * pool.threads() {
-        return run_chunks(pool, &ChunkCounter::new(xs.len(), 8), |tokens| {
+        // a tile's eight where the batch gives every thread one; fewer per chunk otherwise
+        let per_chunk = xs.len().div_ceil(pool.threads()).min(8);
+        return run_chunks(pool, &ChunkCounter::new(xs.len(), per_chunk), |tokens| {
             // SAFETY: each token range comes from the counter exactly once, so these
             // tokens' rows are written by this call only.
             let y = |t: usize| unsafe { out.range_mut((tokens.start + t) * rows..(tokens.start + t + 1) * rows) };
