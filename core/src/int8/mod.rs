@@ -492,6 +492,7 @@ pub fn gemm_rows<'y>(
 fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows: Range<usize>, ys: &mut [&mut [f32]]) {
     let per_row = m.cols / BLOCK;
     let group_bytes = Int8Matrix::group_bytes(m.form, m.cols);
+    let block_bytes = group_bytes / per_row;
     let mut tile = x86_64::TokenTile::new();
     for start in (0..per_row).step_by(TILE_BLOCKS) {
         let run = start..(start + TILE_BLOCKS).min(per_row);
@@ -510,14 +511,15 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
                 }
             }
             let w_scales = &m.scales.as_f32s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
-            let block_bytes = group_bytes / per_row;
             let w = &m.codes.as_ref()[group * group_bytes + run.start * block_bytes..][..run.len() * block_bytes];
             // SAFETY: the caller checked that AVX2 is available; `w` holds `run.len() ≤
             // TILE_BLOCKS` blocks of the group in `m`'s form and `w_scales` their scales,
             // and the tile holds those blocks.
-            match m.form {
-                CodeForm::FiveBit => unsafe { x86_64::five_bit_tile_avx2(&FiveBitGroup { w, w_scales }, &tile, &mut acc) },
-                CodeForm::Bytes => unsafe { x86_64::bytes_tile_avx2(w, w_scales, &tile, &mut acc) },
+            unsafe {
+                match m.form {
+                    CodeForm::FiveBit => x86_64::five_bit_tile_avx2(&FiveBitGroup { w, w_scales }, &tile, &mut acc),
+                    CodeForm::Bytes => x86_64::bytes_tile_avx2(w, w_scales, &tile, &mut acc),
+                }
             }
             for row in wanted {
                 for (t, y) in ys.iter_mut().enumerate() {
