@@ -100,7 +100,8 @@ fn gemma3_270m_agrees_with_llama_cpp() {
 /// Batched prefill (`feed_batch`, 32 tokens per pass over the weights) leaves the cache
 /// that feeding one token at a time does: the logits after it match bit for bit, past
 /// the 512-position window of the sliding layers and across several batches, with exact
-/// keys and with PQ codes (rings in every layer, exact first / latest keys).
+/// keys and with PQ codes (rings in every layer, exact first / latest keys); on two
+/// threads too, where exact keys attend a batch's tokens at once below the window.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
 fn batched_prefill_equals_token_by_token() {
@@ -129,6 +130,7 @@ fn batched_prefill_equals_token_by_token() {
     // 600 positions of the golden text, cycled
     let tokens: Vec<u32> = golden.tokens.iter().copied().cycle().take(600).collect();
     let (last, prompt) = tokens.split_last().unwrap();
+    let pool = lutra::threads::Pool::new(2);
     for pq in [false, true] {
         let state = || if pq { Gemma3State::with_cache(&model, pq_cache()).unwrap() } else { Gemma3State::new(&model, 1024).unwrap() };
         let (mut one, mut batched) = (state(), state());
@@ -139,10 +141,16 @@ fn batched_prefill_equals_token_by_token() {
         model.feed_batch(&SingleThread, &mut batched, &prompt[..45], 0).unwrap();
         model.feed_batch(&SingleThread, &mut batched, &[], 45).unwrap();
         model.feed_batch(&SingleThread, &mut batched, &prompt[45..], 45).unwrap();
+        let mut pooled = state();
+        let two = lutra::threads::PoolGemv(&pool);
+        model.feed_batch(&two, &mut pooled, &prompt[..45], 0).unwrap();
+        model.feed_batch(&two, &mut pooled, &prompt[45..], 45).unwrap();
         let want = model.forward(&SingleThread, &mut one, *last, prompt.len()).unwrap().to_vec();
         let got = model.forward(&SingleThread, &mut batched, *last, prompt.len()).unwrap();
         assert!(want.iter().all(|x| x.is_finite()));
         assert_eq!(got, &want[..], "pq keys: {pq}");
+        let got = model.forward(&two, &mut pooled, *last, prompt.len()).unwrap();
+        assert_eq!(got, &want[..], "pq keys: {pq}, two threads");
         assert!(matches!(
             model.feed_batch(&SingleThread, &mut batched, &[1, 2], 1023),
             Err(lutra_core::model::ModelError::ContextFull { .. })

@@ -374,4 +374,7 @@ impl Parallel for PoolGemv {
             }
         });
     }
+    fn threads(&self) -> usize {
+        self.0.threads()
+    }
 }

@@ -394,14 +394,9 @@ impl Gemma3 {
                     rope_neox(head, angles);
                 }
             }
-            // each token stores, then attends (a ring must not yet hold later tokens)
-            for i in 0..n {
-                let pos = first_pos + i;
-                s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
-                let first = if c.is_global(l) { 0 } else { (pos + 1).saturating_sub(c.sliding_window) };
-                let (q, out) = (&b.q[i * qd..(i + 1) * qd], &mut b.attn[i * qd..(i + 1) * qd]);
-                s.cache.attend_with(gemv.parallel(), l, first, pos, q, c.query_scale, out);
-            }
+            let window = (!c.is_global(l)).then_some(c.sliding_window);
+            let (kv, q) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * qd]);
+            s.cache.store_and_attend(gemv.parallel(), l, first_pos, window, kv, q, c.query_scale, &mut b.attn[..n * qd]);
 
             // output, post-attention norm, residual
             batch_product(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;

@@ -326,13 +326,9 @@ impl Llama {
                 rope(q, k, head_size, angles);
             }
 
-            // each token's key and value into the cache, then its attention over 0..=pos
-            for i in 0..n {
-                let pos = first_pos + i;
-                s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
-                let (q, out) = (&b.q[i * dim..(i + 1) * dim], &mut b.xb[i * dim..(i + 1) * dim]);
-                s.cache.attend_with(gemv.parallel(), l, 0, pos, q, 1.0 / libm::sqrtf(head_size as f32), out);
-            }
+            // each token's key and value into the cache, and its attention over 0..=pos
+            let (kv, q, q_scale) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * dim], 1.0 / libm::sqrtf(head_size as f32));
+            s.cache.store_and_attend(gemv.parallel(), l, first_pos, None, kv, q, q_scale, &mut b.xb[..n * dim]);
 
             // output projection and residual
             b.dim.build(&b.xb, n)?;

@@ -476,13 +476,9 @@ impl LlamaFamily {
                     }
                 }
             }
-            // each token stores its key and value, then attends over 0..=pos
-            for i in 0..n {
-                let pos = first_pos + i;
-                s.cache.store(l, pos, &b.k[i * kvd..(i + 1) * kvd], &b.v[i * kvd..(i + 1) * kvd]);
-                let (q, out) = (&b.q[i * qd..(i + 1) * qd], &mut b.attn[i * qd..(i + 1) * qd]);
-                s.cache.attend_with(gemv.parallel(), l, 0, pos, q, query_scale, out);
-            }
+            // each token's key and value into the cache, and its attention over 0..=pos
+            let (kv, q) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * qd]);
+            s.cache.store_and_attend(gemv.parallel(), l, first_pos, None, kv, q, query_scale, &mut b.attn[..n * qd]);
 
             // output projection, residual
             project(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;

@@ -103,6 +103,9 @@ impl<G: Gemv> Parallel for ProfileGemv<'_, G> {
     fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
         self.timed(|| "attention".into(), 0, || self.inner.parallel().run_pieces(pieces, job))
     }
+    fn threads(&self) -> usize {
+        self.inner.parallel().threads()
+    }
 }
 
 /// One phase's profile: its ops, the wall time of the whole phase and its tokens.

@@ -186,6 +186,9 @@ impl Parallel for Pool {
             }
         });
     }
+    fn threads(&self) -> usize {
+        Pool::threads(self)
+    }
 }
 
 /// The same split with rayon's work stealing, kept for the comparison in

@@ -1,7 +1,8 @@
 //! The KV cache behind a trait: exact keys (f16, or f32 for comparisons) here, the
 //! product-quantized NoMAD cache in `crate::pq::PqKvCache`. Values are f16, or llama.cpp's
 //! q8_0 / q4_0 blocks (`ValueFormat`), in both. Every buffer is allocated when the cache
-//! is made; `store` and `attend` never allocate.
+//! is made; `store` and `attend` never allocate. (The one exception: the first prompt batch
+//! an exact cache attends on several threads sizes that batch's pieces, once.)
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -50,6 +51,25 @@ pub trait KvCache: Send {
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         self.attend_with(&crate::model::SingleThread, layer, first, pos, q, q_scale, out)
     }
+    /// A prompt batch of `layer`: for each token t at `pos = first_pos + t` in turn,
+    /// `store` its keys and values (`k`, `v`: `kv_dim` each per token) and `attend_with`
+    /// its queries (`q`, `out`: `n_heads × head_dim` per token) over `first..=pos`, where
+    /// `first = pos + 1 − window` for a sliding window, else 0. A cache may attend the
+    /// tokens in any order or at once; outputs are those of the loop, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn store_and_attend(
+        &mut self,
+        threads: &dyn Parallel,
+        layer: usize,
+        first_pos: usize,
+        window: Option<usize>,
+        (k, v): (&[f32], &[f32]),
+        q: &[f32],
+        q_scale: f32,
+        out: &mut [f32],
+    ) {
+        store_and_attend_each(self, threads, layer, first_pos, window, (k, v), q, q_scale, out);
+    }
     /// Bytes of the key cache.
     fn key_bytes(&self) -> usize;
     /// Bytes of the value cache.
@@ -68,6 +88,51 @@ pub trait KvCache: Send {
     }
 }
 
+/// The first position a token at `pos` attends to.
+fn first_attended(window: Option<usize>, pos: usize) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+}
+
+/// Tokens of a batch (`k`, `q`) and their count, the lengths checked on the caller's thread.
+fn batch_tokens(shape: &AttentionShape, k: &[f32], v: &[f32], q: &[f32], out: &[f32]) -> usize {
+    let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
+    let n = k.len() / kvd;
+    assert!(
+        k.len() == n * kvd && v.len() == k.len() && q.len() == n * qd && out.len() == q.len(),
+        "attention batch: k and v must hold kv_dim values per token, q and out n_heads × head_dim"
+    );
+    n
+}
+
+/// `KvCache::store_and_attend` as its documentation states it: token by token.
+#[allow(clippy::too_many_arguments)]
+fn store_and_attend_each<C: KvCache + ?Sized>(
+    cache: &mut C,
+    threads: &dyn Parallel,
+    layer: usize,
+    first_pos: usize,
+    window: Option<usize>,
+    (k, v): (&[f32], &[f32]),
+    q: &[f32],
+    q_scale: f32,
+    out: &mut [f32],
+) {
+    let shape = cache.shape();
+    let n = batch_tokens(&shape, k, v, q, out);
+    let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
+    for t in 0..n {
+        let pos = first_pos + t;
+        cache.store(layer, pos, &k[t * kvd..][..kvd], &v[t * kvd..][..kvd]);
+        let (q, out) = (&q[t * qd..][..qd], &mut out[t * qd..][..qd]);
+        cache.attend_with(threads, layer, first_attended(window, pos), pos, q, q_scale, out);
+    }
+}
+
+/// Pieces a batch attended at once may hold (a batch with more is attended in runs of
+/// tokens): 32 tokens of a model whose span is one piece, as Gemma 3 270M's below 1024
+/// positions — the case whose attention a second thread otherwise cannot share.
+const BATCH_PIECES: usize = 32;
+
 /// Positions per piece of one attention. A long span is cut at fixed multiples of this
 /// many rows, per KV head; each piece is scored and softmaxed on its own (by any thread)
 /// and the pieces are merged in order, so thread count never changes a result.
@@ -77,6 +142,10 @@ pub const PIECE_ROWS: usize = 1024;
 /// spread over a pool (the `lutra` crate's `Pool`). `job` must see every piece exactly once.
 pub trait Parallel {
     fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync));
+    /// Threads that run pieces at once.
+    fn threads(&self) -> usize {
+        1
+    }
 }
 
 impl Parallel for crate::model::SingleThread {
@@ -89,6 +158,8 @@ impl Parallel for crate::model::SingleThread {
 /// works in. The output is the piece's own softmax-weighted sum of values.
 pub struct AttentionPiece {
     pub(crate) kv_head: usize,
+    /// The token of a batch (`KvCache::store_and_attend`) whose query it scores; 0 alone.
+    pub(crate) token: usize,
     /// Rows of the layer (relative to its first row), within one `PIECE_ROWS` span.
     pub(crate) rows: Range<usize>,
     /// `group` rows of `PIECE_ROWS` scores.
@@ -111,35 +182,54 @@ pub(crate) struct Pieces {
 
 impl Pieces {
     pub(crate) fn new(shape: AttentionShape) -> Pieces {
-        let (group, hd) = (shape.group(), shape.head_dim);
-        let count = shape.n_kv_heads * shape.context.div_ceil(PIECE_ROWS);
-        let piece = || AttentionPiece {
-            kv_head: 0,
-            rows: 0..0,
-            scores: vec![0.0; group * PIECE_ROWS],
-            sums: vec![0; crate::pq::SCAN_HEADS * PIECE_ROWS],
-            row: vec![0.0; hd],
-            out: vec![0.0; group * hd],
-            stats: vec![SoftmaxStats::default(); group],
-        };
-        Pieces { all: (0..count).map(|_| piece()).collect(), group, head_dim: hd }
+        let mut pieces = Pieces { all: Vec::new(), group: shape.group(), head_dim: shape.head_dim };
+        pieces.reserve(shape.n_kv_heads * shape.context.div_ceil(PIECE_ROWS));
+        pieces
+    }
+
+    /// At least `count` pieces.
+    fn reserve(&mut self, count: usize) {
+        let (group, hd) = (self.group, self.head_dim);
+        while self.all.len() < count {
+            self.all.push(AttentionPiece {
+                kv_head: 0,
+                token: 0,
+                rows: 0..0,
+                scores: vec![0.0; group * PIECE_ROWS],
+                sums: vec![0; crate::pq::SCAN_HEADS * PIECE_ROWS],
+                row: vec![0.0; hd],
+                out: vec![0.0; group * hd],
+                stats: vec![SoftmaxStats::default(); group],
+            });
+        }
     }
 
     /// Cuts `rows` of every KV head at multiples of `PIECE_ROWS` into the first pieces,
     /// KV head major; returns how many.
     pub(crate) fn plan(&mut self, n_kv_heads: usize, rows: Range<usize>) -> usize {
-        let mut used = 0;
+        self.plan_token(0, 0, n_kv_heads, rows)
+    }
+
+    /// As `plan`, for token `token` of a batch, into the pieces from index `used` on;
+    /// returns the pieces used so far.
+    fn plan_token(&mut self, mut used: usize, token: usize, n_kv_heads: usize, rows: Range<usize>) -> usize {
         for kv_head in 0..n_kv_heads {
             let mut start = rows.start;
             while start < rows.end {
                 let end = ((start / PIECE_ROWS + 1) * PIECE_ROWS).min(rows.end);
                 let p = &mut self.all[used];
-                (p.kv_head, p.rows) = (kv_head, start..end);
+                (p.kv_head, p.token, p.rows) = (kv_head, token, start..end);
                 used += 1;
                 start = end;
             }
         }
         used
+    }
+
+    /// Pieces one attention over `rows` takes.
+    fn count(n_kv_heads: usize, rows: &Range<usize>) -> usize {
+        let spans = if rows.is_empty() { 0 } else { (rows.end - 1) / PIECE_ROWS - rows.start / PIECE_ROWS + 1 };
+        n_kv_heads * spans
     }
 
     /// The first `used` pieces.
@@ -150,12 +240,17 @@ impl Pieces {
     /// `out` (every query head) from the `used` planned pieces: each head's pieces
     /// weighted by their share of the softmax, `sum · e^(max − overall max)`, in order.
     pub(crate) fn merge(&self, used: usize, out: &mut [f32]) {
+        self.merge_range(0..used, out);
+    }
+
+    /// `merge` of the planned pieces `range` (one token's).
+    fn merge_range(&self, range: Range<usize>, out: &mut [f32]) {
         let (group, hd) = (self.group, self.head_dim);
-        if used == 0 {
+        if range.is_empty() {
             // an empty span (first > pos) attends to nothing
             out.fill(0.0);
         }
-        for head in self.all[..used].chunk_by(|a, b| a.kv_head == b.kv_head) {
+        for head in self.all[range].chunk_by(|a, b| a.kv_head == b.kv_head) {
             let kv_head = head[0].kv_head;
             let out = &mut out[kv_head * group * hd..(kv_head + 1) * group * hd];
             if let [only] = head {
@@ -420,6 +515,8 @@ pub struct ExactKvCache {
     keys_f32: Vec<f32>,
     values: ValueCache,
     pieces: Pieces,
+    /// A prompt batch's pieces (`store_and_attend` on several threads), made on first use.
+    batch: Pieces,
 }
 
 impl ExactKvCache {
@@ -450,7 +547,43 @@ impl ExactKvCache {
             KeyPrecision::F16 => (n, 0),
             KeyPrecision::F32 => (0, n),
         };
-        ExactKvCache { shape, precision, keys_f16: vec![0; f16_len], keys_f32: vec![0.0; f32_len], values, pieces: Pieces::new(shape) }
+        let batch = Pieces { all: Vec::new(), group: shape.group(), head_dim: shape.head_dim };
+        ExactKvCache {
+            shape,
+            precision,
+            keys_f16: vec![0; f16_len],
+            keys_f32: vec![0.0; f32_len],
+            values,
+            pieces: Pieces::new(shape),
+            batch,
+        }
+    }
+
+    /// Scores one piece's rows for query `q` (its KV head's group of heads), masks what a
+    /// ring holds outside `first..=pos`, and mixes the values.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_piece(&self, layer: usize, first: usize, pos: usize, masked: bool, q: &[f32], q_scale: f32, piece: &mut AttentionPiece) {
+        let s = self.shape;
+        let (hd, group) = (s.head_dim, s.group());
+        let (kvh, n) = (piece.kv_head, piece.rows.len());
+        let q = &q[kvh * group * hd..(kvh + 1) * group * hd];
+        let base = self.values.rows().at(&s, layer, kvh, piece.rows.start);
+        match self.precision {
+            KeyPrecision::F16 => {
+                let keys = Rows { data: &self.keys_f16[base..], stride: hd, len: hd, count: n };
+                kernels::scores_f16(keys, q, q_scale, &mut piece.row, &mut piece.scores, PIECE_ROWS);
+            }
+            KeyPrecision::F32 => {
+                let keys = Rows { data: &self.keys_f32[base..], stride: hd, len: hd, count: n };
+                kernels::scores_f32(keys, q, q_scale, &mut piece.scores, PIECE_ROWS);
+            }
+        }
+        if masked {
+            for g in 0..group {
+                self.values.rows().mask_outside(layer, first, pos, piece.rows.start, &mut piece.scores[g * PIECE_ROWS..][..n]);
+            }
+        }
+        self.values.softmax_mix(layer, piece);
     }
 }
 
@@ -470,34 +603,72 @@ impl KvCache for ExactKvCache {
 
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let s = self.shape;
-        let (hd, group) = (s.head_dim, s.group());
         // checked here, on the caller's thread: a pool would not pass a piece's panic on
-        assert!(q.len() == s.n_heads * hd && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
+        assert!(q.len() == s.n_heads * s.head_dim && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
         let (rows, masked) = self.values.rows().span(layer, first, pos);
         let used = self.pieces.plan(s.n_kv_heads, rows);
-        let (values, precision, keys_f16, keys_f32) = (&self.values, self.precision, &self.keys_f16, &self.keys_f32);
-        threads.run_pieces(self.pieces.planned(used), &|piece| {
-            let (kvh, n) = (piece.kv_head, piece.rows.len());
-            let q = &q[kvh * group * hd..(kvh + 1) * group * hd];
-            let base = values.rows().at(&s, layer, kvh, piece.rows.start);
-            match precision {
-                KeyPrecision::F16 => {
-                    let keys = Rows { data: &keys_f16[base..], stride: hd, len: hd, count: n };
-                    kernels::scores_f16(keys, q, q_scale, &mut piece.row, &mut piece.scores, PIECE_ROWS);
-                }
-                KeyPrecision::F32 => {
-                    let keys = Rows { data: &keys_f32[base..], stride: hd, len: hd, count: n };
-                    kernels::scores_f32(keys, q, q_scale, &mut piece.scores, PIECE_ROWS);
-                }
-            }
-            if masked {
-                for g in 0..group {
-                    values.rows().mask_outside(layer, first, pos, piece.rows.start, &mut piece.scores[g * PIECE_ROWS..][..n]);
-                }
-            }
-            values.softmax_mix(layer, piece);
-        });
+        let mut pieces = core::mem::take(&mut self.pieces.all);
+        let this = &*self;
+        threads.run_pieces(&mut pieces[..used], &|piece| this.attend_piece(layer, first, pos, masked, q, q_scale, piece));
+        self.pieces.all = pieces;
         self.pieces.merge(used, out);
+    }
+
+    /// Stores the whole batch, then attends all its tokens' pieces in one parallel run
+    /// (a run of tokens at a time), where the other threads would otherwise wait: fewer
+    /// pieces per token than threads. Each token's pieces and merge are `attend_with`'s,
+    /// so its output is too; a ring must still hold every position each token attends to
+    /// once the batch is stored, else the batch goes token by token.
+    fn store_and_attend(
+        &mut self,
+        threads: &dyn Parallel,
+        layer: usize,
+        first_pos: usize,
+        window: Option<usize>,
+        (k, v): (&[f32], &[f32]),
+        q: &[f32],
+        q_scale: f32,
+        out: &mut [f32],
+    ) {
+        let s = self.shape;
+        let n = batch_tokens(&s, k, v, q, out);
+        let (kvd, qd) = (s.kv_dim(), s.n_heads * s.head_dim);
+        let last = (first_pos + n).saturating_sub(1);
+        let cap = self.values.rows().cap(layer);
+        let held = last < cap || first_attended(window, first_pos) + cap > last;
+        let per_token = Pieces::count(s.n_kv_heads, &self.values.rows().span(layer, first_attended(window, last), last).0);
+        if n < 2 || !held || per_token >= threads.threads() {
+            return store_and_attend_each(self, threads, layer, first_pos, window, (k, v), q, q_scale, out);
+        }
+        for t in 0..n {
+            self.store(layer, first_pos + t, &k[t * kvd..][..kvd], &v[t * kvd..][..kvd]);
+        }
+        let run = (BATCH_PIECES / per_token.max(1)).max(1);
+        for tokens in (0..n).step_by(run).map(|start| start..(start + run).min(n)) {
+            // per token of the run: where its pieces start, and its span
+            let mut starts = [0; BATCH_PIECES + 1];
+            let mut used = 0;
+            for (i, t) in tokens.clone().enumerate() {
+                starts[i] = used;
+                let pos = first_pos + t;
+                let (rows, _) = self.values.rows().span(layer, first_attended(window, pos), pos);
+                self.batch.reserve(used + Pieces::count(s.n_kv_heads, &rows));
+                used = self.batch.plan_token(used, t, s.n_kv_heads, rows);
+            }
+            starts[tokens.len()] = used;
+            let mut pieces = core::mem::take(&mut self.batch.all);
+            let this = &*self;
+            threads.run_pieces(&mut pieces[..used], &|piece| {
+                let pos = first_pos + piece.token;
+                let first = first_attended(window, pos);
+                let (_, masked) = this.values.rows().span(layer, first, pos);
+                this.attend_piece(layer, first, pos, masked, &q[piece.token * qd..][..qd], q_scale, piece);
+            });
+            self.batch.all = pieces;
+            for (i, t) in tokens.enumerate() {
+                self.batch.merge_range(starts[i]..starts[i + 1], &mut out[t * qd..][..qd]);
+            }
+        }
     }
 
     fn key_bytes(&self) -> usize {
@@ -521,5 +692,65 @@ impl KvCache for ExactKvCache {
             KeyPrecision::F16 => "exact f16".into(),
             KeyPrecision::F32 => "exact f32".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use crate::model::SingleThread;
+
+    /// Pieces in reverse order, as if on three threads: a batch's outputs must not
+    /// depend on which piece runs first.
+    struct Reversed;
+
+    impl Parallel for Reversed {
+        fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
+            pieces.iter_mut().rev().for_each(job);
+        }
+        fn threads(&self) -> usize {
+            3
+        }
+    }
+
+    /// A batch attended at once (stores first, every token's pieces in one run) gives what
+    /// storing and attending token by token gives, bit for bit: global and sliding-window
+    /// layers, batches before, across and after a ring's wrap, one to thirteen tokens.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_batch_at_once_equals_token_by_token() {
+        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 1, head_dim: 16, context: 48 };
+        let (kvd, qd, window) = (shape.kv_dim(), shape.n_heads * shape.head_dim, 8);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                })
+                .collect()
+        };
+        let (k, v, q) = (values(shape.context * kvd), values(shape.context * kvd), values(shape.context * qd));
+        let windows = [0, window];
+        let mut one = ExactKvCache::with_windows(shape, KeyPrecision::F16, &windows);
+        let mut batched = ExactKvCache::with_windows(shape, KeyPrecision::F16, &windows);
+        let mut first_pos = 0;
+        for n in [1, 5, 3, 13, 2, 7, 1, 9, 4] {
+            for (layer, &w) in windows.iter().enumerate() {
+                let window = (w > 0).then_some(w);
+                let at = |x: &[f32], d: usize| x[first_pos * d..(first_pos + n) * d].to_vec();
+                let (k, v, q) = (at(&k, kvd), at(&v, kvd), at(&q, qd));
+                let (mut want, mut got) = (vec![0.0; n * qd], vec![0.0; n * qd]);
+                store_and_attend_each(&mut one, &SingleThread, layer, first_pos, window, (&k, &v), &q, 0.25, &mut want);
+                batched.store_and_attend(&Reversed, layer, first_pos, window, (&k, &v), &q, 0.25, &mut got);
+                assert!(want.iter().all(|x| x.is_finite()));
+                let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "layer {layer}, tokens {first_pos}..{}", first_pos + n);
+            }
+            first_pos += n;
+        }
+        assert_eq!(first_pos, 45);
     }
 }
