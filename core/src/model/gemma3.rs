@@ -54,7 +54,7 @@ use super::import::{Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
-use super::products::{self, batch_product, batch_products, first_rows, Scratch};
+use super::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 
@@ -377,47 +377,52 @@ impl Gemma3 {
             b.rope.local[i].set_position(first_pos + i);
         }
 
+        // the per-token steps between products run on every thread, one token per job
         for (l, layer) in self.layers.iter().enumerate() {
             // attention: norm, q k v, QK-norm, rope
-            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+            for_each_row_pair(gemv, (&mut b.xb, dim), (&mut b.x, dim), n, &|(xb, x), _| {
                 rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
-            }
+                Ok(())
+            })?;
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.wq, &mut b.q), (&layer.wk, &mut b.k), (&layer.wv, &mut b.v)])?;
             let angles = if c.is_global(l) { &b.rope.global } else { &b.rope.local };
-            for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(angles) {
+            for_each_row_pair(gemv, (&mut b.q, qd), (&mut b.k, kvd), n, &|(q, k), i| {
                 for head in q.chunks_exact_mut(hd) {
                     rmsnorm_in_place(head, &layer.q_norm, c.norm_eps);
-                    rope_neox(head, angles);
+                    rope_neox(head, &angles[i]);
                 }
                 for head in k.chunks_exact_mut(hd) {
                     rmsnorm_in_place(head, &layer.k_norm, c.norm_eps);
-                    rope_neox(head, angles);
+                    rope_neox(head, &angles[i]);
                 }
-            }
+                Ok(())
+            })?;
             let window = (!c.is_global(l)).then_some(c.sliding_window);
             let (kv, q) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * qd]);
             s.cache.store_and_attend(gemv.parallel(), l, first_pos, window, kv, q, c.query_scale, &mut b.attn[..n * qd]);
 
-            // output, post-attention norm, residual
+            // output, post-attention norm, residual; then the ffn's norm
             batch_product(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;
-            for (x, xb) in first_rows(&mut b.x, n, dim).zip(b.xb.chunks_exact_mut(dim)) {
+            for_each_row_pair(gemv, (&mut b.x, dim), (&mut b.xb, dim), n, &|(x, xb), _| {
                 rmsnorm_in_place(xb, &layer.post_attn_norm, c.norm_eps);
                 add(x, xb);
-            }
-
-            // ffn: norm, GeGLU, down, post-ffn norm, residual
-            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
                 rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
-            }
+                Ok(())
+            })?;
+
+            // ffn: GeGLU, down, post-ffn norm, residual
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
-            for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
-                *g = gelu_tanh(*g) * u;
-            }
+            let hidden = c.hidden_dim;
+            for_each_row_pair(gemv, (&mut b.hb, hidden), (&mut b.hb2, hidden), n, &|(g, u), _| {
+                g.iter_mut().zip(u.iter()).for_each(|(g, &u)| *g = gelu_tanh(*g) * u);
+                Ok(())
+            })?;
             batch_product(gemv, &layer.w_down, &mut b.scratch, &b.hb, n, &mut b.xb)?;
-            for (x, xb) in first_rows(&mut b.x, n, dim).zip(b.xb.chunks_exact_mut(dim)) {
+            for_each_row_pair(gemv, (&mut b.x, dim), (&mut b.xb, dim), n, &|(x, xb), _| {
                 rmsnorm_in_place(xb, &layer.post_ffn_norm, c.norm_eps);
                 add(x, xb);
-            }
+                Ok(())
+            })?;
         }
         Ok(())
     }

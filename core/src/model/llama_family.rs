@@ -45,7 +45,7 @@ use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
 use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
-use super::products::{self, batch_product, batch_products, first_rows, Scratch};
+use super::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
@@ -450,48 +450,53 @@ impl LlamaFamily {
             b.rope[i].set_position(first_pos + i);
         }
 
+        // the per-token steps between products run on every thread, one token per job
         for (l, layer) in self.layers.iter().enumerate() {
             // attention: norm, q k v (+ biases), QK-norm, rope
-            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+            for_each_row_pair(gemv, (&mut b.xb, dim), (&mut b.x, dim), n, &|(xb, x), _| {
                 rmsnorm(xb, x, &layer.attn_norm, c.norm_eps);
-            }
+                Ok(())
+            })?;
             let (wq, wk, wv) = (&layer.wq, &layer.wk, &layer.wv);
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&wq.weights, &mut b.q), (&wk.weights, &mut b.k), (&wv.weights, &mut b.v)])?;
             for (p, ys) in [(wq, &mut b.q), (wk, &mut b.k), (wv, &mut b.v)] {
                 add_bias(p, ys, n);
             }
-            for ((q, k), angles) in first_rows(&mut b.q, n, qd).zip(b.k.chunks_exact_mut(kvd)).zip(&b.rope) {
-                for (head, norm) in q
-                    .chunks_exact_mut(hd)
-                    .map(|h| (h, layer.qk_norm.as_ref().map(|n| &n.0)))
-                    .chain(k.chunks_exact_mut(hd).map(|h| (h, layer.qk_norm.as_ref().map(|n| &n.1))))
-                {
+            let angles = &b.rope;
+            for_each_row_pair(gemv, (&mut b.q, qd), (&mut b.k, kvd), n, &|(q, k), i| {
+                let norms = layer.qk_norm.as_ref();
+                let heads = q.chunks_exact_mut(hd).map(|h| (h, norms.map(|n| &n.0)));
+                for (head, norm) in heads.chain(k.chunks_exact_mut(hd).map(|h| (h, norms.map(|n| &n.1)))) {
                     if let Some(norm) = norm {
                         rmsnorm_in_place(head, norm, c.norm_eps);
                     }
                     if c.arch.neox_rope() {
-                        rope_neox(head, angles);
+                        rope_neox(head, &angles[i]);
                     } else {
-                        rope_adjacent(head, angles);
+                        rope_adjacent(head, &angles[i]);
                     }
                 }
-            }
+                Ok(())
+            })?;
             // each token's key and value into the cache, and its attention over 0..=pos
             let (kv, q) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * qd]);
             s.cache.store_and_attend(gemv.parallel(), l, first_pos, None, kv, q, query_scale, &mut b.attn[..n * qd]);
 
-            // output projection, residual
+            // output projection, residual; then the ffn's norm
             project(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;
-            add(&mut b.x[..n * dim], &b.xb[..n * dim]);
-
-            // ffn: norm, SiLU-gated up, down, residual
-            for (xb, x) in first_rows(&mut b.xb, n, dim).zip(b.x.chunks_exact(dim)) {
+            for_each_row_pair(gemv, (&mut b.x, dim), (&mut b.xb, dim), n, &|(x, xb), _| {
+                add(x, xb);
                 rmsnorm(xb, x, &layer.ffn_norm, c.norm_eps);
-            }
+                Ok(())
+            })?;
+
+            // ffn: SiLU-gated up, down, residual
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
-            for (g, &u) in b.hb[..n * c.hidden_dim].iter_mut().zip(&b.hb2) {
-                *g = silu(*g) * u;
-            }
+            let hidden = c.hidden_dim;
+            for_each_row_pair(gemv, (&mut b.hb, hidden), (&mut b.hb2, hidden), n, &|(g, u), _| {
+                g.iter_mut().zip(u.iter()).for_each(|(g, &u)| *g = silu(*g) * u);
+                Ok(())
+            })?;
             batch_product(gemv, &layer.w_down, &mut b.scratch, &b.hb, n, &mut b.xb)?;
             add(&mut b.x[..n * dim], &b.xb[..n * dim]);
         }
