@@ -502,12 +502,11 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
         for group in rows.start / GROUP_ROWS..rows.end.div_ceil(GROUP_ROWS) {
             let first = group * GROUP_ROWS;
             let wanted = first.max(rows.start)..(first + GROUP_ROWS).min(rows.end);
-            let mut acc = [[0.0f32; TILE_TOKENS]; GROUP_ROWS];
+            let (in_group, in_ys) = (wanted.start - first..wanted.end - first, wanted.start - rows.start..wanted.end - rows.start);
+            let mut acc = [[0.0f32; GROUP_ROWS]; TILE_TOKENS];
             if start > 0 {
-                for row in wanted.clone() {
-                    for (t, y) in ys.iter().enumerate() {
-                        acc[row - first][t] = y[row - rows.start];
-                    }
+                for (acc, y) in acc.iter_mut().zip(ys.iter()) {
+                    acc[in_group.clone()].copy_from_slice(&y[in_ys.clone()]);
                 }
             }
             let w_scales = &m.scales.as_f32s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
@@ -521,10 +520,8 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
                     CodeForm::Bytes => x86_64::bytes_tile_avx2(w, w_scales, &tile, &mut acc),
                 }
             }
-            for row in wanted {
-                for (t, y) in ys.iter_mut().enumerate() {
-                    y[row - rows.start] = acc[row - first][t];
-                }
+            for (acc, y) in acc.iter().zip(ys.iter_mut()) {
+                y[in_ys.clone()].copy_from_slice(&acc[in_group.clone()]);
             }
         }
     }

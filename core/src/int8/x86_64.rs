@@ -220,6 +220,45 @@ impl TokenTile {
     }
 }
 
+/// Four rows' sums of a tile's eight tokens, token-major as the callers keep them
+/// (`acc[token][row]`), as one vector per row; `store_rows` is its inverse.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load_rows(acc: &[[f32; GROUP_ROWS]; TILE_TOKENS]) -> [__m256; GROUP_ROWS] {
+    // SAFETY: each `acc[t]` is four f32.
+    let token = |t: usize| unsafe { _mm_loadu_ps(acc[t].as_ptr()) };
+    // tokens t and t + 4 side by side, then a 4×4 transpose in each 128-bit half
+    transpose_halves([0, 1, 2, 3].map(|t| _mm256_set_m128(token(t + 4), token(t))))
+}
+
+/// `load_rows` backwards: row vectors into `acc[token][row]`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_rows(rows: [__m256; GROUP_ROWS], acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
+    for (t, v) in transpose_halves(rows).into_iter().enumerate() {
+        // SAFETY: each `acc[t]` is four f32.
+        unsafe {
+            _mm_storeu_ps(acc[t].as_mut_ptr(), _mm256_castps256_ps128(v));
+            _mm_storeu_ps(acc[t + 4].as_mut_ptr(), _mm256_extractf128_ps::<1>(v));
+        }
+    }
+}
+
+/// The 4×4 transpose of each 128-bit half of four vectors (its own inverse).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn transpose_halves(v: [__m256; 4]) -> [__m256; 4] {
+    let (lo01, hi01) = (_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
+    let (lo23, hi23) = (_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
+    let pd = _mm256_castps_pd;
+    [
+        _mm256_castpd_ps(_mm256_unpacklo_pd(pd(lo01), pd(lo23))),
+        _mm256_castpd_ps(_mm256_unpackhi_pd(pd(lo01), pd(lo23))),
+        _mm256_castpd_ps(_mm256_unpacklo_pd(pd(hi01), pd(hi23))),
+        _mm256_castpd_ps(_mm256_unpackhi_pd(pd(hi01), pd(hi23))),
+    ]
+}
+
 /// A five-bit group block's four rows as bytes `u = code + 16`, one row per vector in
 /// code order: two nibble planes, the fifth bits moved to bit 4.
 ///
@@ -256,7 +295,7 @@ unsafe fn five_bit_unpack(p: *const u8) -> [__m256i; GROUP_ROWS] {
 }
 
 /// As `scalar::five_bit_group` for the (up to) eight tokens of `tile`, over the tile's
-/// first `g.w_scales.len() / 4` blocks, adding to `acc[row][token]`. Tokens sit in the
+/// first `g.w_scales.len() / 4` blocks, adding to `acc[token][row]`. Tokens sit in the
 /// vector's lanes and each four codes of a row are broadcast against them, so a block's
 /// sums come out one vector per row with no horizontal reduction: per row and block,
 /// eight `pmaddubsw` (u ≤ 31, pair sums ≤ 2·31·127, four of them added in i16
@@ -267,14 +306,13 @@ unsafe fn five_bit_unpack(p: *const u8) -> [__m256i; GROUP_ROWS] {
 /// AVX2 must be available; `g.w` holds `g.w_scales.len() / 4 ≤ TILE_BLOCKS` group
 /// blocks.
 #[target_feature(enable = "avx2")]
-pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &mut [[f32; TILE_TOKENS]; GROUP_ROWS]) {
+pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
     let blocks = g.w_scales.len() / GROUP_ROWS;
     debug_assert!(blocks <= TILE_BLOCKS && g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES);
     #[repr(C, align(32))]
     struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
     let ones = _mm256_set1_epi16(1);
-    // SAFETY: `acc` rows are 8 f32 each.
-    let mut sum = acc.map(|row| unsafe { _mm256_loadu_ps(row.as_ptr()) });
+    let mut sum = load_rows(acc);
     let mut u = Rows([[0; TILE_TOKENS]; GROUP_ROWS]);
     for b in 0..blocks {
         // SAFETY: block b's 80 bytes lie inside `w`; `u` rows are 32 aligned bytes.
@@ -308,14 +346,11 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
             *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, sums16)), scale));
         }
     }
-    for (row, s) in acc.iter_mut().zip(sum) {
-        // SAFETY: `row` holds 8 f32.
-        unsafe { _mm256_storeu_ps(row.as_mut_ptr(), s) };
-    }
+    store_rows(sum, acc);
 }
 
 /// As `scalar::group` for the (up to) eight tokens of `tile`, over the tile's first
-/// `w_scales.len() / 4` blocks, adding to `acc[row][token]`: the byte form's codes on
+/// `w_scales.len() / 4` blocks, adding to `acc[token][row]`: the byte form's codes on
 /// the tile layout of `five_bit_tile_avx2`, with llama.cpp's sign trick (|w| times x
 /// with w's sign; pair sums ≤ 2·128·127 fit i16, but two of them may not, so each
 /// `pmaddubsw` is widened by `pmaddwd` before it is added).
@@ -324,14 +359,13 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
 /// AVX2 must be available; `w` is four rows' interleaved codes of `w_scales.len() / 4 ≤
 /// TILE_BLOCKS` blocks (`128` bytes each).
 #[target_feature(enable = "avx2")]
-pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc: &mut [[f32; TILE_TOKENS]; GROUP_ROWS]) {
+pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
     let blocks = w_scales.len() / GROUP_ROWS;
     debug_assert!(blocks <= TILE_BLOCKS && w.len() == blocks * GROUP_ROWS * BLOCK);
     #[repr(C, align(32))]
     struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
     let ones = _mm256_set1_epi16(1);
-    // SAFETY: `acc` rows are 8 f32 each.
-    let mut sum = acc.map(|row| unsafe { _mm256_loadu_ps(row.as_ptr()) });
+    let mut sum = load_rows(acc);
     let (mut codes, mut magnitudes) = (Rows([[0; TILE_TOKENS]; GROUP_ROWS]), Rows([[0; TILE_TOKENS]; GROUP_ROWS]));
     for b in 0..blocks {
         // SAFETY: row i's block b is bytes (4b + i)·32.. + 32 of `w`; `codes` and
@@ -362,10 +396,7 @@ pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc:
             *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(d), scale));
         }
     }
-    for (row, s) in acc.iter_mut().zip(sum) {
-        // SAFETY: `row` holds 8 f32.
-        unsafe { _mm256_storeu_ps(row.as_mut_ptr(), s) };
-    }
+    store_rows(sum, acc);
 }
 
 /// `group_avx2` for N tokens: each row's codes and their magnitudes are loaded and made
