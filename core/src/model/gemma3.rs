@@ -52,7 +52,7 @@ use super::hparams::{linear_rope_scale, optional, required, rope_base, unsupport
 pub use super::import::Imported;
 use super::import::{Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
-use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
 use super::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
@@ -398,8 +398,9 @@ impl Gemma3 {
                 Ok(())
             })?;
             let window = (!c.is_global(l)).then_some(c.sliding_window);
-            let (kv, q) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * qd]);
-            s.cache.store_and_attend(gemv.parallel(), l, first_pos, window, kv, q, c.query_scale, &mut b.attn[..n * qd]);
+            let batch =
+                PromptBatch { first_pos, window, k: &b.k[..n * kvd], v: &b.v[..n * kvd], q: &b.q[..n * qd], q_scale: c.query_scale };
+            s.cache.store_and_attend(gemv.parallel(), l, &batch, &mut b.attn[..n * qd]);
 
             // output, post-attention norm, residual; then the ffn's norm
             batch_product(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;

@@ -10,7 +10,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
-use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use super::ops::{add, rmsnorm, rope_adjacent, RopeAngles};
 use super::{feed_in_batches, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::Gguf;
@@ -327,8 +327,9 @@ impl Llama {
             }
 
             // each token's key and value into the cache, and its attention over 0..=pos
-            let (kv, q, q_scale) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * dim], 1.0 / libm::sqrtf(head_size as f32));
-            s.cache.store_and_attend(gemv.parallel(), l, first_pos, None, kv, q, q_scale, &mut b.xb[..n * dim]);
+            let q_scale = 1.0 / libm::sqrtf(head_size as f32);
+            let batch = PromptBatch { first_pos, window: None, k: &b.k[..n * kvd], v: &b.v[..n * kvd], q: &b.q[..n * dim], q_scale };
+            s.cache.store_and_attend(gemv.parallel(), l, &batch, &mut b.xb[..n * dim]);
 
             // output projection and residual
             b.dim.build(&b.xb, n)?;

@@ -43,7 +43,7 @@ use alloc::vec::Vec;
 use super::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use super::kv::kernels::exp;
-use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache};
+use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
 use super::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};
 use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
@@ -479,8 +479,9 @@ impl LlamaFamily {
                 Ok(())
             })?;
             // each token's key and value into the cache, and its attention over 0..=pos
-            let (kv, q) = ((&b.k[..n * kvd], &b.v[..n * kvd]), &b.q[..n * qd]);
-            s.cache.store_and_attend(gemv.parallel(), l, first_pos, None, kv, q, query_scale, &mut b.attn[..n * qd]);
+            let batch =
+                PromptBatch { first_pos, window: None, k: &b.k[..n * kvd], v: &b.v[..n * kvd], q: &b.q[..n * qd], q_scale: query_scale };
+            s.cache.store_and_attend(gemv.parallel(), l, &batch, &mut b.attn[..n * qd]);
 
             // output projection, residual; then the ffn's norm
             project(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;

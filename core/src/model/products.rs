@@ -50,23 +50,11 @@ pub(super) fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::
     v[..n * width].chunks_exact_mut(width)
 }
 
-/// The first `n` rows of two token-major buffers (rows of `a_width` and `b_width` values),
-/// paired by token, for a job per token on every thread (`Gemv::for_each_token`).
-pub(super) fn paired_rows<'a>(
-    a: &'a mut [f32],
-    a_width: usize,
-    b: &'a mut [f32],
-    b_width: usize,
-    n: usize,
-) -> [(&'a mut [f32], &'a mut [f32]); PREFILL_BATCH] {
-    let mut rows = first_rows(a, n, a_width).zip(first_rows(b, n, b_width));
-    core::array::from_fn(|_| rows.next().unwrap_or_default())
-}
-
-/// A job on one token's pair of rows (`paired_rows`), which cannot fail.
+/// A job on one token's pair of rows (see `for_each_row_pair`) and its index.
 pub(super) type RowsJob<'a> = dyn Fn(&mut (&mut [f32], &mut [f32]), usize) -> Result<(), crate::Error> + Sync + 'a;
 
-/// `job` on each of the first `n` token rows of `a` and `b`, on every thread of `gemv`.
+/// `job` on each of the first `n` (≤ `PREFILL_BATCH`) rows of two token-major buffers,
+/// paired by token (rows of `a_width` and `b_width` values), on every thread of `gemv`.
 pub(super) fn for_each_row_pair<G: Gemv>(
     gemv: &G,
     (a, a_width): (&mut [f32], usize),
@@ -74,7 +62,8 @@ pub(super) fn for_each_row_pair<G: Gemv>(
     n: usize,
     job: &RowsJob<'_>,
 ) -> Result<(), ModelError> {
-    let mut rows = paired_rows(a, a_width, b, b_width, n);
+    let mut pairs = first_rows(a, n, a_width).zip(first_rows(b, n, b_width));
+    let mut rows: [(&mut [f32], &mut [f32]); PREFILL_BATCH] = core::array::from_fn(|_| pairs.next().unwrap_or_default());
     Ok(gemv.for_each_token(&mut rows[..n], job)?)
 }
 

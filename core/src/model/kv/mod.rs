@@ -51,24 +51,13 @@ pub trait KvCache: Send {
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         self.attend_with(&crate::model::SingleThread, layer, first, pos, q, q_scale, out)
     }
-    /// A prompt batch of `layer`: for each token t at `pos = first_pos + t` in turn,
-    /// `store` its keys and values (`k`, `v`: `kv_dim` each per token) and `attend_with`
-    /// its queries (`q`, `out`: `n_heads × head_dim` per token) over `first..=pos`, where
-    /// `first = pos + 1 − window` for a sliding window, else 0. A cache may attend the
-    /// tokens in any order or at once; outputs are those of the loop, bit for bit.
-    #[allow(clippy::too_many_arguments)]
-    fn store_and_attend(
-        &mut self,
-        threads: &dyn Parallel,
-        layer: usize,
-        first_pos: usize,
-        window: Option<usize>,
-        (k, v): (&[f32], &[f32]),
-        q: &[f32],
-        q_scale: f32,
-        out: &mut [f32],
-    ) {
-        store_and_attend_each(self, threads, layer, first_pos, window, (k, v), q, q_scale, out);
+    /// A prompt batch of `layer`: for each token t at `pos = batch.first_pos + t` in turn,
+    /// `store` its keys and values and `attend_with` its queries over `first..=pos` into
+    /// `out` (`n_heads × head_dim` per token), where `first = pos + 1 − window` for a
+    /// sliding window, else 0. A cache may attend the tokens in any order or at once;
+    /// outputs are those of the loop, bit for bit.
+    fn store_and_attend(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
+        store_and_attend_each(self, threads, layer, batch, out);
     }
     /// Bytes of the key cache.
     fn key_bytes(&self) -> usize;
@@ -88,43 +77,52 @@ pub trait KvCache: Send {
     }
 }
 
-/// The first position a token at `pos` attends to.
-fn first_attended(window: Option<usize>, pos: usize) -> usize {
-    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+/// One layer's tokens of a prompt batch at positions `first_pos..`, token-major: keys and
+/// values (`kv_dim` each per token) and queries (`n_heads × head_dim` per token).
+pub struct PromptBatch<'a> {
+    pub first_pos: usize,
+    /// The layer's sliding window, `None` for a layer that attends to every position.
+    pub window: Option<usize>,
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub q: &'a [f32],
+    pub q_scale: f32,
 }
 
-/// Tokens of a batch (`k`, `q`) and their count, the lengths checked on the caller's thread.
-fn batch_tokens(shape: &AttentionShape, k: &[f32], v: &[f32], q: &[f32], out: &[f32]) -> usize {
-    let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
-    let n = k.len() / kvd;
-    assert!(
-        k.len() == n * kvd && v.len() == k.len() && q.len() == n * qd && out.len() == q.len(),
-        "attention batch: k and v must hold kv_dim values per token, q and out n_heads × head_dim"
-    );
-    n
+impl PromptBatch<'_> {
+    /// The first position the token at `pos` attends to.
+    fn first_attended(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+
+    /// How many tokens, the lengths (with `out`'s) checked on the caller's thread.
+    fn tokens(&self, shape: &AttentionShape, out: &[f32]) -> usize {
+        let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
+        let n = self.k.len() / kvd;
+        assert!(
+            self.k.len() == n * kvd && self.v.len() == self.k.len() && self.q.len() == n * qd && out.len() == self.q.len(),
+            "attention batch: k and v must hold kv_dim values per token, q and out n_heads × head_dim"
+        );
+        n
+    }
 }
 
 /// `KvCache::store_and_attend` as its documentation states it: token by token.
-#[allow(clippy::too_many_arguments)]
 fn store_and_attend_each<C: KvCache + ?Sized>(
     cache: &mut C,
     threads: &dyn Parallel,
     layer: usize,
-    first_pos: usize,
-    window: Option<usize>,
-    (k, v): (&[f32], &[f32]),
-    q: &[f32],
-    q_scale: f32,
+    batch: &PromptBatch<'_>,
     out: &mut [f32],
 ) {
     let shape = cache.shape();
-    let n = batch_tokens(&shape, k, v, q, out);
+    let n = batch.tokens(&shape, out);
     let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
     for t in 0..n {
-        let pos = first_pos + t;
-        cache.store(layer, pos, &k[t * kvd..][..kvd], &v[t * kvd..][..kvd]);
-        let (q, out) = (&q[t * qd..][..qd], &mut out[t * qd..][..qd]);
-        cache.attend_with(threads, layer, first_attended(window, pos), pos, q, q_scale, out);
+        let pos = batch.first_pos + t;
+        cache.store(layer, pos, &batch.k[t * kvd..][..kvd], &batch.v[t * kvd..][..kvd]);
+        let (q, out) = (&batch.q[t * qd..][..qd], &mut out[t * qd..][..qd]);
+        cache.attend_with(threads, layer, batch.first_attended(pos), pos, q, batch.q_scale, out);
     }
 }
 
@@ -182,9 +180,14 @@ pub(crate) struct Pieces {
 
 impl Pieces {
     pub(crate) fn new(shape: AttentionShape) -> Pieces {
-        let mut pieces = Pieces { all: Vec::new(), group: shape.group(), head_dim: shape.head_dim };
+        let mut pieces = Pieces::none(shape);
         pieces.reserve(shape.n_kv_heads * shape.context.div_ceil(PIECE_ROWS));
         pieces
+    }
+
+    /// No pieces yet, for `shape`'s attention.
+    fn none(shape: AttentionShape) -> Pieces {
+        Pieces { all: Vec::new(), group: shape.group(), head_dim: shape.head_dim }
     }
 
     /// At least `count` pieces.
@@ -547,7 +550,6 @@ impl ExactKvCache {
             KeyPrecision::F16 => (n, 0),
             KeyPrecision::F32 => (0, n),
         };
-        let batch = Pieces { all: Vec::new(), group: shape.group(), head_dim: shape.head_dim };
         ExactKvCache {
             shape,
             precision,
@@ -555,7 +557,7 @@ impl ExactKvCache {
             keys_f32: vec![0.0; f32_len],
             values,
             pieces: Pieces::new(shape),
-            batch,
+            batch: Pieces::none(shape),
         }
     }
 
@@ -619,29 +621,19 @@ impl KvCache for ExactKvCache {
     /// pieces per token than threads. Each token's pieces and merge are `attend_with`'s,
     /// so its output is too; a ring must still hold every position each token attends to
     /// once the batch is stored, else the batch goes token by token.
-    fn store_and_attend(
-        &mut self,
-        threads: &dyn Parallel,
-        layer: usize,
-        first_pos: usize,
-        window: Option<usize>,
-        (k, v): (&[f32], &[f32]),
-        q: &[f32],
-        q_scale: f32,
-        out: &mut [f32],
-    ) {
+    fn store_and_attend(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
         let s = self.shape;
-        let n = batch_tokens(&s, k, v, q, out);
-        let (kvd, qd) = (s.kv_dim(), s.n_heads * s.head_dim);
+        let n = batch.tokens(&s, out);
+        let (kvd, qd, first_pos) = (s.kv_dim(), s.n_heads * s.head_dim, batch.first_pos);
         let last = (first_pos + n).saturating_sub(1);
         let cap = self.values.rows().cap(layer);
-        let held = last < cap || first_attended(window, first_pos) + cap > last;
-        let per_token = Pieces::count(s.n_kv_heads, &self.values.rows().span(layer, first_attended(window, last), last).0);
+        let held = last < cap || batch.first_attended(first_pos) + cap > last;
+        let per_token = Pieces::count(s.n_kv_heads, &self.values.rows().span(layer, batch.first_attended(last), last).0);
         if n < 2 || !held || per_token >= threads.threads() {
-            return store_and_attend_each(self, threads, layer, first_pos, window, (k, v), q, q_scale, out);
+            return store_and_attend_each(self, threads, layer, batch, out);
         }
         for t in 0..n {
-            self.store(layer, first_pos + t, &k[t * kvd..][..kvd], &v[t * kvd..][..kvd]);
+            self.store(layer, first_pos + t, &batch.k[t * kvd..][..kvd], &batch.v[t * kvd..][..kvd]);
         }
         let run = (BATCH_PIECES / per_token.max(1)).max(1);
         for tokens in (0..n).step_by(run).map(|start| start..(start + run).min(n)) {
@@ -651,7 +643,7 @@ impl KvCache for ExactKvCache {
             for (i, t) in tokens.clone().enumerate() {
                 starts[i] = used;
                 let pos = first_pos + t;
-                let (rows, _) = self.values.rows().span(layer, first_attended(window, pos), pos);
+                let (rows, _) = self.values.rows().span(layer, batch.first_attended(pos), pos);
                 self.batch.reserve(used + Pieces::count(s.n_kv_heads, &rows));
                 used = self.batch.plan_token(used, t, s.n_kv_heads, rows);
             }
@@ -660,9 +652,9 @@ impl KvCache for ExactKvCache {
             let this = &*self;
             threads.run_pieces(&mut pieces[..used], &|piece| {
                 let pos = first_pos + piece.token;
-                let first = first_attended(window, pos);
+                let first = batch.first_attended(pos);
                 let (_, masked) = this.values.rows().span(layer, first, pos);
-                this.attend_piece(layer, first, pos, masked, &q[piece.token * qd..][..qd], q_scale, piece);
+                this.attend_piece(layer, first, pos, masked, &batch.q[piece.token * qd..][..qd], batch.q_scale, piece);
             });
             self.batch.all = pieces;
             for (i, t) in tokens.enumerate() {
@@ -742,9 +734,10 @@ mod batch_tests {
                 let window = (w > 0).then_some(w);
                 let at = |x: &[f32], d: usize| x[first_pos * d..(first_pos + n) * d].to_vec();
                 let (k, v, q) = (at(&k, kvd), at(&v, kvd), at(&q, qd));
+                let batch = PromptBatch { first_pos, window, k: &k, v: &v, q: &q, q_scale: 0.25 };
                 let (mut want, mut got) = (vec![0.0; n * qd], vec![0.0; n * qd]);
-                store_and_attend_each(&mut one, &SingleThread, layer, first_pos, window, (&k, &v), &q, 0.25, &mut want);
-                batched.store_and_attend(&Reversed, layer, first_pos, window, (&k, &v), &q, 0.25, &mut got);
+                store_and_attend_each(&mut one, &SingleThread, layer, &batch, &mut want);
+                batched.store_and_attend(&Reversed, layer, &batch, &mut got);
                 assert!(want.iter().all(|x| x.is_finite()));
                 let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "layer {layer}, tokens {first_pos}..{}", first_pos + n);
