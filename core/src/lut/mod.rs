@@ -429,13 +429,43 @@ pub(crate) struct FloatOut<'y> {
     acc: [f32; TILE_ROWS],
 }
 
+impl<'y> FloatOut<'y> {
+    /// Rows of the tiles from `first_tile` on into `y`.
+    pub(crate) fn new(y: &'y mut [f32], first_tile: usize) -> Self {
+        FloatOut { y, first_tile, acc: [0.0; TILE_ROWS] }
+    }
+}
+
 impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
         let scales = job.scale_block(job.scale_block_offset(tile, g), &f16x32);
+        let mins = job.has_mins().then(|| job.scale_block(job.min_block_offset(tile, g), &f16x32));
+        self.group_with(job, g, acc, &scales, mins.as_ref());
+    }
+    #[inline(always)]
+    fn tile_end(&mut self, job: &Job<'_>, tile: usize) {
+        let start = (tile - self.first_tile) * TILE_ROWS;
+        let rows = (job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
+        self.y[start..start + rows].copy_from_slice(&self.acc[..rows]);
+        self.acc = [0.0; TILE_ROWS];
+    }
+}
+
+impl FloatOut<'_> {
+    /// `group` with the tile-group's scales (and minima) already converted: a
+    /// multi-token run converts them once for all its tokens.
+    #[inline(always)]
+    pub(crate) fn group_with(
+        &mut self,
+        job: &Job<'_>,
+        g: usize,
+        acc: &[i32; TILE_ROWS],
+        scales: &[f32; TILE_ROWS],
+        mins: Option<&[f32; TILE_ROWS]>,
+    ) {
         let (alpha, beta, sum) = (job.tables.scale[g] * 0.5, job.beta(g), job.tables.sum[g]);
-        if job.has_mins() {
-            let mins = job.scale_block(job.min_block_offset(tile, g), &f16x32);
+        if let Some(mins) = mins {
             for r in 0..TILE_ROWS {
                 self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta) + mins[r] * sum;
             }
@@ -444,13 +474,6 @@ impl Epilogue for FloatOut<'_> {
                 self.acc[r] += scales[r] * (acc[r] as f32 * alpha + beta);
             }
         }
-    }
-    #[inline(always)]
-    fn tile_end(&mut self, job: &Job<'_>, tile: usize) {
-        let start = (tile - self.first_tile) * TILE_ROWS;
-        let rows = (job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
-        self.y[start..start + rows].copy_from_slice(&self.acc[..rows]);
-        self.acc = [0.0; TILE_ROWS];
     }
 }
 
@@ -497,14 +520,56 @@ macro_rules! define_run {
 }
 pub(crate) use define_run;
 
+/// `define_run`'s loop for N tokens' tables over the same tiles, on the 128-bit ISAs whose
+/// `tile_group_n` loads and splits each weight byte once for all N: every token's
+/// integer sums go through its own `FloatOut`, the same epilogue its GEMV runs, so each
+/// token's floats are that GEMV's bit for bit.
+macro_rules! define_run_n {
+    ($feature:literal) => {
+        /// # Safety
+        /// The ISA must be available; every job is validated (by `Job::new`) against one
+        /// matrix, and each `y` holds exactly the rows of `tiles`.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn run_float_n<const N: usize>(
+            jobs: [&$crate::lut::Job<'_>; N],
+            tiles: core::ops::Range<usize>,
+            ys: [&mut [f32]; N],
+        ) {
+            let mut outs = ys.map(|y| $crate::lut::FloatOut::new(y, tiles.start));
+            for tile in tiles {
+                for g in 0..jobs[0].groups() {
+                    let mut acc = [[0i32; $crate::TILE_ROWS]; N];
+                    // SAFETY: the caller's contract; all jobs share the matrix, so every
+                    // token's group tables have the layout's `group / 16` blocks.
+                    unsafe { tile_group_n(jobs[0].tile_group(tile, g), jobs.map(|j| j.quads(g)), jobs[0].layout.bits(), &mut acc) };
+                    let job = jobs[0];
+                    let f16x32 = |b: &[u8; 64]| $crate::lut::f16x32_portable(b);
+                    let scales = job.scale_block(job.scale_block_offset(tile, g), &f16x32);
+                    let mins = job.has_mins().then(|| job.scale_block(job.min_block_offset(tile, g), &f16x32));
+                    for ((out, job), acc) in outs.iter_mut().zip(jobs).zip(&acc) {
+                        out.group_with(job, g, acc, &scales, mins.as_ref());
+                    }
+                }
+                for (out, job) in outs.iter_mut().zip(jobs) {
+                    $crate::lut::Epilogue::tile_end(out, job, tile);
+                }
+            }
+        }
+    };
+}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "wasm32"))]
+pub(crate) use define_run_n;
+
 /// Tokens per multi-token lookup pass that `gemm` uses on `isa` (1: each token alone).
 /// AVX2 takes two: on a Zen 4 (AVX2 tier) the lookups of Gemma 3 and stories15M
 /// prefills took 6–14 % less time in pairs than one token at a time, and more in threes
 /// or fours (the i16 accumulators of three tokens do not fit 16 registers beside the
-/// tables).
+/// tables). SSSE3 takes two as well (Gemma 3 prefill 1.10–1.16× on the same host).
+/// NEON and simd128 have the same two-token kernel (tested bit for bit) but run one
+/// token at a time until a Pi and a browser measure it.
 pub fn gemm_tokens(isa: Isa) -> usize {
     match isa {
-        Isa::Avx512Vbmi | Isa::Avx2 => 2,
+        Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 => 2,
         _ => 1,
     }
 }
@@ -578,7 +643,7 @@ pub fn gemv_tiles<B: AsRef<[u8]>>(
         unsafe { x86_64::avx2::run_float([&job], tiles, [y]) };
         return Ok(());
     }
-    let mut epi = FloatOut { y, first_tile: tiles.start, acc: [0.0; TILE_ROWS] };
+    let mut epi = FloatOut::new(y, tiles.start);
     dispatch(isa, &job, tiles, &mut epi)
 }
 
@@ -667,7 +732,8 @@ pub fn gemv_tiles_pair<B: AsRef<[u8]>>(
 }
 
 /// `gemv_tiles` for N tokens' tables over the same tiles: where `isa` has a multi-token
-/// kernel (AVX2; AVX-512 VBMI for N = 2) each weight byte is loaded once for all N,
+/// kernel (AVX2, SSSE3, NEON, simd128; AVX-512 VBMI for N = 2) each weight byte is loaded
+/// and split into indices once for all N,
 /// elsewhere N calls. Each `y` is what `gemv_tiles` writes, bit for bit.
 pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
     isa: Isa,
@@ -712,7 +778,26 @@ pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
         unsafe { x86_64::avx2::run_float(jobs_ref, tiles, ys) };
         return Ok(());
     }
-    let _ = jobs_ref; // read by the x86 kernels above only
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Ssse3 {
+        // SAFETY: SSSE3 is available (checked above); every job is validated against the
+        // one matrix, and each `y` holds exactly the rows of `tiles`.
+        unsafe { x86_64::ssse3::run_float_n(jobs_ref, tiles, ys) };
+        return Ok(());
+    }
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    if isa == Isa::Neon {
+        // SAFETY: NEON is enabled for this build; jobs and `ys` as above.
+        unsafe { aarch64::neon::run_float_n(jobs_ref, tiles, ys) };
+        return Ok(());
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if isa == Isa::Simd128 {
+        // SAFETY: simd128 is enabled for this build; jobs and `ys` as above.
+        unsafe { wasm32::simd128::run_float_n(jobs_ref, tiles, ys) };
+        return Ok(());
+    }
+    let _ = jobs_ref; // read by the SIMD kernels above only
     for (t, y) in tables.into_iter().zip(ys) {
         gemv_tiles(isa, m, t, tiles.clone(), y)?;
     }
