@@ -10,8 +10,8 @@ use alloc::vec::Vec;
 
 use super::codebook::{Codebooks, PqError, TableScale};
 use super::scan::{scan16, scan256, scan256_heads, scan256_prefers_heads, set_code16, set_code256, BLOCK_KEYS, SCAN_HEADS};
-use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
-use crate::model::kv::kernels::dot;
+use crate::f16::f16_bits_to_f32;
+use crate::model::kv::kernels::{dot, f16_row};
 use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, Pieces, ValueCache, ValueFormat, PIECE_ROWS};
 use crate::Isa;
 
@@ -222,11 +222,11 @@ impl KvCache for PqKvCache {
         }
         if pos < self.sink {
             let at = (slot * self.sink + pos) * kv_dim;
-            self.sink_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
+            f16_row(k, &mut self.sink_keys[at..at + kv_dim]);
         }
         if self.recent > 0 {
             let at = (slot * self.recent + pos % self.recent) * kv_dim;
-            self.recent_keys[at..at + kv_dim].iter_mut().zip(k).for_each(|(d, &x)| *d = f32_to_f16_bits(x));
+            f16_row(k, &mut self.recent_keys[at..at + kv_dim]);
         }
         self.values.store(slot, pos, v);
     }

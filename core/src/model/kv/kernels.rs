@@ -119,6 +119,16 @@ pub fn quantize_q4_0(x: &[f32; VALUE_BLOCK], codes: &mut [u8], scale: &mut u16) 
     }
 }
 
+/// `dst[i] = f32_to_f16_bits(x[i])` (round to nearest even; NaN stays NaN): the key and
+/// value rows a cache stores, converted by F16C where the CPU has it.
+pub fn f16_row(x: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86_64::f16_row(x, dst) {
+        return;
+    }
+    dst.iter_mut().zip(x).for_each(|(d, &v)| *d = f32_to_f16_bits(v));
+}
+
 /// `scores[g * out_stride + i] = scale · q_g · key_i` for the query heads `q` (rows of
 /// `keys.len`) against f16 keys; `row` is scratch of at least one key.
 pub fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], scores: &mut [f32], out_stride: usize) {
@@ -292,5 +302,36 @@ mod tests {
         assert!(worst < 3e-7, "worst relative error {worst:e}");
         assert_eq!(exp(0.0), 1.0);
         assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
+    }
+
+    /// The stored key/value rows (F16C where the CPU has it) against `half`, one value at
+    /// a time: every half, the f32 values on both sides of each rounding midpoint (ties
+    /// to even), NaNs, infinities, overflow, and random bit patterns.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn f16_rows_round_like_half() {
+        let mut xs = alloc::vec::Vec::new();
+        for h in 0..=u16::MAX {
+            let x = half::f16::from_bits(h).to_f32();
+            let next = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+            xs.push(x);
+            if x.is_finite() && next.is_finite() && (h & 0x7fff) != 0x7bff {
+                let mid = ((f64::from(x) + f64::from(next)) / 2.0) as f32;
+                xs.extend([f32::from_bits(mid.to_bits() - 1), mid, f32::from_bits(mid.to_bits() + 1)]);
+            }
+        }
+        xs.extend([f32::NAN, -f32::NAN, f32::from_bits(0x7f80_0001), f32::from_bits(0xffbf_ffff), f32::MAX, -f32::MAX, 65520.0, 65519.99]);
+        let mut rng = crate::rng::SplitMix64::new(17);
+        xs.extend((0..100_000).map(|_| f32::from_bits(rng.next_u64() as u32)));
+        // lengths a row kernel takes whole, and ones it must leave to the portable loop
+        for len in [16, 48, 256, 7] {
+            let mut dst = alloc::vec![0u16; len];
+            for x in xs.chunks_exact(len) {
+                f16_row(x, &mut dst);
+                for (&v, &d) in x.iter().zip(&dst) {
+                    assert_eq!(d, half::f16::from_f32(v).to_bits(), "{v:e} ({:#010x})", v.to_bits());
+                }
+            }
+        }
     }
 }

@@ -8,7 +8,6 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use crate::f16::f32_to_f16_bits;
 use crate::Error;
 use kernels::{BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 
@@ -333,12 +332,13 @@ impl LayerRows {
         self.offsets[layer] * shape.n_kv_heads + kv_head * self.caps[layer] + row
     }
 
-    /// Stores position `pos` of `layer` (every KV head of `x`, converted by `f`) in `data`.
-    fn store<T>(&self, shape: &AttentionShape, data: &mut [T], layer: usize, pos: usize, x: &[f32], f: impl Fn(f32) -> T) {
+    /// Stores position `pos` of `layer` (every KV head of `x`, each head's row converted
+    /// by `convert`) in `data`.
+    fn store<T>(&self, shape: &AttentionShape, data: &mut [T], layer: usize, pos: usize, x: &[f32], convert: impl Fn(&[f32], &mut [T])) {
         let (hd, row) = (shape.head_dim, pos % self.caps[layer]);
         for (kv_head, x) in x.chunks_exact(hd).enumerate().take(shape.n_kv_heads) {
             let at = self.at(shape, layer, kv_head, row);
-            data[at..at + hd].iter_mut().zip(x).for_each(|(d, &v)| *d = f(v));
+            convert(x, &mut data[at..at + hd]);
         }
     }
 
@@ -473,7 +473,7 @@ impl ValueCache {
     pub fn store(&mut self, layer: usize, pos: usize, v: &[f32]) {
         let (shape, format) = (self.shape, self.format);
         let quantize = match format {
-            ValueFormat::F16 => return self.rows.store(&shape, &mut self.halves, layer, pos, v, f32_to_f16_bits),
+            ValueFormat::F16 => return self.rows.store(&shape, &mut self.halves, layer, pos, v, kernels::f16_row),
             ValueFormat::Q8_0 => kernels::quantize_q8_0,
             ValueFormat::Q4_0 => kernels::quantize_q4_0,
         };
@@ -597,8 +597,8 @@ impl KvCache for ExactKvCache {
     fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (shape, rows) = (&self.shape, self.values.rows());
         match self.precision {
-            KeyPrecision::F16 => rows.store(shape, &mut self.keys_f16, layer, pos, k, f32_to_f16_bits),
-            KeyPrecision::F32 => rows.store(shape, &mut self.keys_f32, layer, pos, k, |x| x),
+            KeyPrecision::F16 => rows.store(shape, &mut self.keys_f16, layer, pos, k, kernels::f16_row),
+            KeyPrecision::F32 => rows.store(shape, &mut self.keys_f32, layer, pos, k, |x, d| d.copy_from_slice(x)),
         }
         self.values.store(layer, pos, v);
     }

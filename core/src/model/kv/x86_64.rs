@@ -58,6 +58,29 @@ fn values_in_bounds(values: &ValueRows<'_>) -> bool {
     }
 }
 
+/// `kernels::f16_row` by `vcvtps2ph`, which rounds to nearest even and quiets NaNs as
+/// `half` does, so the bits are the same; false (nothing done) where it cannot run.
+pub(super) fn f16_row(x: &[f32], dst: &mut [u16]) -> bool {
+    if x.len() != dst.len() || !usable(x.len()) {
+        return false;
+    }
+    // SAFETY: the CPU has F16C (checked by `usable`: `Isa::Avx2` includes it); both
+    // slices hold the same whole number of 8-value runs.
+    unsafe { f16_row_f16c(x, dst) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_row_f16c(x: &[f32], dst: &mut [u16]) {
+    for (x, d) in x.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
+        // SAFETY: `x` is 8 readable f32, `d` 8 writable u16.
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(x.as_ptr()));
+            _mm_storeu_si128(d.as_mut_ptr().cast(), h);
+        }
+    }
+}
+
 pub(super) fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, _row: &mut [f32], scores: &mut [f32], out_stride: usize) -> bool {
     let group = q.len() / keys.len.max(1);
     if !usable(keys.len) || !in_bounds(&keys) || scores.len() < (group.max(1) - 1) * out_stride + keys.count {
