@@ -92,7 +92,14 @@ pub(super) fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, _row: &mut 
         let scores = &mut scores[first * out_stride..];
         // SAFETY: the CPU has AVX2, FMA and F16C and every row is inside `keys.data`
         // (both checked above); `q` holds `heads` rows and `scores` `heads` rows of `out_stride` ≥ count.
-        unsafe { scores_f16_avx2(keys, q, heads, scale, scores, out_stride) };
+        unsafe {
+            match heads {
+                1 => scores_f16_avx2::<1>(keys, q, scale, scores, out_stride),
+                2 => scores_f16_avx2::<2>(keys, q, scale, scores, out_stride),
+                3 => scores_f16_avx2::<3>(keys, q, scale, scores, out_stride),
+                _ => scores_f16_avx2::<4>(keys, q, scale, scores, out_stride),
+            }
+        }
     }
     true
 }
@@ -165,48 +172,100 @@ fn softmax_rows(p: &mut [f32], p_stride: usize, n: usize, stats: &mut [SoftmaxSt
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// `scores[g * out_stride + i] = scale · q_g · key_i` for `heads` ≤ 4 query heads.
+/// The lanes of each of four vectors summed, as four sums in one vector: every sum by the
+/// same tree, `(v0+v1 + v2+v3) + (v4+v5 + v6+v7)`, so a score does not depend on which
+/// other rows share the call.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum4(v: [__m256; 4]) -> __m128 {
+    let h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+}
+
+/// `q · key` of `H` ≤ 4 query heads against the f16 key at `row`, as 8-lane partial sums
+/// per head (two accumulators per head, so 2·H FMA chains are in flight); zeros past H.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `row` holds `hd` (a multiple of 16) readable f16 and `qp` `H` rows
+/// of `hd` f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot_row<const H: usize>(row: *const u16, qp: *const f32, hd: usize) -> [__m256; HEADS] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
+    // a plain counted loop: `step_by` here cost more instructions than the FMAs
+    for c in (0..hd / 16).map(|c| 16 * c) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast()));
+            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c + 8).cast()));
+            for (g, a) in acc.iter_mut().enumerate().take(H) {
+                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c)), k0, a[0]);
+                a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c + 8)), k1, a[1]);
+            }
+        }
+    }
+    acc.map(|a| _mm256_add_ps(a[0], a[1]))
+}
+
+/// `scores[g * out_stride + i] = scale · q_g · key_i` for `H` ≤ 4 query heads. One head
+/// reduces four rows' sums at once (`hsum4`).
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `keys.len` a multiple of 16; every row inside `keys.data`;
-/// `q.len() == heads * keys.len`; `scores` holds `heads` rows of `out_stride ≥ keys.count`.
+/// `q.len() == H * keys.len`; `scores` holds `H` rows of `out_stride ≥ keys.count`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_f16_avx2(keys: Rows<'_, u16>, q: &[f32], heads: usize, scale: f32, scores: &mut [f32], out_stride: usize) {
+unsafe fn scores_f16_avx2<const H: usize>(keys: Rows<'_, u16>, q: &[f32], scale: f32, scores: &mut [f32], out_stride: usize) {
     // SAFETY: the caller guarantees the CPU features and that every row, query and
     // score index used below is in bounds (see # Safety).
     unsafe {
         let hd = keys.len;
         let qp = q.as_ptr();
-        for i in 0..keys.count {
+        let scale_x4 = _mm_set1_ps(scale);
+        let row = |i: usize| {
             let row = keys.data.as_ptr().add(i * keys.stride);
             if i + PREFETCH_ROWS < keys.count {
                 prefetch_row(row.add(PREFETCH_ROWS * keys.stride), hd);
             }
-            // two accumulators per head so 8 FMA chains are in flight
-            let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
-            for c in (0..hd).step_by(16) {
-                let k0 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast()));
-                let k1 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c + 8).cast()));
-                for (g, a) in acc.iter_mut().enumerate().take(heads) {
-                    a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c)), k0, a[0]);
-                    a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c + 8)), k1, a[1]);
+            row
+        };
+        let mut s = [0.0f32; 4];
+        if H == 1 {
+            for first in (0..keys.count.div_ceil(4)).map(|b| 4 * b) {
+                let n = (keys.count - first).min(4);
+                let mut sums = [_mm256_setzero_ps(); 4];
+                if n == 4 {
+                    sums = core::array::from_fn(|r| dot_row::<1>(row(first + r), qp, hd)[0]);
+                } else {
+                    for (r, sum) in sums.iter_mut().enumerate().take(n) {
+                        *sum = dot_row::<1>(row(first + r), qp, hd)[0];
+                    }
                 }
+                _mm_storeu_ps(s.as_mut_ptr(), _mm_mul_ps(hsum4(sums), scale_x4));
+                scores.get_unchecked_mut(first..first + n).copy_from_slice(&s[..n]);
             }
-            for (g, a) in acc.iter().enumerate().take(heads) {
-                *scores.get_unchecked_mut(g * out_stride + i) = hsum(_mm256_add_ps(a[0], a[1])) * scale;
+        } else {
+            // each head's sum on its own: reduced across heads by `hsum4` instead, Gemma 3's
+            // scores round differently, and with q4_0 values its top-1 agreement with f16
+            // values (tests/engine.rs) moved from 0.945 to 0.918 for no speed that showed
+            for i in 0..keys.count {
+                for (g, sum) in dot_row::<H>(row(i), qp, hd).into_iter().enumerate().take(H) {
+                    *scores.get_unchecked_mut(g * out_stride + i) = hsum(sum) * scale;
+                }
             }
         }
     }
 }
 
 /// `mix_avx2` for the first `min(heads, 4)` heads, with as many dimensions per pass as
-/// the row length allows up to 8 accumulators.
+/// the row length allows up to 8 accumulators (one head of 48 dimensions, stories15M's:
+/// all 48 in one pass, 6 FMA chains instead of 2).
 ///
 /// # Safety
 /// As `mix_avx2`, for a row length that is a multiple of 16; `out` holds the heads' outputs.
@@ -218,6 +277,8 @@ unsafe fn mix_heads<const F: u8>(heads: usize, values: ValueRows<'_>, p: &[f32],
     unsafe {
         match heads {
             1 if hd.is_multiple_of(64) => mix_avx2::<1, F, 4>(values, p, p_stride, &mut out[..hd]),
+            1 if hd.is_multiple_of(48) => mix_avx2::<1, F, 3>(values, p, p_stride, &mut out[..hd]),
+            1 if hd.is_multiple_of(32) => mix_avx2::<1, F, 2>(values, p, p_stride, &mut out[..hd]),
             1 => mix_avx2::<1, F, 1>(values, p, p_stride, &mut out[..hd]),
             2 if hd.is_multiple_of(32) => mix_avx2::<2, F, 2>(values, p, p_stride, &mut out[..2 * hd]),
             2 => mix_avx2::<2, F, 1>(values, p, p_stride, &mut out[..2 * hd]),
@@ -242,15 +303,17 @@ const MIX_PREFETCH_ROWS: usize = 64;
 /// of every head in `2·V·H` ymm accumulators (8 where the row length allows — one head
 /// × 64 dimensions, two × 32, four × 16 — so that enough FMA chains are in flight
 /// whatever H), each row's values converted straight into registers (f16 by
-/// `vcvtph2ps`; q8_0 / q4_0 codes widened and times their block's scale, the portable
-/// decode's single rounding), rows in order, so the f16 sums are the AVX-512 kernel's
-/// bit for bit.
+/// `vcvtph2ps`; q8_0 / q4_0 codes widened, then with one or two heads each head's weight
+/// multiplied by the block's scale once per block — `(p·d)·q` where the portable loop
+/// has `p·(d·q)`, within the same rounding bound — and with more every value by it),
+/// rows in order, so the f16 sums are the AVX-512 kernel's bit for bit.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `F` the format of `values`; its row length a multiple of `16·V`
 /// (and of 32 for blocks); every row inside its buffers (`values_in_bounds`); `p` holds
 /// `H` rows of `p_stride ≥ values.rows()`; `out.len() == H * values.row_len()`.
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline(never)] // each (H, F, V) compiled on its own: inlined together, the arms' code grew
 unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRows<'_>, p: &[f32], p_stride: usize, out: &mut [f32]) {
     // SAFETY: the caller guarantees the CPU features and that every row, probability and
     // output index used below is in bounds (see # Safety).
@@ -290,27 +353,46 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
                     for (g, w) in w.iter_mut().enumerate() {
                         *w = _mm256_broadcast_ss(&*p.as_ptr().add(g * p_stride + i));
                     }
+                    // block formats with few heads: each head's weight times the block's
+                    // scale, once per block (H multiplies per block and pass) rather than
+                    // every value (two per 16 values, shared by the heads)
+                    let fold = H * if V == 1 { 2 } else { 1 } < 4;
+                    let mut wd = w;
+                    let mut d = _mm256_setzero_ps();
                     for j in 0..V {
                         let c = c + 16 * j;
                         let v = if F == F16 {
                             let row = halves.add(i * stride + c);
                             [_mm256_cvtph_ps(_mm_loadu_si128(row.cast())), _mm256_cvtph_ps(_mm_loadu_si128(row.add(8).cast()))]
                         } else {
-                            let scale = *scales.add(i * blocks + c / VALUE_BLOCK);
-                            let d = _mm256_cvtph_ps(_mm_set1_epi16(scale as i16));
-                            let q = if F == Q8_0 {
-                                _mm_loadu_si128(codes.add(i * row_bytes + c).cast())
+                            if j == 0 || c.is_multiple_of(VALUE_BLOCK) {
+                                let scale = *scales.add(i * blocks + c / VALUE_BLOCK);
+                                d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(scale))));
+                                if fold {
+                                    for (wd, &w) in wd.iter_mut().zip(&w) {
+                                        *wd = _mm256_mul_ps(w, d);
+                                    }
+                                }
+                            }
+                            let (q0, q1) = if F == Q8_0 {
+                                let at = codes.add(i * row_bytes + c);
+                                (_mm_loadl_epi64(at.cast()), _mm_loadl_epi64(at.add(8).cast()))
                             } else {
                                 // the block's bytes: low nibbles its first 16 values, high its last 16
                                 let bytes = _mm_loadu_si128(codes.add(i * row_bytes + (c / VALUE_BLOCK) * VALUE_BLOCK / 2).cast());
-                                let nibbles = if c % VALUE_BLOCK == 0 { bytes } else { _mm_srli_epi16::<4>(bytes) };
-                                _mm_sub_epi8(_mm_and_si128(nibbles, low), eight)
+                                let nibbles = if c.is_multiple_of(VALUE_BLOCK) { bytes } else { _mm_srli_epi16::<4>(bytes) };
+                                let q = _mm_sub_epi8(_mm_and_si128(nibbles, low), eight);
+                                (q, _mm_srli_si128::<8>(q))
                             };
-                            let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-                            let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q)));
-                            [_mm256_mul_ps(d, q0), _mm256_mul_ps(d, q1)]
+                            let v = [_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1))];
+                            if fold {
+                                v
+                            } else {
+                                v.map(|v| _mm256_mul_ps(d, v))
+                            }
                         };
-                        for (a, &w) in acc.iter_mut().zip(&w) {
+                        let w = if F == F16 || !fold { &w } else { &wd };
+                        for (a, &w) in acc.iter_mut().zip(w) {
                             a[j][0] = _mm256_fmadd_ps(w, v[0], a[j][0]);
                             a[j][1] = _mm256_fmadd_ps(w, v[1], a[j][1]);
                         }
