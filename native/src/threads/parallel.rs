@@ -16,7 +16,7 @@ fn chunk_tiles(tiles: usize, threads: usize) -> usize {
 /// handed out all; the first error any call returned is the result.
 fn run_chunks(pool: &Pool, counter: &ChunkCounter, job: impl Fn(std::ops::Range<usize>) -> Result<(), Error> + Sync) -> Result<(), Error> {
     let first_error = std::sync::Mutex::new(None);
-    pool.run(|_| {
+    pool.run_shared(|_| {
         while let Some(range) = counter.next() {
             if let Err(e) = job(range) {
                 first_error.lock().unwrap().get_or_insert(e);
@@ -178,7 +178,7 @@ impl Parallel for Pool {
         }
         let counter = ChunkCounter::new(pieces.len(), 1);
         let pieces = DisjointSlice::new(pieces);
-        self.run(|_| {
+        self.run_shared(|_| {
             while let Some(range) = counter.next() {
                 // SAFETY: each index comes from the counter exactly once, so no two
                 // threads hold the same piece.
