@@ -49,8 +49,11 @@ fn product(isa: Isa, m: &Int8Matrix, x: &Int8Activations) -> Vec<f32> {
 fn every_isa_equals_scalar_bit_for_bit() {
     let mut rng = Rng(7);
     // column counts: a few blocks (tails of 1..3 after groups of 4), and more than one
-    // 64-block piece of a row
-    for (rows, cols, extreme) in [(7, 32, false), (5, 96, true), (9, 224, false), (3, 640, true), (2, 64 * 32 + 96, true)] {
+    // 64-block piece of a row; row counts: groups of four rows in pairs, one left over,
+    // and a part of a group
+    for (rows, cols, extreme) in
+        [(7, 32, false), (5, 96, true), (9, 224, false), (3, 640, true), (2, 64 * 32 + 96, true), (13, 160, true), (24, 64, false)]
+    {
         let m = Int8Matrix::from_q8_0(&q8_0_blocks(&mut rng, rows, cols, extreme), rows, cols).unwrap();
         let mut x = Int8Activations::new(cols).unwrap();
         x.quantize(&rng.vec(cols, 3.0)).unwrap();

@@ -474,6 +474,11 @@ pub fn gemm_rows<'y>(
                 [a, b] => rows_n(isa, m, [a, b], rows.clone(), [out()?, out()?]),
                 _ => {
                     for x in batch {
+                        #[cfg(target_arch = "x86_64")]
+                        if multi_token(isa) {
+                            rows_one_avx2(isa, m, x, rows.clone(), out()?);
+                            continue;
+                        }
                         rows_n(isa, m, [x], rows.clone(), [out()?]);
                     }
                 }
@@ -525,6 +530,28 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
             }
         }
     }
+}
+
+/// `rows_n` for one token on AVX2 and up: the whole groups inside `rows` in one kernel
+/// call, a part of a group at either end as `rows_n`.
+#[cfg(target_arch = "x86_64")]
+fn rows_one_avx2(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usize>, y: &mut [f32]) {
+    let whole = rows.start.div_ceil(GROUP_ROWS)..rows.end / GROUP_ROWS;
+    if whole.is_empty() {
+        return rows_n(isa, m, [x], rows, [y]);
+    }
+    let (per_row, group_bytes) = (m.cols / BLOCK, Int8Matrix::group_bytes(m.form, m.cols));
+    let (first, end) = (whole.start * GROUP_ROWS, whole.end * GROUP_ROWS);
+    let (head, rest) = y.split_at_mut(first - rows.start);
+    let (mid, tail) = rest.split_at_mut(end - first);
+    rows_n(isa, m, [x], rows.start..first, [head]);
+    let w = &m.codes.as_ref()[whole.start * group_bytes..whole.end * group_bytes];
+    let w_scales = &m.scales.as_f32s()[whole.start * GROUP_ROWS * per_row..whole.end * GROUP_ROWS * per_row];
+    // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
+    // `w_scales` are the whole groups' in `m.form` and `mid` their rows, and `x` has
+    // `cols` codes.
+    unsafe { x86_64::groups_avx2(m.form == CodeForm::FiveBit, w, w_scales, group_bytes, x, mid) };
+    rows_n(isa, m, [x], end..rows.end, [tail]);
 }
 
 /// `gemm_rows` for N tokens at once, shapes checked by the caller.
