@@ -95,7 +95,7 @@ const STEPS: &[Step] = &[
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
     ("miri", "Miri (nightly) on the portable code: lutra-core's unit tests, GGUF and llama2.c loader tests, the Pi arena, the thread pool", miri),
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
-    ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node", wasm_tests),
+    ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node, lutra-core again with relaxed SIMD", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
     ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M packed, greedy text = the x86 CLI's; refusals", pi_tests),
     ("fuzz", "every fuzz target for 7 s (one minute in all) on its seeds and corpus (AddressSanitizer): no crash, hang or OOM", |ci| {
@@ -828,6 +828,19 @@ fn wasm_tests(ci: &mut Ci) -> Result {
     }
     ci.count("wasm32 simd128 node (lutra-core + lutra-wasm)", &out, true)?;
     ci.ran("simd128", "node");
+    // the relaxed-SIMD kernels (the page's second and threaded builds) against the scalar
+    // reference too, not only end to end in Chromium; node 20 keeps them behind a flag
+    let mut c = cargo(&ci.root);
+    c.args(["test", "-p", "lutra-core", "--target", WASM32, "--target-dir"])
+        .arg(ci.target_dir.join("wasm-relaxed-test"))
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", "-C target-feature=+simd128,+relaxed-simd")
+        .env("NODE_ARGS", "--experimental-wasm-relaxed-simd");
+    let out = run_capture(&mut c)?;
+    if out.contains("no tests to run") {
+        return Err("a relaxed-SIMD wasm test binary ran no tests".into());
+    }
+    ci.count("wasm32 relaxed-simd node (lutra-core)", &out, true)?;
+    ci.ran("relaxed-simd", "node");
     Ok(())
 }
 
