@@ -183,7 +183,7 @@ impl Int8Matrix {
         };
         let (scale_at, code_at) =
             (|row, block| Self::scale_index_of(cols, row, block), |row, block| Self::five_bit_offset_of(cols, row, block));
-        // (the slices once, not per block: their accessors were a tenth of an import)
+        // the slices once, not per block: each accessor call checks for shared bytes
         let (scales, codes) = (m.scales.as_f32s_mut(), m.codes.as_mut());
         for (i, b) in blocks.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
             let (row, block) = (i / per_row, i % per_row);
