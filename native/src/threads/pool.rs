@@ -29,11 +29,11 @@ struct Shared {
     joined: AtomicU64,
     /// Workers that joined the current job and have finished it.
     finished: AtomicUsize,
-    /// The current job, lifetime-erased (see `run`).
+    /// The current job, lifetime-erased (see `dispatch`).
     job: Mutex<Option<&'static Job>>,
     shutdown: AtomicBool,
     caller: Mutex<Option<Thread>>,
-    /// Set by a worker whose share of the job panicked; `run` re-raises it.
+    /// Set by a worker whose share of the job panicked; `dispatch` re-raises it.
     worker_panicked: AtomicBool,
 }
 
@@ -103,11 +103,12 @@ impl Pool {
         // a panic re-raised below poisons the lock; the pool itself is still sound
         let _turn = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // (`_turn` keeps any other caller from replacing the job until this one is done.)
-        // SAFETY: a worker reads the reference only after joining this job (`joined`)
-        // and stops using it before counting itself in `finished`; this function does not
-        // return (or unwind past `f`'s owner) before every worker that joined has
-        // finished, and once it closes the job (or, without `late_workers_skip`, once all
-        // joined) no other worker can join, so `f` outlives every use.
+        // A worker reads the reference only after joining this job (`joined`) and stops
+        // using it before counting itself in `finished`; this function does not return
+        // (or unwind past `f`'s owner) before every worker that joined has finished, and
+        // once it closes the job (or, without `late_workers_skip`, once all joined) no
+        // other worker can join.
+        // SAFETY: by the above, `f` outlives every use of the lifetime-erased reference.
         let job: &'static Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(f) };
         *self.shared.job.lock().unwrap() = Some(job);
         *self.shared.caller.lock().unwrap() = Some(thread::current());
