@@ -117,6 +117,21 @@ impl AlignedBytes {
         // SAFETY: as in `as_f32s`; `as_mut` returned owned, aligned, exclusive bytes.
         unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<f32>(), bytes.len() / 4) }
     }
+
+    /// The bytes as little-endian u16 values (`len` a multiple of 2), without a copy.
+    pub fn as_u16s(&self) -> &[u16] {
+        let bytes = self.as_ref();
+        // SAFETY: as in `as_f32s` (the start is 64-byte aligned, so 2-byte aligned; every
+        // bit pattern is a valid u16; whole values inside the buffer; borrow carried).
+        unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast::<u16>(), bytes.len() / 2) }
+    }
+
+    /// As `as_u16s`, mutable; shared bytes are copied first (they are read-only).
+    pub fn as_u16s_mut(&mut self) -> &mut [u16] {
+        let bytes = self.as_mut();
+        // SAFETY: as in `as_u16s`; `as_mut` returned owned, aligned, exclusive bytes.
+        unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u16>(), bytes.len() / 2) }
+    }
 }
 
 #[cfg(feature = "alloc")]

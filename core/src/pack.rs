@@ -9,7 +9,7 @@
 //! - each matrix is one `I8` tensor of its packed bytes, its layout in
 //!   `lutra.layout.NAME` (u32 array: kind, rows, cols, then per kind: lookup `bits, group,
 //!   offset kind, zero point, interleave, scale format`; int8 (codes as bytes, or in the
-//!   five-bit form of Q5_0): nothing more — codes then f32 scales);
+//!   five-bit form of Q5_0): nothing more — codes then f16 scales);
 //! - `lutra.checksum.NAME` (u64) is each tensor's checksum, checked as it is read, and
 //!   `lutra.header_checksum` (u64, the first entry) covers the header with its own value
 //!   zeroed: a truncated or bit-flipped file is an error, never wrong output.
@@ -24,8 +24,8 @@ use crate::model::import::Weights;
 use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
 
 /// The format version this build writes and reads (2: int8 codes interleaved by groups
-/// of four rows).
-pub const VERSION: u32 = 2;
+/// of four rows; 3: int8 scales as f16 bits).
+pub const VERSION: u32 = 3;
 pub const FORMAT_KEY: &str = "lutra.format";
 pub const SOURCE_KEY: &str = "lutra.source";
 pub const HEADER_CHECKSUM_KEY: &str = "lutra.header_checksum";

@@ -263,6 +263,53 @@ fn a_batch_of_tokens_equals_each_token_alone() {
     }
 }
 
+/// Scales are stored as f16 and converted in each kernel (F16C, or integer steps on
+/// SSSE3, NEON and simd128): every finite half — zeros, subnormals, 65504 — as a block
+/// scale of a Q8_0 and of a Q5_0 matrix dequantizes to the `half` crate's value and
+/// multiplies to the scalar kernel's outputs on every ISA, one token and eight.
+#[test]
+fn every_finite_f16_scale_gives_the_scalar_outputs() {
+    let mut rng = Rng(29);
+    let finite: Vec<u16> = (0..=u16::MAX).filter(|h| h & 0x7c00 != 0x7c00).collect();
+    let (rows, cols) = (64, finite.len() / 64 * BLOCK);
+    assert_eq!(rows * cols / BLOCK, finite.len());
+    let (q5, q8) = q5_0_blocks(&mut rng, rows, cols);
+    let with_scales = |blocks: &[u8], block_bytes: usize| {
+        let mut out = blocks.to_vec();
+        for (b, &h) in out.chunks_exact_mut(block_bytes).zip(&finite) {
+            b[..2].copy_from_slice(&h.to_le_bytes());
+        }
+        out
+    };
+    let q8 = with_scales(&q8, 2 + BLOCK);
+    let w = decode_q8_0(&q8);
+    let matrices = [Int8Matrix::from_q8_0(&q8, rows, cols).unwrap(), Int8Matrix::from_q5_0(&with_scales(&q5, 22), rows, cols).unwrap()];
+    let xs: Vec<Int8Activations> = (0..8)
+        .map(|_| {
+            let mut x = Int8Activations::new(cols).unwrap();
+            x.quantize(&rng.vec(cols, 2.0)).unwrap();
+            x
+        })
+        .collect();
+    for m in &matrices {
+        let mut row = vec![0.0; cols];
+        for r in 0..rows {
+            m.dequantize_row(r, &mut row).unwrap();
+            assert!(row.iter().zip(&w[r * cols..]).all(|(&a, &b)| a as f64 == b), "{:?} row {r} dequantizes differently", m.form());
+        }
+        let alone: Vec<Vec<f32>> = xs.iter().map(|x| product(Isa::Scalar, m, x)).collect();
+        for isa in Isa::available() {
+            assert_eq!(bits(&product(isa, m, &xs[0])), bits(&alone[0]), "{} {:?}, one token", isa.name(), m.form());
+            let mut ys = vec![vec![0.0; rows]; xs.len()];
+            let mut each = ys.iter_mut();
+            gemm_rows(isa, m, &xs, 0..rows, |_| each.next().unwrap()).unwrap();
+            for (t, (y, alone)) in ys.iter().zip(&alone).enumerate() {
+                assert_eq!(bits(y), bits(alone), "{} {:?}, token {t} of 8", isa.name(), m.form());
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_q5_0_input_is_refused() {
     let mut rng = Rng(25);

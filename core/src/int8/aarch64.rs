@@ -6,6 +6,20 @@ use core::arch::aarch64::*;
 
 use super::{Group, BLOCK, GROUP_ROWS};
 
+/// Four finite f16 scales as f32, as `f16_bits_to_f32` converts them (magnitude bits
+/// moved into an f32 and scaled by 2^112, subnormals included, the sign put back):
+/// `fcvtl` would need the unstable f16 vector types.
+#[inline(always)]
+fn scales(h: uint16x4_t) -> float32x4_t {
+    // SAFETY: NEON is enabled for this build (this module's cfg); register-only steps.
+    unsafe {
+        let h = vmovl_u16(h);
+        let magnitude = vreinterpretq_f32_u32(vshlq_n_u32::<13>(vandq_u32(h, vdupq_n_u32(0x7fff))));
+        let magnitude = vmulq_f32(magnitude, vreinterpretq_f32_u32(vdupq_n_u32(0x7780_0000)));
+        vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(magnitude), vshlq_n_u32::<16>(vandq_u32(h, vdupq_n_u32(0x8000)))))
+    }
+}
+
 /// As `scalar::group`.
 ///
 /// # Safety
@@ -31,7 +45,7 @@ pub unsafe fn group(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
         };
         let sums = vpaddq_s32(vpaddq_s32(row(0), row(1)), vpaddq_s32(row(2), row(3)));
         // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
-        let dw = unsafe { vld1q_f32(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        let dw = scales(unsafe { vld1_u16(g.w_scales.as_ptr().add(b * GROUP_ROWS)) });
         acc = vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sums), vmulq_f32(dw, vdupq_n_f32(dx))));
     }
     // SAFETY: `out` holds four f32.

@@ -5,7 +5,7 @@
 //! decode step's weight bytes.
 //!
 //! Q5_0 matrices keep their 5-bit codes in a compact form ([`CodeForm::FiveBit`]: a
-//! nibble and a fifth bit per code, 6 bits a weight with its f32 scale; Q5_0 has 5.5)
+//! nibble and a fifth bit per code, 5.5 bits a weight with its f16 scale, as in Q5_0)
 //! that the AVX2 kernels widen to bytes as they read it, several tokens per weight load;
 //! T-MAC's open question of lookup or multiply-add per tensor is answered by measurement
 //! here: at 5 bits the lookup path needs a residual table pass, and multiply-add wins
@@ -68,7 +68,7 @@ const TILE_BLOCKS: usize = 32;
 #[cfg(target_arch = "x86_64")]
 const TILE_MIN_TOKENS: usize = 5;
 
-/// A matrix of int8 codes with one f32 scale per row and 32 columns: `w = d · q`.
+/// A matrix of int8 codes with one f16 scale per row and 32 columns: `w = d · q`.
 #[derive(Clone, Debug)]
 pub struct Int8Matrix {
     rows: usize,
@@ -81,8 +81,10 @@ pub struct Int8Matrix {
     /// prefetcher follows at 13 GB/s against 30 GB/s for one stream.
     codes: AlignedBytes,
     /// Scales of groups of 4 rows, block-major within a group: row r, block b is at
-    /// `(r/4)·(cols/32)·4 + b·4 + r%4`, so a kernel loads four rows' scales at once
-    /// (f32, as bytes: a packed file's scales are read in place).
+    /// `(r/4)·(cols/32)·4 + b·4 + r%4`, so a kernel loads four rows' scales at once.
+    /// f16 bits as the file has them (every source scale is an f16; the kernels convert
+    /// exactly): as f32 they were 11 % of the LM head's bytes, read once per token. As
+    /// bytes, so that a packed file's scales are read in place.
     scales: AlignedBytes,
     /// Whether some code is −128: the relaxed-SIMD wasm kernel needs `|q| ≤ 127` on the
     /// side whose sign it flips (llama.cpp's quantizer writes −127..=127).
@@ -177,25 +179,23 @@ impl Int8Matrix {
             rows,
             cols,
             codes: AlignedBytes::zeroed(Self::codes_len(form, rows, cols)),
-            scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 4),
+            scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 2),
             has_minus_128: false,
             form,
         };
-        let (scale_at, code_at) =
-            (|row, block| Self::scale_index_of(cols, row, block), |row, block| Self::five_bit_offset_of(cols, row, block));
         // the slices once, not per block: each accessor call checks for shared bytes
-        let (scales, codes) = (m.scales.as_f32s_mut(), m.codes.as_mut());
+        let (scales, codes) = (m.scales.as_u16s_mut(), m.codes.as_mut());
         for (i, b) in blocks.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
             let (row, block) = (i / per_row, i % per_row);
             let d = u16::from_le_bytes([b[0], b[1]]);
             if !f16_bits_finite(d) {
                 return Err(Error::NonFiniteScale { row, group: block });
             }
-            scales[scale_at(row, block)] = f16_bits_to_f32(d);
+            scales[Self::scale_index_of(cols, row, block)] = d;
             let fifth = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
             let r = row % GROUP_ROWS;
             let group_block: &mut [u8; FIVE_BIT_BLOCK_BYTES] =
-                (&mut codes[code_at(row, block)..][..FIVE_BIT_BLOCK_BYTES]).try_into().expect("80 bytes");
+                (&mut codes[Self::five_bit_offset_of(cols, row, block)..][..FIVE_BIT_BLOCK_BYTES]).try_into().expect("80 bytes");
             let (low, high) = group_block.split_at_mut(64);
             let plane = &mut low[r / 2 * 32..][..32];
             // code k < 16 is byte k's low nibble and code k + 16 its high one; byte k of
@@ -230,7 +230,7 @@ impl Int8Matrix {
             rows,
             cols,
             codes: AlignedBytes::zeroed(Self::codes_len(CodeForm::Bytes, rows, cols)),
-            scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 4),
+            scales: AlignedBytes::zeroed(Self::scales_len(rows, cols) * 2),
             has_minus_128: false,
             form: CodeForm::Bytes,
         })
@@ -241,14 +241,14 @@ impl Int8Matrix {
     }
 
     /// A matrix from its stored parts (a packed `.lutra` file): `codes` in `form` and
-    /// `scales` (f32), both in this type's interleaved orders, checked.
+    /// `scales` (f16 bits), both in this type's interleaved orders, checked.
     pub fn from_parts(rows: usize, cols: usize, form: CodeForm, codes: AlignedBytes, scales: AlignedBytes) -> Result<Self, Error> {
         Self::check_shape(rows, cols)?;
         let codes_len = Self::codes_len(form, rows, cols);
         if codes.len() != codes_len {
             return Err(Error::BufferSize { what: "int8 codes", expected: codes_len, got: codes.len() });
         }
-        let want = Self::scales_len(rows, cols) * 4;
+        let want = Self::scales_len(rows, cols) * 2;
         if scales.len() != want {
             return Err(Error::BufferSize { what: "int8 scales (bytes)", expected: want, got: scales.len() });
         }
@@ -256,7 +256,7 @@ impl Int8Matrix {
         let per_row = cols / BLOCK;
         for row in 0..rows {
             for block in 0..per_row {
-                if !m.scales.as_f32s()[m.scale_index(row, block)].is_finite() {
+                if !f16_bits_finite(m.scales.as_u16s()[m.scale_index(row, block)]) {
                     return Err(Error::NonFiniteScale { row, group: block });
                 }
             }
@@ -289,23 +289,19 @@ impl Int8Matrix {
             });
         }
         let cols = self.cols;
-        let (scale_at, code_at) =
-            (|row, block| Self::scale_index_of(cols, row, block), |row, block| Self::code_offset_of(cols, row, block));
-        let (scales, codes) = (self.scales.as_f32s_mut(), self.codes.as_mut());
-        let mut minus_128 = false;
+        let (scales, codes) = (self.scales.as_u16s_mut(), self.codes.as_mut());
         for (i, b) in blocks.chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
             let (row, block) = (first + i / per_row, i % per_row);
             let d = u16::from_le_bytes([b[0], b[1]]);
             if !f16_bits_finite(d) {
                 return Err(Error::NonFiniteScale { row, group: block });
             }
-            scales[scale_at(row, block)] = f16_bits_to_f32(d);
-            let at = code_at(row, block);
+            scales[Self::scale_index_of(cols, row, block)] = d;
+            let at = Self::code_offset_of(cols, row, block);
             codes[at..at + BLOCK].copy_from_slice(&b[2..]);
             // a fold the compiler vectorizes (`contains` was a memchr call per block)
-            minus_128 |= b[2..].iter().fold(false, |seen, &c| seen | (c == 0x80));
+            self.has_minus_128 |= b[2..].iter().fold(false, |seen, &c| seen | (c == 0x80));
         }
-        self.has_minus_128 |= minus_128;
         Ok(())
     }
 
@@ -327,7 +323,7 @@ impl Int8Matrix {
     pub fn bytes_for(form: CodeForm, rows: usize, cols: usize) -> Option<usize> {
         Self::check_shape(rows, cols).ok()?;
         let groups = rows.div_ceil(GROUP_ROWS);
-        let scales = groups.checked_mul(GROUP_ROWS * (cols / BLOCK))?.checked_mul(4)?;
+        let scales = groups.checked_mul(GROUP_ROWS * (cols / BLOCK))?.checked_mul(2)?;
         let group_bytes = match form {
             CodeForm::Bytes => GROUP_ROWS.checked_mul(cols)?,
             CodeForm::FiveBit => (cols / BLOCK).checked_mul(FIVE_BIT_BLOCK_BYTES)?,
@@ -344,7 +340,7 @@ impl Int8Matrix {
             return Err(Error::BufferSize { what: "dequantized row", expected: self.cols, got: out.len() });
         }
         for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
-            let d = self.scales.as_f32s()[self.scale_index(row, b)];
+            let d = f16_bits_to_f32(self.scales.as_u16s()[self.scale_index(row, b)]);
             for (o, q) in o.iter_mut().zip(self.block_codes(row, b)) {
                 *o = q as f32 * d;
             }
@@ -539,7 +535,7 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
                     acc[in_group.clone()].copy_from_slice(&y[in_ys.clone()]);
                 }
             }
-            let w_scales = &m.scales.as_f32s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
+            let w_scales = &m.scales.as_u16s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
             let w = &m.codes.as_ref()[group * group_bytes + run.start * block_bytes..][..run.len() * block_bytes];
             // SAFETY: the caller checked that AVX2 is available; `w` holds `run.len() ≤
             // TILE_BLOCKS` blocks of the group in `m`'s form and `w_scales` their scales,
@@ -571,7 +567,7 @@ fn rows_one_avx2(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
     let (mid, tail) = rest.split_at_mut(end - first);
     rows_n(isa, m, [x], rows.start..first, [head]);
     let w = &m.codes.as_ref()[whole.start * group_bytes..whole.end * group_bytes];
-    let w_scales = &m.scales.as_f32s()[whole.start * GROUP_ROWS * per_row..whole.end * GROUP_ROWS * per_row];
+    let w_scales = &m.scales.as_u16s()[whole.start * GROUP_ROWS * per_row..whole.end * GROUP_ROWS * per_row];
     // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
     // `w_scales` are the whole groups' in `m.form` and `mid` their rows, and `x` has
     // `cols` codes.
@@ -601,7 +597,7 @@ fn group_products<const N: usize>(isa: Isa, m: &Int8Matrix, group: usize, xs: [&
     let per_row = m.cols / BLOCK;
     let group_bytes = Int8Matrix::group_bytes(m.form, m.cols);
     let w = &m.codes.as_ref()[group * group_bytes..][..group_bytes];
-    let w_scales = &m.scales.as_f32s()[group * GROUP_ROWS * per_row..][..GROUP_ROWS * per_row];
+    let w_scales = &m.scales.as_u16s()[group * GROUP_ROWS * per_row..][..GROUP_ROWS * per_row];
     match m.form {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
@@ -619,21 +615,21 @@ fn group_products<const N: usize>(isa: Isa, m: &Int8Matrix, group: usize, xs: [&
 
 /// Four adjacent rows and the activations, with lengths that agree: `w` is the 4 rows'
 /// `4 · cols` codes, interleaved block by block (row i's block b at `b·128 + i·32`),
-/// `w_scales` their `4 · cols/32` interleaved scales, `x` `cols` codes and
+/// `w_scales` their `4 · cols/32` interleaved f16 scales, `x` `cols` codes and
 /// `x_scales` `cols/32` scales. Built only by `group_products`, from checked shapes.
 pub(crate) struct Group<'a> {
     pub w: &'a [u8],
-    pub w_scales: &'a [f32],
+    pub w_scales: &'a [u16],
     pub x: &'a [i8],
     pub x_scales: &'a [f32],
 }
 
 /// Four adjacent rows in the five-bit form: `w` is `cols/32 · 80` bytes (see
-/// `CodeForm::FiveBit`), `w_scales` `4 · cols/32` interleaved scales. Activations passed
+/// `CodeForm::FiveBit`), `w_scales` `4 · cols/32` interleaved f16 scales. Activations passed
 /// with it have `cols` codes. Built only by `group_products`, from checked shapes.
 pub(crate) struct FiveBitGroup<'a> {
     pub w: &'a [u8],
-    pub w_scales: &'a [f32],
+    pub w_scales: &'a [u16],
 }
 
 /// Code k (0..32) of row r (0..4) of one five-bit group block.

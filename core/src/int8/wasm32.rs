@@ -17,6 +17,15 @@ fn sum4(v0: v128, v1: v128, v2: v128, v3: v128) -> v128 {
     i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(a01, a23), i32x4_shuffle::<2, 3, 6, 7>(a01, a23))
 }
 
+/// Four finite f16 scales (zero-extended to 32 bits) as f32, as `f16_bits_to_f32`
+/// converts them: magnitude bits moved into an f32 and scaled by 2^112, subnormals
+/// included, the sign put back.
+#[inline(always)]
+fn scales(h: v128) -> v128 {
+    let magnitude = f32x4_mul(i32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13), u32x4_splat(0x7780_0000));
+    v128_or(magnitude, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
+}
+
 #[inline(always)]
 fn dot16(w: v128, x: v128) -> v128 {
     i32x4_add(i32x4_extadd_pairwise_i16x8(i16x8_extmul_low_i8x16(w, x)), i32x4_extadd_pairwise_i16x8(i16x8_extmul_high_i8x16(w, x)))
@@ -41,7 +50,8 @@ pub unsafe fn group(has_minus_128: bool, g: &Group<'_>, out: &mut [f32; GROUP_RO
             let row = |i: usize| i32x4_add(dot16(load(g.w.as_ptr(), w_at(i)), x0), dot16(load(g.w.as_ptr(), w_at(i) + 16), x1));
             sum4(row(0), row(1), row(2), row(3))
         });
-        let dw = load(g.w_scales.as_ptr().cast(), b * GROUP_ROWS * 4);
+        // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
+        let dw = scales(unsafe { u32x4_load_extend_u16x4(g.w_scales.as_ptr().add(b * GROUP_ROWS)) });
         acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(sums), f32x4_mul(dw, f32x4_splat(dx))));
     }
     // SAFETY: `out` holds four f32.

@@ -67,6 +67,41 @@ pub unsafe fn quantize_avx2(a: &mut Int8Activations, x: &[f32]) -> Result<(), Er
     Ok(())
 }
 
+/// Four f16 scales at `p` as f32, as `f16_bits_to_f32` converts them (finite halves:
+/// magnitude bits moved into an f32 and scaled by 2^112, subnormals included, the sign
+/// put back), in SSE2 integer steps for CPUs without F16C.
+///
+/// # Safety
+/// Four u16 readable at `p`.
+#[target_feature(enable = "sse2")]
+#[inline]
+unsafe fn scales_sse2(p: *const u16) -> __m128 {
+    // SAFETY: the caller's promise: eight bytes readable at `p`.
+    let h = _mm_unpacklo_epi16(unsafe { _mm_loadl_epi64(p.cast()) }, _mm_setzero_si128());
+    let magnitude = _mm_castsi128_ps(_mm_slli_epi32::<13>(_mm_and_si128(h, _mm_set1_epi32(0x7fff))));
+    let magnitude = _mm_mul_ps(magnitude, _mm_castsi128_ps(_mm_set1_epi32(0x7780_0000)));
+    _mm_or_ps(magnitude, _mm_castsi128_ps(_mm_slli_epi32::<16>(_mm_and_si128(h, _mm_set1_epi32(0x8000)))))
+}
+
+/// Four f16 scales at `p` as f32 (`vcvtph2ps`: exact, as `f16_bits_to_f32` for the
+/// finite halves an `Int8Matrix` holds).
+///
+/// # Safety
+/// AVX2 and F16C; four u16 readable at `p`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn scales_f16c(p: *const u16) -> __m128 {
+    // SAFETY: the caller's promise: eight bytes readable at `p`.
+    _mm_cvtph_ps(unsafe { _mm_loadl_epi64(p.cast()) })
+}
+
+/// Lane `i` (< 4) of `v` in all eight lanes.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lane(v: __m128, i: usize) -> __m256 {
+    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(i as i32))
+}
+
 /// As `scalar::group`, 16 bytes at a time.
 ///
 /// # Safety
@@ -87,7 +122,7 @@ pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
         let row = |i: usize| _mm_add_epi32(dot16(i, 0), dot16(i, 16));
         let sums = _mm_hadd_epi32(_mm_hadd_epi32(row(0), row(1)), _mm_hadd_epi32(row(2), row(3)));
         // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
-        let dw = unsafe { _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        let dw = unsafe { scales_sse2(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
         acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
     }
     // SAFETY: `out` holds four f32.
@@ -97,8 +132,8 @@ pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
 /// As `scalar::group`, one 32-byte block per vector.
 ///
 /// # Safety
-/// AVX2 must be available; `g`'s lengths agree (see `Group`).
-#[target_feature(enable = "avx2")]
+/// AVX2 and F16C must be available; `g`'s lengths agree (see `Group`).
+#[target_feature(enable = "avx2,f16c")]
 #[inline]
 pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
     debug_assert!(g.w.len() == GROUP_ROWS * g.x.len() && g.w_scales.len() == GROUP_ROWS * g.x_scales.len());
@@ -116,7 +151,7 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
         let h = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
         let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
         // SAFETY: scales 4b..4b + 4 lie inside `w_scales` (4 per block).
-        let dw = unsafe { _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        let dw = unsafe { scales_f16c(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
         acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
     }
     // SAFETY: `out` holds four f32.
@@ -128,11 +163,11 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
 /// blocks in Gemma 3) cost 14 % of its single-token int8 instructions (callgrind).
 ///
 /// # Safety
-/// AVX2 must be available; `w` holds `out.len() / 4` whole groups of `group_bytes` each
+/// AVX2 and F16C must be available; `w` holds `out.len() / 4` whole groups of `group_bytes` each
 /// in form `five_bit` or bytes, `w_scales` their `x.scales.len()` scales per row,
 /// interleaved as in `Group`.
-#[target_feature(enable = "avx2")]
-pub unsafe fn groups_avx2(five_bit: bool, w: &[u8], w_scales: &[f32], group_bytes: usize, x: &Int8Activations, out: &mut [f32]) {
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn groups_avx2(five_bit: bool, w: &[u8], w_scales: &[u16], group_bytes: usize, x: &Int8Activations, out: &mut [f32]) {
     let group_scales = GROUP_ROWS * x.scales.len();
     for (group, out) in out.chunks_exact_mut(GROUP_ROWS).enumerate() {
         let (w, w_scales) = (&w[group * group_bytes..][..group_bytes], &w_scales[group * group_scales..][..group_scales]);
@@ -155,8 +190,8 @@ pub unsafe fn groups_avx2(five_bit: bool, w: &[u8], w_scales: &[f32], group_byte
 /// the block sum over the codes.
 ///
 /// # Safety
-/// AVX2 must be available; `g` and every token's lengths agree (see `FiveBitGroup`).
-#[target_feature(enable = "avx2")]
+/// AVX2 and F16C must be available; `g` and every token's lengths agree (see `FiveBitGroup`).
+#[target_feature(enable = "avx2,f16c")]
 #[inline]
 pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
     let blocks = g.w_scales.len() / GROUP_ROWS;
@@ -167,7 +202,7 @@ pub unsafe fn five_bit_avx2<const N: usize>(g: &FiveBitGroup<'_>, xs: [&Int8Acti
         // SAFETY: block b's 80 bytes lie inside `w` (80 per block), its four scales
         // inside `w_scales`, and each token's block b inside that token's codes.
         let (u, dw) =
-            unsafe { (five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES)), _mm_loadu_ps(g.w_scales.as_ptr().add(b * GROUP_ROWS))) };
+            unsafe { (five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES)), scales_f16c(g.w_scales.as_ptr().add(b * GROUP_ROWS))) };
         for (t, x) in xs.iter().enumerate() {
             // SAFETY: as above.
             let xv = unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) };
@@ -330,9 +365,9 @@ unsafe fn five_bit_unpack(p: *const u8) -> [__m256i; GROUP_ROWS] {
 /// token-at-a-time kernel spends about as much on one token's four rows.
 ///
 /// # Safety
-/// AVX2 must be available; `g.w` holds `g.w_scales.len() / 4 ≤ TILE_BLOCKS` group
+/// AVX2 and F16C must be available; `g.w` holds `g.w_scales.len() / 4 ≤ TILE_BLOCKS` group
 /// blocks.
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
     let blocks = g.w_scales.len() / GROUP_ROWS;
     debug_assert!(blocks <= TILE_BLOCKS && g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES);
@@ -366,10 +401,14 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
                 *d = _mm256_add_epi32(*d, _mm256_madd_epi16(p, ones));
             }
         }
-        // SAFETY: the tile's block b holds 8 sums and 8 scales, 32 aligned bytes each.
-        let (sums16, dx) = unsafe { (_mm256_load_si256(tile.sums16[b].as_ptr().cast()), _mm256_load_ps(tile.scales[b].as_ptr())) };
+        // SAFETY: the tile's block b holds 8 sums and 8 scales, 32 aligned bytes each;
+        // block b's four scales lie inside `w_scales`.
+        let (sums16, dx, dw) = unsafe {
+            let dw = scales_f16c(g.w_scales.as_ptr().add(b * GROUP_ROWS));
+            (_mm256_load_si256(tile.sums16[b].as_ptr().cast()), _mm256_load_ps(tile.scales[b].as_ptr()), dw)
+        };
         for (i, (s, d)) in sum.iter_mut().zip(dot).enumerate() {
-            let scale = _mm256_mul_ps(_mm256_set1_ps(g.w_scales[b * GROUP_ROWS + i]), dx);
+            let scale = _mm256_mul_ps(lane(dw, i), dx);
             *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, sums16)), scale));
         }
     }
@@ -383,10 +422,10 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
 /// `pmaddubsw` is widened by `pmaddwd` before it is added).
 ///
 /// # Safety
-/// AVX2 must be available; `w` is four rows' interleaved codes of `w_scales.len() / 4 ≤
+/// AVX2 and F16C must be available; `w` is four rows' interleaved codes of `w_scales.len() / 4 ≤
 /// TILE_BLOCKS` blocks (`128` bytes each).
-#[target_feature(enable = "avx2")]
-pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[u16], tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
     let blocks = w_scales.len() / GROUP_ROWS;
     debug_assert!(blocks <= TILE_BLOCKS && w.len() == blocks * GROUP_ROWS * BLOCK);
     #[repr(C, align(32))]
@@ -416,10 +455,11 @@ pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc:
                 *d = _mm256_add_epi32(*d, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(m[j]), signed), ones));
             }
         }
-        // SAFETY: the tile's block b holds 8 scales, 32 aligned bytes.
-        let dx = unsafe { _mm256_load_ps(tile.scales[b].as_ptr()) };
+        // SAFETY: the tile's block b holds 8 scales, 32 aligned bytes; block b's four
+        // scales lie inside `w_scales`.
+        let (dx, dw) = unsafe { (_mm256_load_ps(tile.scales[b].as_ptr()), scales_f16c(w_scales.as_ptr().add(b * GROUP_ROWS))) };
         for (i, (s, d)) in sum.iter_mut().zip(dot).enumerate() {
-            let scale = _mm256_mul_ps(_mm256_set1_ps(w_scales[b * GROUP_ROWS + i]), dx);
+            let scale = _mm256_mul_ps(lane(dw, i), dx);
             *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(d), scale));
         }
     }
@@ -430,10 +470,10 @@ pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[f32], tile: &TokenTile, acc:
 /// once per block for all N; each token's float steps are `group_avx2`'s.
 ///
 /// # Safety
-/// AVX2 must be available; `w` is four rows' interleaved codes (`4 · cols` bytes),
+/// AVX2 and F16C must be available; `w` is four rows' interleaved codes (`4 · cols` bytes),
 /// `w_scales` their `4 · cols/32` scales, and every token has `cols` codes.
-#[target_feature(enable = "avx2")]
-pub unsafe fn group_avx2_n<const N: usize>(w: &[u8], w_scales: &[f32], xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn group_avx2_n<const N: usize>(w: &[u8], w_scales: &[u16], xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
     let blocks = w_scales.len() / GROUP_ROWS;
     debug_assert!(w.len() == blocks * GROUP_ROWS * BLOCK && xs.iter().all(|x| x.codes.len() == blocks * BLOCK));
     let ones = _mm256_set1_epi16(1);
@@ -443,7 +483,7 @@ pub unsafe fn group_avx2_n<const N: usize>(w: &[u8], w_scales: &[f32], xs: [&Int
         // 4b.. + 4 of `w_scales`, each token's block b inside that token's vectors.
         let (wv, dw) = unsafe {
             let row = |i: usize| _mm256_loadu_si256(w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast());
-            ([row(0), row(1), row(2), row(3)], _mm_loadu_ps(w_scales.as_ptr().add(b * GROUP_ROWS)))
+            ([row(0), row(1), row(2), row(3)], scales_f16c(w_scales.as_ptr().add(b * GROUP_ROWS)))
         };
         let magnitude = wv.map(|w| _mm256_sign_epi8(w, w));
         for (t, x) in xs.iter().enumerate() {
