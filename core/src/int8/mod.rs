@@ -537,7 +537,7 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
             }
             let w_scales = &m.scales.as_u16s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
             let w = &m.codes.as_ref()[group * group_bytes + run.start * block_bytes..][..run.len() * block_bytes];
-            // SAFETY: the caller checked that AVX2 is available; `w` holds `run.len() ≤
+            // SAFETY: the caller checked that AVX2 (with F16C) is available; `w` holds `run.len() ≤
             // TILE_BLOCKS` blocks of the group in `m`'s form and `w_scales` their scales,
             // and the tile holds those blocks.
             unsafe {
@@ -568,7 +568,7 @@ fn rows_one_avx2(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
     rows_n(isa, m, [x], rows.start..first, [head]);
     let w = &m.codes.as_ref()[whole.start * group_bytes..whole.end * group_bytes];
     let w_scales = &m.scales.as_u16s()[whole.start * GROUP_ROWS * per_row..whole.end * GROUP_ROWS * per_row];
-    // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
+    // SAFETY: every tier from AVX2 up has AVX2 and F16C (`Isa::Avx2` requires both), which the caller checked; `w` and
     // `w_scales` are the whole groups' in `m.form` and `mid` their rows, and `x` has
     // `cols` codes.
     unsafe { x86_64::groups_avx2(m.form == CodeForm::FiveBit, w, w_scales, group_bytes, x, mid) };
@@ -600,7 +600,7 @@ fn group_products<const N: usize>(isa: Isa, m: &Int8Matrix, group: usize, xs: [&
     let w_scales = &m.scales.as_u16s()[group * GROUP_ROWS * per_row..][..GROUP_ROWS * per_row];
     match m.form {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; `w` and
+        // SAFETY: every tier from AVX2 up has AVX2 and F16C (`Isa::Avx2` requires both), which the caller checked; `w` and
         // `w_scales` are one group's, and every token has `cols` codes (checked).
         CodeForm::Bytes if N > 1 && multi_token(isa) => unsafe { x86_64::group_avx2_n(w, w_scales, xs, out) },
         CodeForm::Bytes => {
@@ -649,7 +649,7 @@ fn group_product(isa: Isa, has_minus_128: bool, g: &Group<'_>, out: &mut [f32; G
         // SAFETY: the caller checked that SSSE3 is available; `Group`'s lengths agree.
         Isa::Ssse3 => unsafe { x86_64::group_ssse3(g, out) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; lengths as above.
+        // SAFETY: every tier from AVX2 up has AVX2 and F16C (`Isa::Avx2` requires both), which the caller checked; lengths as above.
         Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi => unsafe { x86_64::group_avx2(g, out) },
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         // SAFETY: NEON is enabled for this build; `Group`'s lengths agree.
@@ -665,7 +665,7 @@ fn group_product(isa: Isa, has_minus_128: bool, g: &Group<'_>, out: &mut [f32; G
 fn five_bit_products<const N: usize>(isa: Isa, g: &FiveBitGroup<'_>, xs: [&Int8Activations; N], out: &mut [[f32; GROUP_ROWS]; N]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: every tier from AVX2 up has AVX2, which the caller checked; the lengths
+        // SAFETY: every tier from AVX2 up has AVX2 and F16C (`Isa::Avx2` requires both), which the caller checked; the lengths
         // of `g` and of each token agree (`FiveBitGroup`).
         Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vbmi => unsafe { x86_64::five_bit_avx2(g, xs, out) },
         Isa::Scalar => {
