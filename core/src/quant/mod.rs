@@ -338,28 +338,33 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
 
     /// The code of (row, col), read back from the planes.
     pub fn code(&self, row: usize, col: usize) -> u8 {
+        let (g, k) = (col / self.layout.group, col % self.layout.group);
+        let (chunk, t) = (k / 4, k % 4);
+        (0..self.layout.bits as usize).fold(0, |q, p| q | ((self.nibble(row, g, chunk, p) >> t) & 1) << p)
+    }
+
+    /// Plane `p`'s bits of row `row`'s four codes in chunk `chunk` of group `g` (bit t
+    /// for column `4·chunk + t` of the group).
+    fn nibble(&self, row: usize, g: usize, chunk: usize, p: usize) -> u8 {
         let l = &self.layout;
         let (tile, r) = (row / TILE_ROWS, row % TILE_ROWS);
-        let (g, k) = (col / l.group, col % l.group);
         let base = l.tile_group_offset(tile, g);
-        let w = self.as_bytes();
-        let (chunk, t) = (k / 4, k % 4);
         let (quad, lane) = (chunk / 4, chunk % 4);
-        let mut q = 0u8;
-        for p in 0..l.bits as usize {
-            let (byte, high) = match l.interleave {
-                Interleave::Shuffle if p / 2 < l.bits as usize / 2 => {
-                    let (h, rr) = (r / 16, r % 16);
-                    let i = 2 * (rr % 8) + p % 2;
-                    (base + (p / 2) * 8 * l.group + quad * 128 + h * 64 + lane * 16 + i, rr >= 8)
-                }
-                Interleave::Shuffle => (base + (l.bits as usize / 2) * 8 * l.group + quad * 64 + lane * 16 + r % 16, r >= 16),
-                Interleave::Permute => (base + (quad * l.bits as usize + p) * 64 + 4 * (r % 16) + lane, r >= 16),
-            };
-            let nibble = if high { w[byte] >> 4 } else { w[byte] & 15 };
-            q |= ((nibble >> t) & 1) << p;
+        let (byte, high) = match l.interleave {
+            Interleave::Shuffle if p / 2 < l.bits as usize / 2 => {
+                let (h, rr) = (r / 16, r % 16);
+                let i = 2 * (rr % 8) + p % 2;
+                (base + (p / 2) * 8 * l.group + quad * 128 + h * 64 + lane * 16 + i, rr >= 8)
+            }
+            Interleave::Shuffle => (base + (l.bits as usize / 2) * 8 * l.group + quad * 64 + lane * 16 + r % 16, r >= 16),
+            Interleave::Permute => (base + (quad * l.bits as usize + p) * 64 + 4 * (r % 16) + lane, r >= 16),
+        };
+        let w = self.as_bytes()[byte];
+        if high {
+            w >> 4
+        } else {
+            w & 15
         }
-        q
     }
 
     /// Scale and offset of (row, group) as f32: `w = scale·q + offset`.
@@ -384,15 +389,24 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
         if out.len() != l.cols {
             return Err(Error::BufferSize { what: "dequantized row", expected: l.cols, got: out.len() });
         }
-        for (g, chunk) in out.chunks_exact_mut(l.group).enumerate() {
+        for (g, out) in out.chunks_exact_mut(l.group).enumerate() {
             let (s, m) = self.affine(row, g);
-            for (k, o) in chunk.iter_mut().enumerate() {
-                let q = self.code(row, g * l.group + k);
-                *o = match l.offset {
-                    Offset::Zero(z) => (q as i32 - z as i32) as f32 * s,
-                    Offset::Symmetric => (q as f32 - l.half_range()) * s,
-                    Offset::Min => s * q as f32 + m,
-                };
+            // each plane's nibble once per four codes (an embedding row per token)
+            for (chunk, out) in out.chunks_exact_mut(4).enumerate() {
+                let mut codes = [0u8; 4];
+                for p in 0..l.bits as usize {
+                    let nibble = self.nibble(row, g, chunk, p);
+                    for (t, q) in codes.iter_mut().enumerate() {
+                        *q |= ((nibble >> t) & 1) << p;
+                    }
+                }
+                for (o, q) in out.iter_mut().zip(codes) {
+                    *o = match l.offset {
+                        Offset::Zero(z) => (q as i32 - z as i32) as f32 * s,
+                        Offset::Symmetric => (q as f32 - l.half_range()) * s,
+                        Offset::Min => s * q as f32 + m,
+                    };
+                }
             }
         }
         Ok(())
