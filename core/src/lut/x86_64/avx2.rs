@@ -6,7 +6,9 @@
 //! once per pair. A set holds as many pairs as keep every i16 sum in range: a lookup is
 //! at most 127 in magnitude, a word of an accumulator takes one weighted pair per
 //! 32-byte load, two loads per quad, so a set of `s` pairs over `q` quads sums to at most
-//! `2·q·(4^s − 1)·127` (`pairs_per_set`). An odd last plane is its own set.
+//! `2·q·(4^s − 1)·127` (`pairs_per_set`). An odd last plane is its own set. Where twice
+//! that fits too, a set's two lanes (two chunks of the same rows) are added in i16 before
+//! widening (`lane_sum_pairs`).
 
 use core::arch::x86_64::*;
 use core::ops::Range;
@@ -14,23 +16,58 @@ use core::ops::Range;
 use crate::lut::Job;
 use crate::{Block64, Interleave, ScaleFormat, TILE_ROWS};
 
+/// The most a word of a set's i16 accumulators can reach: one weighted pair per 32-byte
+/// load, two loads per quad.
+fn set_bound(n_quads: usize, pairs: usize) -> usize {
+    2 * n_quads * ((1usize << (2 * pairs)) - 1) * 127
+}
+
 /// Pairs of planes that may share i16 accumulators over `n_quads` quads (at most 3:
 /// with a fourth, weights 64 and 128, even one quad's sums would overflow).
 fn pairs_per_set(n_quads: usize) -> usize {
-    let fits = |pairs: usize| 2 * n_quads * ((1usize << (2 * pairs)) - 1) * 127 <= i16::MAX as usize;
-    (1..=3).rev().find(|&p| fits(p)).unwrap_or(1)
+    (1..=3).rev().find(|&p| set_bound(n_quads, p) <= i16::MAX as usize).unwrap_or(1)
+}
+
+/// Pairs of planes (0 for none) whose set's two lanes may be added in i16 as well, each
+/// word then at most twice `set_bound`.
+fn lane_sum_pairs(n_quads: usize) -> usize {
+    (0..=3).rev().find(|&p| 2 * set_bound(n_quads, p) <= i16::MAX as usize).unwrap_or(0)
+}
+
+/// Whether every set of a BITS-bit matrix with `n_quads` quads may add its lanes in i16
+/// (`rows`' LANE_SUM): 4 bits in groups of 32 (Q4_0, Q4_K), 2 and 3 bits in groups of up
+/// to 64, 1 bit always (an odd plane's words are at most `2·n_quads·127`, twice that
+/// summed: n_quads ≤ 16 keeps it in range).
+fn lanes_fit(bits: usize, n_quads: usize) -> bool {
+    (bits / 2).min(pairs_per_set(n_quads)) <= lane_sum_pairs(n_quads)
 }
 
 /// Adds the i16 rows of `a` (the two 128-bit lanes are two chunks of the same 8 rows)
-/// to the i32 rows `out`, times 2^shift.
+/// to the i32 rows `out`, times 2^shift. With LANE_SUM (the lanes' sum of every word
+/// fits i16) the lanes are added before widening, two vectors per pair of permutes:
+/// half the widening instructions.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn widen_into(out: &mut [__m256i; 4], a: [__m256i; 4], shift: i32) {
+fn widen_into<const LANE_SUM: bool>(out: &mut [__m256i; 4], a: [__m256i; 4], shift: i32) {
+    let mut rows = [_mm256_setzero_si256(); 4];
+    if LANE_SUM {
+        for k in [0, 2] {
+            // a[k]'s chunks summed in the low lane, a[k + 1]'s in the high one
+            let sum =
+                _mm256_add_epi16(_mm256_permute2x128_si256::<0x20>(a[k], a[k + 1]), _mm256_permute2x128_si256::<0x31>(a[k], a[k + 1]));
+            rows[k] = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(sum));
+            rows[k + 1] = _mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(sum));
+        }
+    } else {
+        for (r, a) in rows.iter_mut().zip(a) {
+            let lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(a));
+            let hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1));
+            *r = _mm256_add_epi32(lo, hi);
+        }
+    }
     let count = _mm_cvtsi32_si128(shift);
-    for (o, a) in out.iter_mut().zip(a) {
-        let lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(a));
-        let hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1));
-        *o = _mm256_add_epi32(*o, _mm256_sll_epi32(_mm256_add_epi32(lo, hi), count));
+    for (o, r) in out.iter_mut().zip(rows) {
+        *o = _mm256_add_epi32(*o, _mm256_sll_epi32(r, count));
     }
 }
 
@@ -44,9 +81,15 @@ fn widen_into(out: &mut [__m256i; 4], a: [__m256i; 4], shift: i32) {
 /// table blocks, and `per_set` is `pairs_per_set(n_quads)`.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn rows<const BITS: usize, const N: usize>(w: &[u8], tables: [*const u8; N], n_quads: usize, per_set: usize) -> [[__m256i; 4]; N] {
+unsafe fn rows<const BITS: usize, const N: usize, const LANE_SUM: bool>(
+    w: &[u8],
+    tables: [*const u8; N],
+    n_quads: usize,
+    per_set: usize,
+) -> [[__m256i; 4]; N] {
     debug_assert_eq!(w.len(), TILE_ROWS * 16 * n_quads * BITS / 8);
     debug_assert_eq!(per_set, pairs_per_set(n_quads));
+    debug_assert!(n_quads <= 16 && (!LANE_SUM || lanes_fit(BITS, n_quads)));
     let nibble = _mm256_set1_epi8(0x0f);
     let mut out = [[_mm256_setzero_si256(); 4]; N];
     let mut p = w.as_ptr();
@@ -78,7 +121,7 @@ unsafe fn rows<const BITS: usize, const N: usize>(w: &[u8], tables: [*const u8; 
         }
         if level + 1 == per_set || pair + 1 == BITS / 2 {
             for (out, a) in out.iter_mut().zip(a.iter_mut()) {
-                widen_into(out, *a, 2 * (pair - level) as i32);
+                widen_into::<LANE_SUM>(out, *a, 2 * (pair - level) as i32);
                 *a = [_mm256_setzero_si256(); 4];
             }
         }
@@ -118,7 +161,8 @@ unsafe fn rows<const BITS: usize, const N: usize>(w: &[u8], tables: [*const u8; 
                 _mm256_unpacklo_epi16(e[2], e[3]),
                 _mm256_unpackhi_epi16(e[2], e[3]),
             ];
-            widen_into(out, a, BITS as i32 - 1);
+            // lanes summed in i16 whatever LANE_SUM: always in range for one plane
+            widen_into::<true>(out, a, BITS as i32 - 1);
         }
     }
     out
@@ -128,7 +172,15 @@ unsafe fn rows<const BITS: usize, const N: usize>(w: &[u8], tables: [*const u8; 
 #[inline]
 unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &mut [i32; TILE_ROWS]) {
     // SAFETY: the caller's contract; `quads` holds the group's table blocks.
-    let [rows] = unsafe { rows::<BITS, 1>(w, [quads.as_ptr().cast()], quads.len(), pairs_per_set(quads.len())) };
+    let (n_quads, table) = (quads.len(), [quads.as_ptr().cast()]);
+    let per_set = pairs_per_set(n_quads);
+    let [rows] = unsafe {
+        if lanes_fit(BITS, n_quads) {
+            rows::<BITS, 1, true>(w, table, n_quads, per_set)
+        } else {
+            rows::<BITS, 1, false>(w, table, n_quads, per_set)
+        }
+    };
     let dst = acc.as_mut_ptr().cast::<__m256i>();
     for (k, r) in rows.into_iter().enumerate() {
         // SAFETY: `acc` is 32 i32 = four 256-bit vectors.
@@ -246,17 +298,26 @@ impl<'a> Epilogue<'a> {
         let start = (tile - first) * TILE_ROWS;
         let n = (self.job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
         let mut rows = [0.0f32; TILE_ROWS];
+        // a whole tile straight into `y`; the last, partial one through `rows` (a
+        // `memcpy` call per tile and token was 1.5 % of a stories15M prefill)
+        let out = if n == TILE_ROWS { &mut y[start..start + TILE_ROWS] } else { &mut rows[..] };
         for (k, v) in f.into_iter().enumerate() {
-            // SAFETY: 8 f32 at 8k inside `rows`.
-            unsafe { _mm256_storeu_ps(rows.as_mut_ptr().add(8 * k), v) };
+            // SAFETY: `out` holds 32 f32, 8 at 8k.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * k), v) };
         }
-        y[start..start + n].copy_from_slice(&rows[..n]);
+        if n < TILE_ROWS {
+            y[start..start + n].copy_from_slice(&rows[..n]);
+        }
     }
 }
 
 /// The float GEMV of N tokens over the same tiles, sums and epilogue in registers.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_float_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, mut ys: [&mut [f32]; N]) {
+unsafe fn run_float_bits<const BITS: usize, const N: usize, const LANE_SUM: bool>(
+    jobs: [&Job<'_>; N],
+    tiles: Range<usize>,
+    mut ys: [&mut [f32]; N],
+) {
     let e = Epilogue::new(jobs[0]);
     let first = tiles.start;
     let n_quads = jobs[0].layout.group() / 16;
@@ -270,7 +331,7 @@ unsafe fn run_float_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N],
             }
             // SAFETY: the tile-group and every token's group tables have the layout's
             // lengths (all jobs share one matrix).
-            let ints = unsafe { rows::<BITS, N>(jobs[0].tile_group(tile, g), tables, n_quads, per_set) };
+            let ints = unsafe { rows::<BITS, N, LANE_SUM>(jobs[0].tile_group(tile, g), tables, n_quads, per_set) };
             let affine = e.affine(tile, g);
             for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
                 e.add(f, ints, job, g, &affine);
@@ -289,18 +350,26 @@ unsafe fn run_float_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N],
 /// The CPU must support AVX2, FMA and F16C; every job is validated (by `Job::new`) against
 /// one `Shuffle` matrix, and each `y` holds exactly the rows of `tiles`.
 pub(crate) unsafe fn run_float<const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, ys: [&mut [f32]; N]) {
-    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
-    // fields, made only by `Layout::new`), so `_` is 8.
+    let lane_sum = lanes_fit(jobs[0].layout.bits() as usize, jobs[0].layout.group() / 16);
+    // SAFETY (all arms): the caller's contract, and LANE_SUM only where `lanes_fit`. A
+    // `Layout` holds 1..=8 bits (private fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
-        match jobs[0].layout.bits() {
-            1 => run_float_bits::<1, N>(jobs, tiles, ys),
-            2 => run_float_bits::<2, N>(jobs, tiles, ys),
-            3 => run_float_bits::<3, N>(jobs, tiles, ys),
-            4 => run_float_bits::<4, N>(jobs, tiles, ys),
-            5 => run_float_bits::<5, N>(jobs, tiles, ys),
-            6 => run_float_bits::<6, N>(jobs, tiles, ys),
-            7 => run_float_bits::<7, N>(jobs, tiles, ys),
-            _ => run_float_bits::<8, N>(jobs, tiles, ys),
+        match (jobs[0].layout.bits(), lane_sum) {
+            (1, _) => run_float_bits::<1, N, true>(jobs, tiles, ys),
+            (2, true) => run_float_bits::<2, N, true>(jobs, tiles, ys),
+            (2, false) => run_float_bits::<2, N, false>(jobs, tiles, ys),
+            (3, true) => run_float_bits::<3, N, true>(jobs, tiles, ys),
+            (3, false) => run_float_bits::<3, N, false>(jobs, tiles, ys),
+            (4, true) => run_float_bits::<4, N, true>(jobs, tiles, ys),
+            (4, false) => run_float_bits::<4, N, false>(jobs, tiles, ys),
+            (5, true) => run_float_bits::<5, N, true>(jobs, tiles, ys),
+            (5, false) => run_float_bits::<5, N, false>(jobs, tiles, ys),
+            (6, true) => run_float_bits::<6, N, true>(jobs, tiles, ys),
+            (6, false) => run_float_bits::<6, N, false>(jobs, tiles, ys),
+            (7, true) => run_float_bits::<7, N, true>(jobs, tiles, ys),
+            (7, false) => run_float_bits::<7, N, false>(jobs, tiles, ys),
+            (_, true) => run_float_bits::<8, N, true>(jobs, tiles, ys),
+            (_, false) => run_float_bits::<8, N, false>(jobs, tiles, ys),
         }
     }
 }
