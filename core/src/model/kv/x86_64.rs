@@ -251,8 +251,14 @@ unsafe fn scores_f16_avx2<const H: usize>(keys: Rows<'_, u16>, q: &[f32], scale:
                         *sum = dot_row::<1>(row(first + r), qp, hd)[0];
                     }
                 }
-                _mm_storeu_ps(s.as_mut_ptr(), _mm_mul_ps(hsum4(sums), scale_x4));
-                scores.get_unchecked_mut(first..first + n).copy_from_slice(&s[..n]);
+                let four = _mm_mul_ps(hsum4(sums), scale_x4);
+                if n == 4 {
+                    // stored in place: a `memcpy` of a variable count was a call per 4 rows
+                    _mm_storeu_ps(scores.get_unchecked_mut(first..first + 4).as_mut_ptr(), four);
+                } else {
+                    _mm_storeu_ps(s.as_mut_ptr(), four);
+                    scores.get_unchecked_mut(first..first + n).copy_from_slice(&s[..n]);
+                }
             }
         } else {
             // each head's sum on its own: reduced across heads by `hsum4` instead, Gemma 3's
