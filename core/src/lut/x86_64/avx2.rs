@@ -374,11 +374,50 @@ pub(crate) unsafe fn run_float<const N: usize>(jobs: [&Job<'_>; N], tiles: Range
     }
 }
 
-/// The portable table builder, compiled with AVX2 + FMA so it vectorizes 8-wide.
+/// Activation tables with AVX2: a chunk's 16 entries are two vectors (`s0·a0 + s1·a1 +
+/// s2·a2 + s3·a3` as one multiply and three FMAs whose products by ±1 are exact, so each
+/// rounds once, as the portable builder's adds do), scaled, clamped, rounded half to even
+/// by `vcvtps2dq`, and narrowed two chunks at a time. The group statistics are the
+/// portable code's, compiled 8-wide. Same bytes as the portable builder (a non-finite
+/// activation makes Σa non-finite, and `TablesMut::build` refuses those tables).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The CPU must support AVX2 and FMA; lengths as checked by `TablesMut::build`.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn build_tables(x: &[f32], group: usize, quads: &mut [Block64], scale: &mut [f32], sum: &mut [f32]) {
-    crate::lut::build_tables(x, group, quads, scale, sum)
+    use crate::lut::SIGNS;
+    // entries 0..8 and 8..16 of each activation's signs
+    let signs: [[__m256; 2]; 4] = core::array::from_fn(|t| {
+        // SAFETY: 16 f32 per row of SIGNS.
+        unsafe { [_mm256_loadu_ps(SIGNS[t].as_ptr()), _mm256_loadu_ps(SIGNS[t].as_ptr().add(8))] }
+    });
+    let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+    // dwords of `packs_epi16(packs_epi32(c0 lo, c0 hi), packs_epi32(c1 lo, c1 hi))` back
+    // in entry order: four entries per dword, lanes interleaved by the packs
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let quads_per_group = group / 16;
+    for (g, xs) in x.chunks_exact(group).enumerate() {
+        let (absmax, s) = crate::lut::group_stats(xs);
+        let inv = _mm256_set1_ps(if absmax > 0.0 { 127.0 / absmax } else { 0.0 });
+        let entries = |a: &[f32]| -> [__m256i; 2] {
+            let a = [a[0], a[1], a[2], a[3]].map(|v| _mm256_set1_ps(v));
+            core::array::from_fn(|h| {
+                let mut t = _mm256_mul_ps(a[0], signs[0][h]);
+                t = _mm256_fmadd_ps(a[1], signs[1][h], t);
+                t = _mm256_fmadd_ps(a[2], signs[2][h], t);
+                t = _mm256_fmadd_ps(a[3], signs[3][h], t);
+                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(t, inv), lo), hi))
+            })
+        };
+        for (q, xq) in quads[g * quads_per_group..(g + 1) * quads_per_group].iter_mut().zip(xs.chunks_exact(16)) {
+            for (half, a) in xq.chunks_exact(8).enumerate() {
+                let ([c0l, c0h], [c1l, c1h]) = (entries(&a[..4]), entries(&a[4..]));
+                let bytes = _mm256_packs_epi16(_mm256_packs_epi32(c0l, c0h), _mm256_packs_epi32(c1l, c1h));
+                // SAFETY: 32 bytes at 32·half inside the 64-byte block.
+                unsafe { _mm256_storeu_si256(q.0.as_mut_ptr().add(32 * half).cast(), _mm256_permutevar8x32_epi32(bytes, order)) };
+            }
+        }
+        scale[g] = absmax / 127.0;
+        sum[g] = s;
+    }
 }
