@@ -35,6 +35,8 @@ struct Shared {
     caller: Mutex<Option<Thread>>,
     /// Set by a worker whose share of the job panicked; `dispatch` re-raises it.
     worker_panicked: AtomicBool,
+    /// Workers that have started (`Pool::new` waits for all of them).
+    started: AtomicUsize,
 }
 
 /// A fixed set of worker threads that run one job at a time, together with the caller.
@@ -58,6 +60,7 @@ impl Pool {
             shutdown: AtomicBool::new(false),
             caller: Mutex::new(None),
             worker_panicked: AtomicBool::new(false),
+            started: AtomicUsize::new(0),
         });
         let workers = (1..threads)
             .map(|index| {
@@ -69,7 +72,13 @@ impl Pool {
                 let t = handle.thread().clone();
                 (handle, t)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // every worker past its thread's start-up (which allocates) before the pool is
+        // used: a caller that then forbids allocation (the Pi binary seals its arena while
+        // generating) must not meet a worker that the scheduler started late
+        while shared.started.load(Ordering::Acquire) < workers.len() {
+            thread::yield_now();
+        }
         Pool { shared, workers, running: Mutex::new(()) }
     }
 
@@ -162,6 +171,7 @@ fn join(shared: &Shared, generation: usize) -> bool {
 /// Worker `index` of `workers`: runs each job it joins, then wakes the caller if it was
 /// the last.
 fn worker(shared: &Shared, index: usize, workers: usize) {
+    shared.started.fetch_add(1, Ordering::Release);
     let mut seen = 0usize;
     loop {
         let start = Instant::now();
