@@ -7,7 +7,7 @@
 //! `Generation::start`), with every block's alignment padding counted;
 //! lutra-embedded's `arena` test measures the real peak against it.
 
-use crate::model::kv::PIECE_ROWS;
+use crate::model::kv::{token_block_rows, PIECE_ROWS, TOKEN_BLOCK};
 use crate::model::PREFILL_BATCH;
 use crate::sampler::scratch_len;
 
@@ -102,7 +102,24 @@ impl Dims {
         let (hd, group) = (self.head_dim, self.heads / self.kv_heads);
         let piece = block(4 * group * PIECE_ROWS) + block(4 * PIECE_ROWS) + block(4 * hd) + block(4 * group * hd) + block(8 * group) + 160;
         let pieces = self.kv_heads * context.div_ceil(PIECE_ROWS);
-        2 * block(2 * self.kv_rows(context) * self.kv_dim()) + block(pieces * 160) + pieces * piece + 2 * block(self.layers * 8) + 256
+        // with a KV head per query head, on x86-64: the pieces a prompt batch is attended
+        // in, four tokens each (`ExactKvCache::attend_tokens`; their sums are empty)
+        let token_blocks = if cfg!(target_arch = "x86_64") && group == 1 {
+            let piece = block(4 * TOKEN_BLOCK * token_block_rows(context))
+                + block(0)
+                + 2 * block(4 * TOKEN_BLOCK * hd)
+                + block(8 * TOKEN_BLOCK)
+                + 160;
+            PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * self.kv_heads * piece + block(PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * self.kv_heads * 160)
+        } else {
+            0
+        };
+        2 * block(2 * self.kv_rows(context) * self.kv_dim())
+            + block(pieces * 160)
+            + pieces * piece
+            + 2 * block(self.layers * 8)
+            + 256
+            + token_blocks
     }
 
     /// Activations, tables and angles of a prefill batch, and the logits.

@@ -8,6 +8,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+use crate::model::PREFILL_BATCH;
 use crate::Error;
 use kernels::{BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 
@@ -130,6 +131,20 @@ fn store_and_attend_each<C: KvCache + ?Sized>(
 /// positions — the case whose attention a second thread otherwise cannot share.
 const BATCH_PIECES: usize = 32;
 
+/// Consecutive tokens of a prompt batch whose attention to one KV head is one piece, where
+/// every query head has its own KV head (`ExactKvCache::attend_tokens`).
+pub const TOKEN_BLOCK: usize = 4;
+
+/// Score rows per token of an `attend_tokens` piece: its tokens attend to at most this
+/// many positions (one `PIECE_ROWS` span, or the whole context where it is shorter).
+pub const fn token_block_rows(context: usize) -> usize {
+    if context < PIECE_ROWS {
+        context
+    } else {
+        PIECE_ROWS
+    }
+}
+
 /// Positions per piece of one attention. A long span is cut at fixed multiples of this
 /// many rows, per KV head; each piece is scored and softmaxed on its own (by any thread)
 /// and the pieces are merged in order, so thread count never changes a result.
@@ -163,7 +178,8 @@ pub struct AttentionPiece {
     pub(crate) scores: Vec<f32>,
     /// Integer table sums of the piece's code blocks (PQ caches), for up to four heads.
     pub(crate) sums: Vec<u16>,
-    /// One key or value row converted to f32 (the portable loops and exact sink keys).
+    /// One key or value row converted to f32 (the portable loops and exact sink keys);
+    /// a token block's query rows (`ExactKvCache::attend_tokens`).
     pub(crate) row: Vec<f32>,
     /// `group × head_dim`.
     pub(crate) out: Vec<f32>,
@@ -187,6 +203,28 @@ impl Pieces {
     /// No pieces yet, for `shape`'s attention.
     fn none(shape: AttentionShape) -> Pieces {
         Pieces { all: Vec::new(), group: shape.group(), head_dim: shape.head_dim }
+    }
+
+    /// The pieces of `attend_tokens`, made with the cache where it runs (none elsewhere):
+    /// one per `TOKEN_BLOCK` tokens of the largest prompt batch and KV head, each with
+    /// `TOKEN_BLOCK` score rows of `token_block_rows(context)` and the block's queries
+    /// and outputs (`engine::budget` counts them).
+    fn for_token_blocks(shape: AttentionShape, usable: bool) -> Pieces {
+        let (hd, rows) = (shape.head_dim, token_block_rows(shape.context));
+        let count = if usable { PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * shape.n_kv_heads } else { 0 };
+        let all = (0..count)
+            .map(|_| AttentionPiece {
+                kv_head: 0,
+                token: 0,
+                rows: 0..0,
+                scores: vec![0.0; TOKEN_BLOCK * rows],
+                sums: Vec::new(),
+                row: vec![0.0; TOKEN_BLOCK * hd],
+                out: vec![0.0; TOKEN_BLOCK * hd],
+                stats: vec![SoftmaxStats::default(); TOKEN_BLOCK],
+            })
+            .collect();
+        Pieces { all, group: TOKEN_BLOCK, head_dim: hd }
     }
 
     /// At least `count` pieces.
@@ -492,6 +530,14 @@ impl ValueCache {
     /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
     /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
     /// `kv_head`: each value row is read and converted once for the whole group.
+    /// The f16 value rows `0..count` of `kv_head` in `layer` (None for block formats).
+    #[cfg(target_arch = "x86_64")]
+    fn f16_rows(&self, layer: usize, kv_head: usize, count: usize) -> Option<Rows<'_, u16>> {
+        let hd = self.shape.head_dim;
+        let at = self.rows.index(&self.shape, layer, kv_head, 0);
+        (self.format == ValueFormat::F16).then(|| Rows { data: &self.halves[at * hd..], stride: hd, len: hd, count })
+    }
+
     pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
         let (hd, count) = (self.shape.head_dim, piece.rows.len());
         let at = self.rows.index(&self.shape, layer, piece.kv_head, piece.rows.start);
@@ -506,7 +552,9 @@ impl ValueCache {
             ValueFormat::Q8_0 => ValueRows::Q8_0(blocks()),
             ValueFormat::Q4_0 => ValueRows::Q4_0(blocks()),
         };
-        kernels::softmax_mix(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, &mut piece.out, &mut piece.stats);
+        // the piece's query heads only (a token block's piece holds more room)
+        let out = &mut piece.out[..self.shape.group() * hd];
+        kernels::softmax_mix(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, out, &mut piece.stats);
     }
 }
 
@@ -520,6 +568,9 @@ pub struct ExactKvCache {
     pieces: Pieces,
     /// A prompt batch's pieces (`store_and_attend` on several threads), made on first use.
     batch: Pieces,
+    /// A prompt batch's pieces of `TOKEN_BLOCK` tokens each (`attend_tokens`), made on
+    /// first use.
+    token_blocks: Pieces,
 }
 
 impl ExactKvCache {
@@ -550,6 +601,12 @@ impl ExactKvCache {
             KeyPrecision::F16 => (n, 0),
             KeyPrecision::F32 => (0, n),
         };
+        let attends_in_token_blocks = cfg!(target_arch = "x86_64")
+            && shape.group() == 1
+            && shape.head_dim.is_multiple_of(16)
+            && precision == KeyPrecision::F16
+            && values.format() == ValueFormat::F16
+            && crate::Isa::Avx2.is_available();
         ExactKvCache {
             shape,
             precision,
@@ -558,6 +615,7 @@ impl ExactKvCache {
             values,
             pieces: Pieces::new(shape),
             batch: Pieces::none(shape),
+            token_blocks: Pieces::for_token_blocks(shape, attends_in_token_blocks),
         }
     }
 
@@ -586,6 +644,82 @@ impl ExactKvCache {
             }
         }
         self.values.softmax_mix(layer, piece);
+    }
+}
+
+impl ExactKvCache {
+    /// Whether a prompt batch's attention in this layer goes by `attend_tokens`: the cache
+    /// made its pieces (every query head has its own KV head, so a piece of one token
+    /// would convert each key and value row for one query; keys and values are f16; the
+    /// CPU has the kernel), there are enough of them, every token attends from the
+    /// layer's first row, and each token's rows fit one piece.
+    fn attends_in_token_blocks(&self, layer: usize, batch: &PromptBatch<'_>, n: usize) -> bool {
+        let s = self.shape;
+        let last = batch.first_pos + n.saturating_sub(1);
+        n >= 2
+            && n.div_ceil(TOKEN_BLOCK) * s.n_kv_heads <= self.token_blocks.all.len()
+            && batch.window.is_none()
+            && last < self.values.rows().cap(layer).min(token_block_rows(s.context))
+    }
+
+    /// Stores the whole batch, then attends it in one parallel run of pieces of
+    /// `TOKEN_BLOCK` consecutive tokens × one KV head: each key and value row is converted
+    /// once per block instead of once per token. Each token's output is what
+    /// `attend_with` gives it, bit for bit (`x86_64::attend_tokens_f16`).
+    fn attend_tokens(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
+        let s = self.shape;
+        let n = batch.tokens(&s, out);
+        let (kvd, qd, hd) = (s.kv_dim(), s.n_heads * s.head_dim, s.head_dim);
+        for t in 0..n {
+            self.store(layer, batch.first_pos + t, &batch.k[t * kvd..][..kvd], &batch.v[t * kvd..][..kvd]);
+        }
+        let used = n.div_ceil(TOKEN_BLOCK) * s.n_kv_heads;
+        for (i, p) in self.token_blocks.all[..used].iter_mut().enumerate() {
+            let first = i / s.n_kv_heads * TOKEN_BLOCK;
+            let last = (first + TOKEN_BLOCK).min(n) - 1;
+            (p.kv_head, p.token, p.rows) = (i % s.n_kv_heads, first, 0..batch.first_pos + last + 1);
+        }
+        let mut pieces = core::mem::take(&mut self.token_blocks.all);
+        let this = &*self;
+        threads.run_pieces(&mut pieces[..used], &|piece| this.attend_token_block(layer, batch, n, piece));
+        for p in &pieces[..used] {
+            for (j, t) in (p.token..n).take(TOKEN_BLOCK).enumerate() {
+                out[t * qd + p.kv_head * hd..][..hd].copy_from_slice(&p.out[j * hd..][..hd]);
+            }
+        }
+        self.token_blocks.all = pieces;
+    }
+
+    /// One piece of `attend_tokens`: its tokens' outputs into `piece.out`, token-major.
+    fn attend_token_block(&self, layer: usize, batch: &PromptBatch<'_>, n: usize, piece: &mut AttentionPiece) {
+        let s = self.shape;
+        let (hd, qd, kvh) = (s.head_dim, s.n_heads * s.head_dim, piece.kv_head);
+        let tokens = (n - piece.token).min(TOKEN_BLOCK);
+        let mut counts = [0; TOKEN_BLOCK];
+        for (j, t) in (piece.token..piece.token + tokens).enumerate() {
+            piece.row[j * hd..][..hd].copy_from_slice(&batch.q[t * qd + kvh * hd..][..hd]);
+            counts[j] = batch.first_pos + t + 1;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(values) = self.values.f16_rows(layer, kvh, piece.rows.len()) {
+            let count = piece.rows.len();
+            let base = self.values.rows().at(&s, layer, kvh, 0);
+            let keys = Rows { data: &self.keys_f16[base..], stride: hd, len: hd, count };
+            let (q, out) = (&piece.row[..tokens * hd], &mut piece.out[..tokens * hd]);
+            let outputs = (&mut piece.scores[..], out, &mut piece.stats[..]);
+            if x86_64::attend_tokens_f16(keys, values, q, &counts[..tokens], batch.q_scale, token_block_rows(s.context), outputs) {
+                return;
+            }
+        }
+        // where the kernel cannot run: token by token as `attend_with` (the last token
+        // first, so that each output moves to its slot before the next is made in slot 0)
+        let rows = piece.rows.clone();
+        for (j, t) in (piece.token..piece.token + tokens).enumerate().rev() {
+            piece.rows = 0..counts[j];
+            self.attend_piece(layer, 0, batch.first_pos + t, false, &batch.q[t * qd..][..qd], batch.q_scale, piece);
+            piece.out.copy_within(..hd, j * hd);
+        }
+        piece.rows = rows;
     }
 }
 
@@ -627,6 +761,9 @@ impl KvCache for ExactKvCache {
         let (kvd, qd, first_pos) = (s.kv_dim(), s.n_heads * s.head_dim, batch.first_pos);
         let last = (first_pos + n).saturating_sub(1);
         let cap = self.values.rows().cap(layer);
+        if self.attends_in_token_blocks(layer, batch, n) {
+            return self.attend_tokens(threads, layer, batch, out);
+        }
         let held = last < cap || batch.first_attended(first_pos) + cap > last;
         let per_token = Pieces::count(s.n_kv_heads, &self.values.rows().span(layer, batch.first_attended(last), last).0);
         if n < 2 || !held || per_token >= threads.threads() {
@@ -711,7 +848,17 @@ mod batch_tests {
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_batch_at_once_equals_token_by_token() {
-        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 1, head_dim: 16, context: 48 };
+        // grouped-query attention; and a KV head per query head, whose batches without a
+        // window go by `attend_tokens` (layer 0; layer 1 has a window)
+        for shape in [
+            AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 1, head_dim: 16, context: 48 },
+            AttentionShape { layers: 2, n_heads: 3, n_kv_heads: 3, head_dim: 48, context: 48 },
+        ] {
+            batch_equals_token_by_token(shape);
+        }
+    }
+
+    fn batch_equals_token_by_token(shape: AttentionShape) {
         let (kvd, qd, window) = (shape.kv_dim(), shape.n_heads * shape.head_dim, 8);
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut values = |n: usize| -> Vec<f32> {
@@ -737,6 +884,8 @@ mod batch_tests {
                 let batch = PromptBatch { first_pos, window, k: &k, v: &v, q: &q, q_scale: 0.25 };
                 let (mut want, mut got) = (vec![0.0; n * qd], vec![0.0; n * qd]);
                 store_and_attend_each(&mut one, &SingleThread, layer, &batch, &mut want);
+                let token_blocks = shape.group() == 1 && layer == 0 && n >= 2 && crate::Isa::Avx2.is_available();
+                assert_eq!(batched.attends_in_token_blocks(layer, &batch, n), token_blocks);
                 batched.store_and_attend(&Reversed, layer, &batch, &mut got);
                 assert!(want.iter().all(|x| x.is_finite()));
                 let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -273,6 +273,99 @@ unsafe fn scores_f16_avx2<const H: usize>(keys: Rows<'_, u16>, q: &[f32], scale:
     }
 }
 
+/// Up to four consecutive tokens of a prompt batch against one KV head of a model without
+/// grouped-query attention, attended together: `q` holds the tokens' query rows for the
+/// head, token j attends to rows `0..counts[j]` of `keys` and `values` (`keys.count` =
+/// the last token's), and `out` gets `q.len()` outputs. Each key and value row is
+/// converted once for all the tokens instead of once per token; the results are each
+/// token's own `scores_f16` and `softmax_mix` bit for bit — a token's four scores are
+/// reduced by `hsum4` as one head's four rows are, its softmax covers its own rows, and
+/// the rows past them weigh exactly zero in the value sum (`0·v` adds nothing to a sum
+/// that starts at +0). Writes the score rows (`stride` apart), the outputs and each
+/// token's softmax stats; false (nothing done) where the kernels cannot run.
+pub(super) fn attend_tokens_f16(
+    keys: Rows<'_, u16>,
+    values: Rows<'_, u16>,
+    q: &[f32],
+    counts: &[usize],
+    scale: f32,
+    stride: usize,
+    (scores, out, stats): (&mut [f32], &mut [f32], &mut [SoftmaxStats]),
+) -> bool {
+    let (hd, tokens) = (keys.len, counts.len());
+    let n = keys.count;
+    if !usable(hd)
+        || !(1..=HEADS).contains(&tokens)
+        || values.len != hd
+        || values.count != n
+        || !in_bounds(&keys)
+        || !in_bounds(&values)
+        || q.len() != tokens * hd
+        || out.len() != q.len()
+        || stats.len() < tokens
+        || scores.len() < tokens * stride
+        || n > stride
+        || counts.iter().any(|&c| c == 0 || c > n)
+    {
+        return false;
+    }
+    // SAFETY: the CPU has AVX2, FMA and F16C and every key row is inside `keys.data`
+    // (both checked above); `q` holds `tokens` rows; `scores` holds `tokens` rows of
+    // `stride` ≥ n.
+    unsafe {
+        match tokens {
+            1 => scores_f16_tokens::<1>(keys, q, scale, scores, stride),
+            2 => scores_f16_tokens::<2>(keys, q, scale, scores, stride),
+            3 => scores_f16_tokens::<3>(keys, q, scale, scores, stride),
+            _ => scores_f16_tokens::<4>(keys, q, scale, scores, stride),
+        }
+    }
+    for (j, (&count, st)) in counts.iter().zip(stats.iter_mut()).enumerate() {
+        let p = &mut scores[j * stride..][..n];
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the body is safe code.
+        *st = unsafe { softmax_avx2(&mut p[..count]) };
+        p[count..].fill(0.0);
+    }
+    out.fill(0.0);
+    // SAFETY: as above; the value rows are inside `values.data` (checked), `scores` holds
+    // the tokens' probability rows, and `out` their `tokens × hd` outputs.
+    unsafe { mix_heads::<F16>(tokens, ValueRows::F16(values), scores, stride, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn softmax_avx2(p: &mut [f32]) -> SoftmaxStats {
+    kernels::softmax(p)
+}
+
+/// `scores[j * stride + i] = scale · q_j · key_i` for T ≤ 4 tokens' queries of one
+/// head: `scores_f16_avx2::<1>`'s sums (the same `dot_row` accumulators, reduced by
+/// `hsum4`), four tokens of one row at a time instead of one token's four rows.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `keys.len` a multiple of 16; every row inside `keys.data`;
+/// `q.len() == T * keys.len`; `scores` holds T rows of `stride` ≥ `keys.count`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_f16_tokens<const T: usize>(keys: Rows<'_, u16>, q: &[f32], scale: f32, scores: &mut [f32], stride: usize) {
+    // SAFETY: the caller guarantees the CPU features and that every row, query and
+    // score index used below is in bounds (see # Safety).
+    unsafe {
+        let hd = keys.len;
+        let scale_x4 = _mm_set1_ps(scale);
+        let mut s = [0.0f32; 4];
+        for i in 0..keys.count {
+            let row = keys.data.as_ptr().add(i * keys.stride);
+            if i + PREFETCH_ROWS < keys.count {
+                prefetch_row(row.add(PREFETCH_ROWS * keys.stride), hd);
+            }
+            _mm_storeu_ps(s.as_mut_ptr(), _mm_mul_ps(hsum4(dot_row::<T>(row, q.as_ptr(), hd)), scale_x4));
+            for (j, &v) in s.iter().enumerate().take(T) {
+                *scores.get_unchecked_mut(j * stride + i) = v;
+            }
+        }
+    }
+}
+
 /// `mix_avx2` for the first `min(heads, 4)` heads, with as many dimensions per pass as
 /// the row length allows up to 8 accumulators (one head of 48 dimensions, stories15M's:
 /// all 48 in one pass, 6 FMA chains instead of 2).
