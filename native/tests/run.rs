@@ -114,8 +114,16 @@ fn bench_model_profile_counts_every_op() {
     assert_eq!(calls("decode", "LM head (lookup 4-bit products)"), Some(tg), "{stdout}");
     assert_eq!(calls("decode", "attention"), Some(6 * tg), "{stdout}");
     assert_eq!(calls("decode", "sampling (greedy argmax)"), Some(tg), "{stdout}");
-    // prefill: one attention call per layer and token, the LM head for the last token only
-    assert_eq!(calls("prefill", "attention"), Some(6 * pp), "{stdout}");
+    // prefill: every layer's attention is seen — one call per layer and token, or on
+    // AVX2 and up, where a model with a KV head per query head attends a batch four
+    // tokens at a time, one per layer and batch — and the LM head for the last token only
+    let attention = calls("prefill", "attention").unwrap_or(0);
+    let isa = field(stdout.lines().next().unwrap_or_default(), "isa");
+    if ["avx2", "avx512", "avx512vbmi"].contains(&isa.as_str()) {
+        assert!(attention >= 6 && attention % 6 == 0 && attention < 6 * pp, "{attention} attention calls\n{stdout}");
+    } else {
+        assert_eq!(attention, 6 * pp, "{stdout}");
+    }
     assert_eq!(calls("prefill", "LM head (lookup 4-bit products)"), Some(1), "{stdout}");
     let head = rows.iter().find(|r| r.0 == "decode" && r.1.starts_with("LM head")).unwrap();
     assert!(head.4 / tg >= 32000 * 288 / 2, "the 4-bit head reads at least its codes: {} bytes", head.4 / tg);

@@ -105,11 +105,7 @@ impl Dims {
         // with a KV head per query head, on x86-64: the pieces a prompt batch is attended
         // in, four tokens each (`ExactKvCache::attend_tokens`; their sums are empty)
         let token_blocks = if cfg!(target_arch = "x86_64") && group == 1 {
-            let piece = block(4 * TOKEN_BLOCK * token_block_rows(context))
-                + block(0)
-                + 2 * block(4 * TOKEN_BLOCK * hd)
-                + block(8 * TOKEN_BLOCK)
-                + 160;
+            let piece = block(4 * TOKEN_BLOCK * token_block_rows(context)) + 2 * block(4 * TOKEN_BLOCK * hd) + block(8 * TOKEN_BLOCK) + 160;
             PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * self.kv_heads * piece + block(PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * self.kv_heads * 160)
         } else {
             0

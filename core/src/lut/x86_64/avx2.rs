@@ -35,9 +35,9 @@ fn lane_sum_pairs(n_quads: usize) -> usize {
 }
 
 /// Whether every set of a BITS-bit matrix with `n_quads` quads may add its lanes in i16
-/// (`rows`' LANE_SUM): 4 bits in groups of 32 (Q4_0, Q4_K), 2 and 3 bits in groups of up
-/// to 64, 1 bit always (an odd plane's words are at most `2·n_quads·127`, twice that
-/// summed: n_quads ≤ 16 keeps it in range).
+/// (`rows`' LANE_SUM): among others 4 and 5 bits in groups of up to 64 (Q4_0, Q4_K), 6
+/// and 7 in groups of 16 (Q6_K), 2 and 3 bits always; an odd plane always (its words are
+/// at most `2·n_quads·127`, twice that summed: n_quads ≤ 16 keeps it in range).
 fn lanes_fit(bits: usize, n_quads: usize) -> bool {
     (bits / 2).min(pairs_per_set(n_quads)) <= lane_sum_pairs(n_quads)
 }

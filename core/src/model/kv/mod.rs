@@ -133,11 +133,11 @@ const BATCH_PIECES: usize = 32;
 
 /// Consecutive tokens of a prompt batch whose attention to one KV head is one piece, where
 /// every query head has its own KV head (`ExactKvCache::attend_tokens`).
-pub const TOKEN_BLOCK: usize = 4;
+pub(crate) const TOKEN_BLOCK: usize = 4;
 
 /// Score rows per token of an `attend_tokens` piece: its tokens attend to at most this
 /// many positions (one `PIECE_ROWS` span, or the whole context where it is shorter).
-pub const fn token_block_rows(context: usize) -> usize {
+pub(crate) const fn token_block_rows(context: usize) -> usize {
     if context < PIECE_ROWS {
         context
     } else {
@@ -527,9 +527,6 @@ impl ValueCache {
         }
     }
 
-    /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
-    /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
-    /// `kv_head`: each value row is read and converted once for the whole group.
     /// The f16 value rows `0..count` of `kv_head` in `layer` (None for block formats).
     #[cfg(target_arch = "x86_64")]
     fn f16_rows(&self, layer: usize, kv_head: usize, count: usize) -> Option<Rows<'_, u16>> {
@@ -538,6 +535,9 @@ impl ValueCache {
         (self.format == ValueFormat::F16).then(|| Rows { data: &self.halves[at * hd..], stride: hd, len: hd, count })
     }
 
+    /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
+    /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
+    /// `kv_head`: each value row is read and converted once for the whole group.
     pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
         let (hd, count) = (self.shape.head_dim, piece.rows.len());
         let at = self.rows.index(&self.shape, layer, piece.kv_head, piece.rows.start);
@@ -568,8 +568,8 @@ pub struct ExactKvCache {
     pieces: Pieces,
     /// A prompt batch's pieces (`store_and_attend` on several threads), made on first use.
     batch: Pieces,
-    /// A prompt batch's pieces of `TOKEN_BLOCK` tokens each (`attend_tokens`), made on
-    /// first use.
+    /// A prompt batch's pieces of `TOKEN_BLOCK` tokens each (`attend_tokens`), made with
+    /// the cache where that path runs (none elsewhere).
     token_blocks: Pieces,
 }
 
