@@ -351,7 +351,12 @@ impl<'a> Job<'a> {
     /// it alike.
     #[inline(always)]
     pub fn beta(&self, g: usize) -> f32 {
-        self.beta_per_sum * self.tables.sum[g]
+        self.beta_of(self.tables.sum[g])
+    }
+    /// `beta` of a group whose Σa is `sum`.
+    #[inline(always)]
+    pub fn beta_of(&self, sum: f32) -> f32 {
+        self.beta_per_sum * sum
     }
     /// Whether the layout stores per-group minima (`Offset::Min`).
     #[inline(always)]
@@ -371,6 +376,23 @@ impl<'a> Job<'a> {
     #[inline(always)]
     pub fn tile_group(&self, tile: usize, g: usize) -> &'a [u8] {
         &self.bytes[self.record_offset(tile, g)..][..self.code_bytes]
+    }
+    /// Tile `tile`'s records, group by group: each is the group's codes (`code_bytes`),
+    /// its 32 scales and, with `Offset::Min`, its 32 minima (`Layout::record_bytes`).
+    #[inline(always)]
+    pub fn tile_records(&self, tile: usize) -> core::slice::ChunksExact<'a, u8> {
+        let tile_bytes = self.groups * self.record_bytes;
+        self.bytes[tile * tile_bytes..][..tile_bytes].chunks_exact(self.record_bytes)
+    }
+    /// Bytes of a tile-group's codes, the start of its record.
+    #[inline(always)]
+    pub fn code_bytes(&self) -> usize {
+        self.code_bytes
+    }
+    /// Bytes of a block of 32 scales (or minima).
+    #[inline(always)]
+    pub fn scale_block_bytes(&self) -> usize {
+        self.scale_block_bytes
     }
     /// Byte offset of the 32 scales of tile-group (tile, g) (`Layout::scale_block_offset`).
     #[inline(always)]

@@ -42,13 +42,12 @@ fn lanes_fit(bits: usize, n_quads: usize) -> bool {
     (bits / 2).min(pairs_per_set(n_quads)) <= lane_sum_pairs(n_quads)
 }
 
-/// Adds the i16 rows of `a` (the two 128-bit lanes are two chunks of the same 8 rows)
-/// to the i32 rows `out`, times 2^shift. With LANE_SUM (the lanes' sum of every word
-/// fits i16) the lanes are added before widening, two vectors per pair of permutes:
-/// half the widening instructions.
+/// The i16 rows of `a` (the two 128-bit lanes are two chunks of the same 8 rows) as i32
+/// rows. With LANE_SUM (the lanes' sum of every word fits i16) the lanes are added
+/// before widening, two vectors per pair of permutes: half the widening instructions.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn widen_into<const LANE_SUM: bool>(out: &mut [__m256i; 4], a: [__m256i; 4], shift: i32) {
+fn widen<const LANE_SUM: bool>(a: [__m256i; 4]) -> [__m256i; 4] {
     let mut rows = [_mm256_setzero_si256(); 4];
     if LANE_SUM {
         for k in [0, 2] {
@@ -61,13 +60,26 @@ fn widen_into<const LANE_SUM: bool>(out: &mut [__m256i; 4], a: [__m256i; 4], shi
     } else {
         for (r, a) in rows.iter_mut().zip(a) {
             let lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(a));
-            let hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1));
+            let hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(a));
             *r = _mm256_add_epi32(lo, hi);
         }
     }
-    let count = _mm_cvtsi32_si128(shift);
-    for (o, r) in out.iter_mut().zip(rows) {
-        *o = _mm256_add_epi32(*o, _mm256_sll_epi32(r, count));
+    rows
+}
+
+/// Sets `out` to `rows` where `first` (the first set, whose weights are relative to plane
+/// 0: no shift, no add — one set holds every pair of Q4_0, Q4_K and Q6_K groups), else
+/// adds `rows · 2^shift`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn put_rows(out: &mut [__m256i; 4], rows: [__m256i; 4], shift: i32, first: bool) {
+    if first {
+        *out = rows;
+    } else {
+        let count = _mm_cvtsi32_si128(shift);
+        for (o, r) in out.iter_mut().zip(rows) {
+            *o = _mm256_add_epi32(*o, _mm256_sll_epi32(r, count));
+        }
     }
 }
 
@@ -93,6 +105,8 @@ unsafe fn rows<const BITS: usize, const N: usize, const LANE_SUM: bool>(
     let nibble = _mm256_set1_epi8(0x0f);
     let mut out = [[_mm256_setzero_si256(); 4]; N];
     let mut p = w.as_ptr();
+    // per token: low and high nibbles of the first 32 bytes of a chunk pair, then of the
+    // second (rows 0..8, 8..16, 16..24, 24..32 once widened)
     let mut a = [[_mm256_setzero_si256(); 4]; N];
     for pair in 0..BITS / 2 {
         let level = pair % per_set;
@@ -121,7 +135,7 @@ unsafe fn rows<const BITS: usize, const N: usize, const LANE_SUM: bool>(
         }
         if level + 1 == per_set || pair + 1 == BITS / 2 {
             for (out, a) in out.iter_mut().zip(a.iter_mut()) {
-                widen_into::<LANE_SUM>(out, *a, 2 * (pair - level) as i32);
+                put_rows(out, widen::<LANE_SUM>(*a), 2 * (pair - level) as i32, pair == level);
                 *a = [_mm256_setzero_si256(); 4];
             }
         }
@@ -162,7 +176,7 @@ unsafe fn rows<const BITS: usize, const N: usize, const LANE_SUM: bool>(
                 _mm256_unpackhi_epi16(e[2], e[3]),
             ];
             // lanes summed in i16 whatever LANE_SUM: always in range for one plane
-            widen_into::<true>(out, a, BITS as i32 - 1);
+            put_rows(out, widen::<true>(a), BITS as i32 - 1, BITS == 1);
         }
     }
     out
@@ -237,23 +251,22 @@ fn f16x32_regs(p: *const u8) -> [__m256; 4] {
 /// this fact, and each other whatever N.
 struct Epilogue<'a> {
     job: &'a Job<'a>,
-    bytes: *const u8,
     wide: bool,
 }
 
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
-        Epilogue { job, bytes: job.bytes.as_ptr(), wide: job.layout.scales() == ScaleFormat::F32 }
+        Epilogue { job, wide: job.layout.scales() == ScaleFormat::F32 }
     }
 
-    /// The 32 f32 scales (or minima) of the block at byte `at`.
+    /// The 32 f32 scales (or minima) of the block that `bytes` starts with.
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
-    fn block(&self, at: usize) -> [__m256; 4] {
-        // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
-        // `job.bytes` (layout-checked by `Job::new`).
+    fn block(&self, bytes: &[u8]) -> [__m256; 4] {
+        let p = bytes[..self.job.scale_block_bytes()].as_ptr();
+        // SAFETY: `p` starts a block of 32 f16 (64 bytes) or f32 (128, `wide`), checked
+        // just above.
         unsafe {
-            let p = self.bytes.add(at);
             if self.wide {
                 let p = p.cast::<f32>();
                 [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))]
@@ -263,24 +276,32 @@ impl<'a> Epilogue<'a> {
         }
     }
 
-    /// Group `g`'s scales, and minima when the layout has them.
+    /// The scales, and minima when the layout has them, of a tile-group's record
+    /// (`Job::tile_records`: codes, scales, minima).
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
-    fn affine(&self, tile: usize, g: usize) -> ([__m256; 4], Option<[__m256; 4]>) {
-        let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
-        (self.block(self.job.scale_block_offset(tile, g)), mins)
+    fn affine(&self, record: &[u8]) -> ([__m256; 4], Option<[__m256; 4]>) {
+        let scales = &record[self.job.code_bytes()..];
+        let mins = if self.job.has_mins() { Some(self.block(&scales[self.job.scale_block_bytes()..])) } else { None };
+        (self.block(scales), mins)
     }
 
     /// Adds group `g`'s integer sums `ints`, over one token's tables (its `job`), to that
     /// token's `f`: `f += s·(I·α + β) [+ m·Σa]`, multiplies and adds as the portable
     /// epilogue has them.
+    ///
+    /// # Safety
+    /// `g` < `job.groups()`: the lengths are checked once per job (`Job::new`), not per
+    /// group and token.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn add(&self, f: &mut [__m256; 4], ints: [__m256i; 4], job: &Job<'_>, g: usize, affine: &([__m256; 4], Option<[__m256; 4]>)) {
-        let sum = job.tables.sum[g];
-        let alpha = _mm256_set1_ps(job.tables.scale[g] * 0.5);
+    unsafe fn add(&self, f: &mut [__m256; 4], ints: [__m256i; 4], job: &Job<'_>, g: usize, affine: &([__m256; 4], Option<[__m256; 4]>)) {
+        // SAFETY: `g` < the job's group count (the caller's contract), the length of both
+        // (checked by `Job::new`).
+        let (sum, scale) = unsafe { (*job.tables.sum.get_unchecked(g), *job.tables.scale.get_unchecked(g)) };
+        let alpha = _mm256_set1_ps(scale * 0.5);
         let (scales, mins) = affine;
-        let beta = _mm256_set1_ps(job.beta(g));
+        let beta = _mm256_set1_ps(job.beta_of(sum));
         for k in 0..4 {
             let x = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ints[k]), alpha), beta);
             let mut x = _mm256_mul_ps(scales[k], x);
@@ -320,21 +341,22 @@ unsafe fn run_float_bits<const BITS: usize, const N: usize, const LANE_SUM: bool
 ) {
     let e = Epilogue::new(jobs[0]);
     let first = tiles.start;
-    let n_quads = jobs[0].layout.group() / 16;
+    let job = jobs[0];
+    let (n_quads, code_bytes) = (job.layout.group() / 16, job.code_bytes());
     let per_set = pairs_per_set(n_quads);
+    let table_blocks = jobs.map(|j| j.tables.quads.as_ptr());
     for tile in tiles {
         let mut f = [[_mm256_setzero_ps(); 4]; N];
-        for g in 0..jobs[0].groups() {
-            let mut tables = [core::ptr::null::<u8>(); N];
-            for (t, job) in tables.iter_mut().zip(jobs) {
-                *t = job.quads(g).as_ptr().cast();
-            }
-            // SAFETY: the tile-group and every token's group tables have the layout's
-            // lengths (all jobs share one matrix).
-            let ints = unsafe { rows::<BITS, N, LANE_SUM>(jobs[0].tile_group(tile, g), tables, n_quads, per_set) };
-            let affine = e.affine(tile, g);
+        for (g, record) in job.tile_records(tile).enumerate() {
+            // group g's table blocks; every token's hold `groups · n_quads` (`Job::new`)
+            let tables = table_blocks.map(|t| t.wrapping_add(g * n_quads).cast::<u8>());
+            // SAFETY: the record starts with the tile-group's codes; the table pointers
+            // are in bounds (above), all jobs sharing one matrix.
+            let ints = unsafe { rows::<BITS, N, LANE_SUM>(&record[..code_bytes], tables, n_quads, per_set) };
+            let affine = e.affine(record);
             for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
-                e.add(f, ints, job, g, &affine);
+                // SAFETY: `tile_records` yields one record per group.
+                unsafe { e.add(f, ints, job, g, &affine) };
             }
         }
         for (f, y) in f.into_iter().zip(ys.iter_mut()) {
