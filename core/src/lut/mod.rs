@@ -379,17 +379,20 @@ impl<'a> Job<'a> {
     }
     /// Tile `tile`'s records, group by group: each is the group's codes (`code_bytes`),
     /// its 32 scales and, with `Offset::Min`, its 32 minima (`Layout::record_bytes`).
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn tile_records(&self, tile: usize) -> core::slice::ChunksExact<'a, u8> {
         let tile_bytes = self.groups * self.record_bytes;
         self.bytes[tile * tile_bytes..][..tile_bytes].chunks_exact(self.record_bytes)
     }
     /// Bytes of a tile-group's codes, the start of its record.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn code_bytes(&self) -> usize {
         self.code_bytes
     }
     /// Bytes of a block of 32 scales (or minima).
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn scale_block_bytes(&self) -> usize {
         self.scale_block_bytes
