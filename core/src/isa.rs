@@ -14,8 +14,8 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F + BW, 512-bit.
     Avx512,
-    /// x86-64 AVX-512 VBMI + VNNI: 64-entry `vpermb` tables, `vpdpbusd` sums
-    /// (reads `Interleave::Permute` matrices).
+    /// x86-64 AVX-512 VBMI + VNNI (and VL): 64-entry `vpermb` tables, `vpdpbusd` sums
+    /// (reads `Interleave::Permute` matrices); int8 products by `vpdpbusd` too.
     Avx512Vbmi,
     /// aarch64 Advanced SIMD (`tbl`).
     Neon,
@@ -177,7 +177,9 @@ fn detect_x86() -> Isa {
     }
     let vbmi = leaf7.ecx & (1 << 1) != 0;
     let vnni = leaf7.ecx & (1 << 11) != 0;
-    if os_zmm && avx512f && avx512bw && vbmi && vnni {
+    // VL for VNNI on 256-bit vectors (the int8 token tile); every VBMI CPU has it
+    let vl = leaf7.ebx & (1 << 31) != 0;
+    if os_zmm && avx512f && avx512bw && vbmi && vnni && vl {
         Isa::Avx512Vbmi
     } else if os_zmm && avx512f && avx512bw {
         Isa::Avx512

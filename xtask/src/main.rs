@@ -1282,7 +1282,7 @@ fn expect_contains(out: &str, needle: &str, what: &str) -> Result {
 }
 
 /// `Isa::best()` on this host, from /proc/cpuinfo, mirroring `lutra_core::isa::detect_x86`:
-/// "avx512vbmi" with AVX-512 F/BW/VBMI/VNNI, "avx512" with F/BW; otherwise no expectation
+/// "avx512vbmi" with AVX-512 F/BW/VL/VBMI/VNNI, "avx512" with F/BW; otherwise no expectation
 /// (the AVX2 and SSSE3 tiers are proven under qemu instead).
 fn host_expected_isa() -> Option<&'static str> {
     if !cfg!(target_arch = "x86_64") {
@@ -1298,7 +1298,7 @@ fn host_expected_isa() -> Option<&'static str> {
         "ssse3"
     } else if !has(&["avx512f", "avx512bw"]) {
         "avx2"
-    } else if has(&["avx512vbmi", "avx512_vnni"]) {
+    } else if has(&["avx512vbmi", "avx512_vnni", "avx512vl"]) {
         "avx512vbmi"
     } else {
         "avx512"

@@ -485,7 +485,7 @@ pub fn gemm_rows<'y>(
             for y in &mut ys[..tile.len()] {
                 *y = out()?;
             }
-            rows_tiled(m, &core::array::from_fn(|t| tile.get(t)), rows.clone(), &mut ys[..tile.len()]);
+            rows_tiled(isa, m, &core::array::from_fn(|t| tile.get(t)), rows.clone(), &mut ys[..tile.len()]);
             continue;
         }
         for batch in tile.chunks(if multi_token(isa) { 4 } else { 1 }) {
@@ -515,7 +515,9 @@ pub fn gemm_rows<'y>(
 /// partial sums wait in `ys` (an f32 stored and loaded is unchanged, so the float steps
 /// stay the scalar kernel's).
 #[cfg(target_arch = "x86_64")]
-fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows: Range<usize>, ys: &mut [&mut [f32]]) {
+fn rows_tiled(isa: Isa, m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows: Range<usize>, ys: &mut [&mut [f32]]) {
+    // AVX-512 VBMI's tier has VNNI (and VL, `isa::detect_x86`)
+    let vnni = isa == Isa::Avx512Vbmi;
     let per_row = m.cols / BLOCK;
     let group_bytes = Int8Matrix::group_bytes(m.form, m.cols);
     let block_bytes = group_bytes / per_row;
@@ -537,13 +539,16 @@ fn rows_tiled(m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOKENS], rows
             }
             let w_scales = &m.scales.as_u16s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
             let w = &m.codes.as_ref()[group * group_bytes + run.start * block_bytes..][..run.len() * block_bytes];
-            // SAFETY: the caller checked that AVX2 (with F16C) is available; `w` holds `run.len() ≤
-            // TILE_BLOCKS` blocks of the group in `m`'s form and `w_scales` their scales,
-            // and the tile holds those blocks.
+            // SAFETY: the caller checked that AVX2 (with F16C) is available, and `isa`,
+            // AVX-512 F/VL and VNNI with it; `w` holds `run.len() ≤ TILE_BLOCKS` blocks of
+            // the group in `m`'s form and `w_scales` their scales, and the tile holds
+            // those blocks.
             unsafe {
-                match m.form {
-                    CodeForm::FiveBit => x86_64::five_bit_tile_avx2(&FiveBitGroup { w, w_scales }, &tile, &mut acc),
-                    CodeForm::Bytes => x86_64::bytes_tile_avx2(w, w_scales, &tile, &mut acc),
+                match (m.form, vnni) {
+                    (CodeForm::FiveBit, true) => x86_64::five_bit_tile_vnni(&FiveBitGroup { w, w_scales }, &tile, &mut acc),
+                    (CodeForm::FiveBit, false) => x86_64::five_bit_tile_avx2(&FiveBitGroup { w, w_scales }, &tile, &mut acc),
+                    (CodeForm::Bytes, true) => x86_64::bytes_tile_vnni(w, w_scales, &tile, &mut acc),
+                    (CodeForm::Bytes, false) => x86_64::bytes_tile_avx2(w, w_scales, &tile, &mut acc),
                 }
             }
             for (acc, y) in acc.iter().zip(ys.iter_mut()) {

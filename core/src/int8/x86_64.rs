@@ -282,6 +282,34 @@ impl TokenTile {
     }
 }
 
+impl TokenTile {
+    /// Block `at`'s `16·Σx` and scales, a lane per token.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sums_and_scales(&self, at: usize) -> (__m256i, __m256) {
+        let (sums16, scales) = (&self.sums16[at], &self.scales[at]);
+        // SAFETY: eight i32 and eight f32, each 32 bytes at a multiple of 32 from the
+        // tile's (32-aligned) start.
+        unsafe { (_mm256_load_si256(sums16.as_ptr().cast()), _mm256_load_ps(scales.as_ptr())) }
+    }
+}
+
+/// Block `b` of a five-bit group as rows of bytes `u = code + 16`, into `u`.
+///
+/// # Safety
+/// AVX2 must be available; `g.w` holds block `b`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn five_bit_rows(g: &FiveBitGroup<'_>, b: usize, u: &mut Rows) {
+    // SAFETY: block b's 80 bytes lie inside `w` (the caller's promise); `u` rows are 32
+    // aligned bytes.
+    unsafe {
+        for (row, v) in u.0.iter_mut().zip(five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES))) {
+            _mm256_store_si256(row.as_mut_ptr().cast(), v);
+        }
+    }
+}
+
 /// Four rows' sums of a tile's eight tokens, token-major as the callers keep them
 /// (`acc[token][row]`), as one vector per row; `store_rows` is its inverse.
 #[target_feature(enable = "avx2")]
@@ -371,18 +399,12 @@ unsafe fn five_bit_unpack(p: *const u8) -> [__m256i; GROUP_ROWS] {
 pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
     let blocks = g.w_scales.len() / GROUP_ROWS;
     debug_assert!(blocks <= TILE_BLOCKS && g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES);
-    #[repr(C, align(32))]
-    struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
     let ones = _mm256_set1_epi16(1);
     let mut sum = load_rows(acc);
     let mut u = Rows([[0; TILE_TOKENS]; GROUP_ROWS]);
     for b in 0..blocks {
-        // SAFETY: block b's 80 bytes lie inside `w`; `u` rows are 32 aligned bytes.
-        unsafe {
-            for (row, v) in u.0.iter_mut().zip(five_bit_unpack(g.w.as_ptr().add(b * FIVE_BIT_BLOCK_BYTES))) {
-                _mm256_store_si256(row.as_mut_ptr().cast(), v);
-            }
-        }
+        // SAFETY: `w` holds the group's blocks (the caller's promise).
+        unsafe { five_bit_rows(g, b, &mut u) };
         // read back from memory: `vpbroadcastd` of a load is a load-port operation, where
         // LLVM's register version takes two shuffles per broadcast (measured slower)
         let u = core::hint::black_box(&u);
@@ -401,16 +423,10 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
                 *d = _mm256_add_epi32(*d, _mm256_madd_epi16(p, ones));
             }
         }
-        // SAFETY: the tile's block b holds 8 sums and 8 scales, 32 aligned bytes each;
-        // block b's four scales lie inside `w_scales`.
-        let (sums16, dx, dw) = unsafe {
-            let dw = scales_f16c(g.w_scales.as_ptr().add(b * GROUP_ROWS));
-            (_mm256_load_si256(tile.sums16[b].as_ptr().cast()), _mm256_load_ps(tile.scales[b].as_ptr()), dw)
-        };
-        for (i, (s, d)) in sum.iter_mut().zip(dot).enumerate() {
-            let scale = _mm256_mul_ps(lane(dw, i), dx);
-            *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, sums16)), scale));
-        }
+        let (sums16, dx) = tile.sums_and_scales(b);
+        // SAFETY: block b's four scales lie inside `w_scales`.
+        let dw = unsafe { scales_f16c(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        add_block(&mut sum, dot, sums16, dx, dw);
     }
     store_rows(sum, acc);
 }
@@ -428,8 +444,6 @@ pub unsafe fn five_bit_tile_avx2(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &m
 pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[u16], tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
     let blocks = w_scales.len() / GROUP_ROWS;
     debug_assert!(blocks <= TILE_BLOCKS && w.len() == blocks * GROUP_ROWS * BLOCK);
-    #[repr(C, align(32))]
-    struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
     let ones = _mm256_set1_epi16(1);
     let mut sum = load_rows(acc);
     let (mut codes, mut magnitudes) = (Rows([[0; TILE_TOKENS]; GROUP_ROWS]), Rows([[0; TILE_TOKENS]; GROUP_ROWS]));
@@ -464,6 +478,98 @@ pub unsafe fn bytes_tile_avx2(w: &[u8], w_scales: &[u16], tile: &TokenTile, acc:
         }
     }
     store_rows(sum, acc);
+}
+
+/// `five_bit_tile_avx2` with AVX-512 VNNI: one `vpdpbusd` per row and four codes
+/// (u ≤ 31 unsigned times the tokens' signed codes, summed into i32) instead of a
+/// `pmaddubsw`, an i16 add and a share of a `pmaddwd`; the same integer sums, so the
+/// same floats.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/VL and VNNI must be available; otherwise as `five_bit_tile_avx2`.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn five_bit_tile_vnni(g: &FiveBitGroup<'_>, tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
+    let blocks = g.w_scales.len() / GROUP_ROWS;
+    debug_assert!(blocks <= TILE_BLOCKS && g.w.len() == blocks * FIVE_BIT_BLOCK_BYTES);
+    let mut u = Rows([[0; TILE_TOKENS]; GROUP_ROWS]);
+    let mut sum = load_rows(acc);
+    for b in 0..blocks {
+        // SAFETY: `w` holds the group's blocks (the caller's promise).
+        unsafe { five_bit_rows(g, b, &mut u) };
+        let dot = dot_tile_vnni(core::hint::black_box(&u), &tile.codes[b]);
+        let (sums16, dx) = tile.sums_and_scales(b);
+        // SAFETY: block b's four scales lie inside `w_scales`.
+        let dw = unsafe { scales_f16c(g.w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        add_block(&mut sum, dot, sums16, dx, dw);
+    }
+    store_rows(sum, acc);
+}
+
+/// `bytes_tile_avx2` with AVX-512 VNNI: each code w as the unsigned byte w + 128 (one xor
+/// per row and block), one `vpdpbusd` per row and four codes, and `128·Σx` taken off
+/// after (from the tile's `16·Σx`): `Σ(w + 128)·x − 128·Σx = Σ w·x` exactly, so the same
+/// floats as the AVX2 kernel, which needs a `psignb`, a `pmaddubsw`, a `pmaddwd` and an
+/// add for the same four codes.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/VL and VNNI must be available; otherwise as `bytes_tile_avx2`.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn bytes_tile_vnni(w: &[u8], w_scales: &[u16], tile: &TokenTile, acc: &mut [[f32; GROUP_ROWS]; TILE_TOKENS]) {
+    let blocks = w_scales.len() / GROUP_ROWS;
+    debug_assert!(blocks <= TILE_BLOCKS && w.len() == blocks * GROUP_ROWS * BLOCK);
+    let bias = _mm256_set1_epi8(i8::MIN);
+    let mut u = Rows([[0; TILE_TOKENS]; GROUP_ROWS]);
+    let mut sum = load_rows(acc);
+    for b in 0..blocks {
+        // SAFETY: row i's block b is bytes (4b + i)·32.. + 32 of `w`; `u` rows are 32
+        // aligned bytes.
+        unsafe {
+            for (i, row) in u.0.iter_mut().enumerate() {
+                let v = _mm256_loadu_si256(w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast());
+                _mm256_store_si256(row.as_mut_ptr().cast(), _mm256_xor_si256(v, bias));
+            }
+        }
+        let dot = dot_tile_vnni(core::hint::black_box(&u), &tile.codes[b]);
+        let (sums16, dx) = tile.sums_and_scales(b);
+        // SAFETY: block b's four scales lie inside `w_scales`.
+        let dw = unsafe { scales_f16c(w_scales.as_ptr().add(b * GROUP_ROWS)) };
+        add_block(&mut sum, dot, _mm256_slli_epi32::<3>(sums16), dx, dw);
+    }
+    store_rows(sum, acc);
+}
+
+/// Adds one block of a token tile to the rows' float sums: `(dot − correction)` (each
+/// row's integer sums of the tile's tokens, less their offset codes' share) times
+/// `dw_row · dx`, in the scalar kernel's order.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn add_block(sum: &mut [__m256; GROUP_ROWS], dot: [__m256i; GROUP_ROWS], correction: __m256i, dx: __m256, dw: __m128) {
+    for (i, (s, d)) in sum.iter_mut().zip(dot).enumerate() {
+        let scale = _mm256_mul_ps(lane(dw, i), dx);
+        *s = _mm256_add_ps(*s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, correction)), scale));
+    }
+}
+
+/// A group block's four rows of unsigned codes, as i32 words of four codes each, aligned
+/// for broadcasts from memory.
+#[repr(C, align(32))]
+struct Rows([[i32; TILE_TOKENS]; GROUP_ROWS]);
+
+/// One block's `Σ u·x` per row (a vector of the tile's eight tokens), u unsigned: a
+/// `vpdpbusd` per row and four codes, two accumulators per row so that its latency does
+/// not chain eight deep.
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+#[inline]
+fn dot_tile_vnni(u: &Rows, x: &[[u8; 4 * TILE_TOKENS]; BLOCK / 4]) -> [__m256i; GROUP_ROWS] {
+    let mut dot = [[_mm256_setzero_si256(); 2]; GROUP_ROWS];
+    for (j, x) in x.iter().enumerate() {
+        // SAFETY: `x` is 32 aligned bytes.
+        let xv = unsafe { _mm256_load_si256(x.as_ptr().cast()) };
+        for (d, row) in dot.iter_mut().zip(&u.0) {
+            d[j % 2] = _mm256_dpbusd_epi32(d[j % 2], _mm256_set1_epi32(row[j]), xv);
+        }
+    }
+    dot.map(|[a, b]| _mm256_add_epi32(a, b))
 }
 
 /// `group_avx2` for N tokens: each row's codes and their magnitudes are loaded and made
