@@ -576,7 +576,14 @@ fn rows_one_avx2(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
     // SAFETY: every tier from AVX2 up has AVX2 and F16C (`Isa::Avx2` requires both), which the caller checked; `w` and
     // `w_scales` are the whole groups' in `m.form` and `mid` their rows, and `x` has
     // `cols` codes.
-    unsafe { x86_64::groups_avx2(m.form == CodeForm::FiveBit, w, w_scales, group_bytes, x, mid) };
+    // and AVX-512 F/VL and VNNI where `isa` is AVX-512 VBMI's tier.
+    unsafe {
+        if isa == Isa::Avx512Vbmi && m.form == CodeForm::Bytes {
+            x86_64::groups_bytes_vnni(w, w_scales, group_bytes, x, mid)
+        } else {
+            x86_64::groups_avx2(m.form == CodeForm::FiveBit, w, w_scales, group_bytes, x, mid)
+        }
+    };
     rows_n(isa, m, [x], end..rows.end, [tail]);
 }
 

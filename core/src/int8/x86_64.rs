@@ -183,6 +183,44 @@ pub unsafe fn groups_avx2(five_bit: bool, w: &[u8], w_scales: &[u16], group_byte
     }
 }
 
+/// `groups_avx2` over byte codes with AVX-512 VNNI (one token: decode): per row and block
+/// an xor (w + 128, unsigned) and a `vpdpbusd` where `group_avx2` takes two `psignb`, a
+/// `pmaddubsw` and a `pmaddwd`, and `128·Σx` taken off the block's sums:
+/// `Σ(w + 128)·x − 128·Σx = Σ w·x`, so the same sums and the same floats.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/VL and VNNI must be available; `w` holds `out.len() / 4` whole
+/// groups of byte codes, `group_bytes` each, `w_scales` their `x.scales.len()` scales per
+/// row, interleaved as in `Group`.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn groups_bytes_vnni(w: &[u8], w_scales: &[u16], group_bytes: usize, x: &Int8Activations, out: &mut [f32]) {
+    let blocks = x.scales.len();
+    let group_scales = GROUP_ROWS * blocks;
+    debug_assert!(group_bytes == GROUP_ROWS * BLOCK * blocks && x.codes.len() == blocks * BLOCK && x.sums.len() == blocks);
+    let bias = _mm256_set1_epi8(i8::MIN);
+    for (group, out) in out.chunks_exact_mut(GROUP_ROWS).enumerate() {
+        let (w, w_scales) = (&w[group * group_bytes..][..group_bytes], &w_scales[group * group_scales..][..group_scales]);
+        let mut acc = _mm_setzero_ps();
+        for ((b, &dx), &sum) in x.scales.iter().enumerate().zip(&x.sums) {
+            // SAFETY: block b of `x` is codes 32b.. + 32 (`blocks` blocks).
+            let xv = unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) };
+            let row = |i: usize| {
+                // SAFETY: row i's block b is bytes (4b + i)·32.. + 32 of the group's `w`.
+                let wv = unsafe { _mm256_loadu_si256(w.as_ptr().add((b * GROUP_ROWS + i) * BLOCK).cast()) };
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(wv, bias), xv)
+            };
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
+            let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let sums = _mm_sub_epi32(sums, _mm_set1_epi32(128 * sum));
+            // SAFETY: scales 4b..4b + 4 lie inside the group's `w_scales` (4 per block).
+            let dw = unsafe { scales_f16c(w_scales.as_ptr().add(b * GROUP_ROWS)) };
+            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_set1_ps(dx))));
+        }
+        // SAFETY: `out` holds four f32.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    }
+}
+
 /// As `scalar::five_bit_group` for N tokens: each block's 128 codes are widened to bytes
 /// `u = code + 16` once (two nibble planes, the fifth bits moved to bit 4), then per
 /// token `pmaddubsw(u, x)` (u ≤ 31, so pair sums ≤ 2·31·127 and two `phaddw` rounds
