@@ -539,10 +539,9 @@ fn rows_tiled(isa: Isa, m: &Int8Matrix, xs: &[Option<&Int8Activations>; TILE_TOK
             }
             let w_scales = &m.scales.as_u16s()[(group * per_row + run.start) * GROUP_ROWS..][..run.len() * GROUP_ROWS];
             let w = &m.codes.as_ref()[group * group_bytes + run.start * block_bytes..][..run.len() * block_bytes];
-            // SAFETY: the caller checked that AVX2 (with F16C) is available, and `isa`,
-            // AVX-512 F/VL and VNNI with it; `w` holds `run.len() ≤ TILE_BLOCKS` blocks of
-            // the group in `m`'s form and `w_scales` their scales, and the tile holds
-            // those blocks.
+            // `w` holds `run.len() ≤ TILE_BLOCKS` blocks of the group in `m`'s form,
+            // `w_scales` their scales, and the tile those blocks.
+            // SAFETY: the caller checked AVX2 and F16C, and `isa` (AVX-512 F/VL/VNNI where `vnni`).
             unsafe {
                 match (m.form, vnni) {
                     (CodeForm::FiveBit, true) => x86_64::five_bit_tile_vnni(&FiveBitGroup { w, w_scales }, &tile, &mut acc),
@@ -573,10 +572,9 @@ fn rows_one_avx2(isa: Isa, m: &Int8Matrix, x: &Int8Activations, rows: Range<usiz
     rows_n(isa, m, [x], rows.start..first, [head]);
     let w = &m.codes.as_ref()[whole.start * group_bytes..whole.end * group_bytes];
     let w_scales = &m.scales.as_u16s()[whole.start * GROUP_ROWS * per_row..whole.end * GROUP_ROWS * per_row];
-    // SAFETY: every tier from AVX2 up has AVX2 and F16C (`Isa::Avx2` requires both), which the caller checked; `w` and
-    // `w_scales` are the whole groups' in `m.form` and `mid` their rows, and `x` has
+    // `w` and `w_scales` are the whole groups' in `m.form`, `mid` their rows, and `x` has
     // `cols` codes.
-    // and AVX-512 F/VL and VNNI where `isa` is AVX-512 VBMI's tier.
+    // SAFETY: the caller checked `isa`: AVX2 and F16C from AVX2 up, AVX-512 F/VL/VNNI on AVX-512 VBMI's tier.
     unsafe {
         if isa == Isa::Avx512Vbmi && m.form == CodeForm::Bytes {
             x86_64::groups_bytes_vnni(w, w_scales, group_bytes, x, mid)
