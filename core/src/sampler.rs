@@ -170,6 +170,32 @@ impl SamplerConfig {
     }
 }
 
+/// Lanes of `argmax`'s first pass: enough independent maxima to fill two AVX2 vectors.
+const ARGMAX_LANES: usize = 16;
+
+/// The index of the largest value, the lowest on ties (−0.0 and +0.0 tie); NaN is never
+/// chosen, and `None` when nothing is above −∞. Two passes that vectorize: the maximum
+/// in independent lanes, then the first position holding it (about 20 µs over Gemma 3's
+/// 262 144 logits where a one-pass running argmax took 145).
+pub fn argmax(x: &[f32]) -> Option<usize> {
+    let mut lanes = [f32::NEG_INFINITY; ARGMAX_LANES];
+    let chunks = x.chunks_exact(ARGMAX_LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            // not `f32::max`: this form skips NaN and compiles to one `maxps`
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    if max == f32::NEG_INFINITY {
+        return None;
+    }
+    // whole chunks tested at once (no early exit inside one), then the position within
+    let (c, chunk) = x.chunks(ARGMAX_LANES).enumerate().find(|(_, c)| c.iter().fold(false, |hit, &v| hit | (v == max)))?;
+    chunk.iter().position(|&v| v == max).map(|k| c * ARGMAX_LANES + k)
+}
+
 /// xorshift64* (Vigna), state seeded by splitmix64 so every seed, 0 included, works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Rng(u64);
@@ -245,6 +271,14 @@ impl Sampler {
     /// [`scratch_len`]`(logits.len())` elements; its contents on entry do not matter.
     /// The logits are only read; on an error the scratch contents are unspecified.
     pub fn sample(&mut self, logits: &[f32], recent_tokens: &[u32], scratch: &mut [Candidate]) -> Result<u32, SamplerError> {
+        if self.config.temperature == 0.0 && self.penalty_window(recent_tokens).is_empty() {
+            // nothing penalized: the argmax of the raw logits, without the 8-byte
+            // candidate per token (Gemma 3's 262 144 took 145 µs a token that way)
+            self.check_buffers(logits, scratch)?;
+            let best = argmax(logits).ok_or(SamplerError::NoCandidates)?;
+            // the first +∞, if any, is the argmax: the same refusal as the full path's
+            return if logits[best] == f32::INFINITY { Err(SamplerError::InfiniteLogit { token: best as u32 }) } else { Ok(best as u32) };
+        }
         let n = self.penalized(logits, recent_tokens, scratch)?;
         let cands = &mut scratch[..n];
         if self.config.temperature == 0.0 {
@@ -279,18 +313,10 @@ impl Sampler {
     /// Checks the inputs, writes every token with its penalized logit into
     /// `scratch[..logits.len()]` in id order (NaN as -inf) and returns that length.
     fn penalized(&self, logits: &[f32], recent_tokens: &[u32], scratch: &mut [Candidate]) -> Result<usize, SamplerError> {
+        self.check_buffers(logits, scratch)?;
         let vocab = logits.len();
-        if vocab == 0 {
-            return Err(SamplerError::EmptyLogits);
-        }
-        if vocab - 1 > u32::MAX as usize {
-            return Err(SamplerError::VocabTooLarge(vocab));
-        }
-        if scratch.len() < scratch_len(vocab) {
-            return Err(SamplerError::ScratchTooSmall { needed: scratch_len(vocab), got: scratch.len() });
-        }
         let penalty = self.config.repeat_penalty;
-        let window = if penalty == 1.0 { &[][..] } else { &recent_tokens[recent_tokens.len().saturating_sub(self.config.repeat_last_n)..] };
+        let window = self.penalty_window(recent_tokens);
         if let Some(&token) = window.iter().find(|&&t| t as usize >= vocab) {
             return Err(SamplerError::TokenOutOfRange { token, vocab_size: vocab });
         }
@@ -317,6 +343,30 @@ impl Sampler {
             cands[t as usize].id = t;
         }
         Ok(vocab)
+    }
+
+    /// The logits are a vocabulary of ids that fit u32, and `scratch` holds a candidate each.
+    fn check_buffers(&self, logits: &[f32], scratch: &[Candidate]) -> Result<(), SamplerError> {
+        let vocab = logits.len();
+        if vocab == 0 {
+            return Err(SamplerError::EmptyLogits);
+        }
+        if vocab - 1 > u32::MAX as usize {
+            return Err(SamplerError::VocabTooLarge(vocab));
+        }
+        if scratch.len() < scratch_len(vocab) {
+            return Err(SamplerError::ScratchTooSmall { needed: scratch_len(vocab), got: scratch.len() });
+        }
+        Ok(())
+    }
+
+    /// The recent tokens the repeat penalty applies to (none when it is off).
+    fn penalty_window<'t>(&self, recent_tokens: &'t [u32]) -> &'t [u32] {
+        if self.config.repeat_penalty == 1.0 {
+            &[]
+        } else {
+            &recent_tokens[recent_tokens.len().saturating_sub(self.config.repeat_last_n)..]
+        }
     }
 
     /// Top-k, top-p, min-p over `cands` (all tokens, in id order); returns how many of

@@ -4,7 +4,7 @@
 mod common;
 use common::Rng;
 
-use lutra_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig, SamplerError};
+use lutra_core::sampler::{argmax, scratch_len, Candidate, Sampler, SamplerConfig, SamplerError};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -94,6 +94,54 @@ fn greedy_picks_argmax_lowest_id_on_ties() {
     // Greedy ignores the filters: the argmax survives them all.
     let cfg = SamplerConfig { temperature: 0.0, top_k: 3, top_p: 0.1, min_p: 0.9, ..SamplerConfig::default() };
     assert_eq!(Sampler::new(cfg).unwrap().sample(&logits, &[], &mut sc), Ok(argmax as u32));
+}
+
+/// Greedy against a naive loop, on vocabularies of every length around `argmax`'s lanes
+/// and chunks, drawn from few distinct values (ties), NaN, ±0, ±∞: with the penalty off
+/// (`argmax` of the raw logits) and on (the penalized candidates' path).
+#[test]
+fn greedy_matches_a_naive_argmax_with_ties_nan_and_infinities() {
+    let mut rng = Rng(11);
+    let pool = [f32::NAN, f32::NEG_INFINITY, -0.0, 0.0, 1.5, -2.25, 3.0, 7.0];
+    for case in 0..3000 {
+        let n = if case % 10 == 0 { 1 + rng.below(5000) } else { 1 + rng.below(80) };
+        let mut logits: Vec<f32> = (0..n).map(|_| pool[rng.below(pool.len())]).collect();
+        if case % 7 == 0 {
+            logits[rng.below(n)] = f32::INFINITY;
+        }
+        let penalty = if case % 2 == 0 { 1.0 } else { 1.5 };
+        let recent: Vec<u32> = (0..rng.below(4)).map(|_| rng.below(n) as u32).collect();
+        let mut values: Vec<f32> = logits.iter().map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { l }).collect();
+        if penalty != 1.0 {
+            let mut seen = vec![false; n];
+            for &t in &recent {
+                let (t, l) = (t as usize, logits[t as usize]);
+                if !seen[t] && l.is_finite() {
+                    values[t] = if l <= 0.0 { l * penalty } else { l / penalty };
+                }
+                seen[t] = true;
+            }
+        }
+        let mut best: Option<usize> = None;
+        for (i, &v) in values.iter().enumerate() {
+            if v > f32::NEG_INFINITY && best.is_none_or(|b| v > values[b]) {
+                best = Some(i);
+            }
+        }
+        let want = match (logits.iter().position(|&l| l == f32::INFINITY), best) {
+            (Some(t), _) => Err(SamplerError::InfiniteLogit { token: t as u32 }),
+            (None, Some(b)) => Ok(b as u32),
+            (None, None) => Err(SamplerError::NoCandidates),
+        };
+        let cfg = SamplerConfig { repeat_penalty: penalty, ..SamplerConfig::greedy() };
+        let got = Sampler::new(cfg).unwrap().sample(&logits, &recent, &mut scratch(n));
+        assert_eq!(got, want, "case {case}: {logits:?}, recent {recent:?}, penalty {penalty}");
+        if penalty == 1.0 {
+            let raw = logits.iter().position(|&l| l == f32::INFINITY).or(best);
+            assert_eq!(argmax(&logits), raw, "case {case}: {logits:?}");
+        }
+    }
+    assert_eq!(argmax(&[]), None);
 }
 
 #[test]

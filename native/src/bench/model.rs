@@ -123,7 +123,7 @@ fn lutra_tg<G: Gemv>(model: &Model, gemv: &G, session: &mut Session, from: usize
     for _ in 0..tg {
         let logits = session.forward(gemv, token).map_err(|e| e.to_string())?;
         let s = Instant::now();
-        token = logits.iter().enumerate().fold(0, |b, (i, &x)| if x > logits[b] { i } else { b }) as u32;
+        token = lutra_core::sampler::argmax(logits).ok_or("no finite logit to take the argmax of")? as u32;
         sampling += s.elapsed();
     }
     Ok((t.elapsed().as_secs_f64(), sampling))
