@@ -436,7 +436,13 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
         // prefetchers do not follow: each column's pass asks for the same column
         // MIX_PREFETCH_ROWS rows ahead, so every byte is asked for once, evenly spread
         prefetch_bytes(first_row, MIX_PREFETCH_ROWS.min(count) * row_bytes);
-        let column_bytes = 16 * V * row_bytes / hd;
+        // constants for the block formats (a code byte per value, or half of one), so that a
+        // column's prefetch is one or two instructions rather than a counted loop
+        let column_bytes = match F {
+            Q8_0 => 16 * V,
+            Q4_0 => 8 * V,
+            _ => 16 * V * row_bytes / hd,
+        };
         for block in (0..count).step_by(MIX_ROW_BLOCK) {
             let end = (block + MIX_ROW_BLOCK).min(count);
             for c in (0..hd).step_by(16 * V) {
@@ -449,9 +455,9 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
                     }
                 }
                 for i in block..end {
-                    if i + MIX_PREFETCH_ROWS < count {
-                        prefetch_bytes(first_row.add((i + MIX_PREFETCH_ROWS) * row_bytes + column), column_bytes);
-                    }
+                    // past the last row too: a branch here cost the loop more than the
+                    // prefetches of up to 64 rows beyond it (which never fault)
+                    prefetch_bytes(first_row.wrapping_add((i + MIX_PREFETCH_ROWS) * row_bytes + column), column_bytes);
                     let mut w = [_mm256_setzero_ps(); H];
                     for (g, w) in w.iter_mut().enumerate() {
                         *w = _mm256_broadcast_ss(&*p.as_ptr().add(g * p_stride + i));
