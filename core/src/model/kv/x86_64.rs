@@ -438,6 +438,11 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
         prefetch_bytes(first_row, MIX_PREFETCH_ROWS.min(count) * row_bytes);
         // constants for the block formats (a code byte per value, or half of one), so that a
         // column's prefetch is one or two instructions rather than a counted loop
+        // one head's q8_0 rows (two passes a row at head_dim 128): the first pass asks for
+        // whole rows, so memory sees one sequential stream, not one per pass — llama7b's
+        // shape at 16k-32k ran 1.08-1.13x faster; four heads' rows (16 passes) ran 0.87x that
+        // way, and q4_0 rows (one line each) gained nothing (BENCHMARKS.md)
+        let whole_rows = F == Q8_0 && H == 1;
         let column_bytes = match F {
             Q8_0 => 16 * V,
             Q4_0 => 8 * V,
@@ -457,7 +462,11 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
                 for i in block..end {
                     // past the last row too: a branch here cost the loop more than the
                     // prefetches of up to 64 rows beyond it (which never fault)
-                    prefetch_bytes(first_row.wrapping_add((i + MIX_PREFETCH_ROWS) * row_bytes + column), column_bytes);
+                    if !whole_rows {
+                        prefetch_bytes(first_row.wrapping_add((i + MIX_PREFETCH_ROWS) * row_bytes + column), column_bytes);
+                    } else if c == 0 {
+                        prefetch_bytes(first_row.wrapping_add((i + MIX_PREFETCH_ROWS) * row_bytes), row_bytes);
+                    }
                     let mut w = [_mm256_setzero_ps(); H];
                     for (g, w) in w.iter_mut().enumerate() {
                         *w = _mm256_broadcast_ss(&*p.as_ptr().add(g * p_stride + i));
