@@ -279,10 +279,15 @@ pub fn exp(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
     let x = x.max(-87.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n's integer is in `shifted`'s low mantissa bits (its ulp is 1 and its exponent is
+    // ROUND's while |n| < 2^22): an integer subtraction, where `n as i32` (saturating,
+    // NaN to 0) compiled to a scalar conversion and two `cmova` per lane
+    let n_int = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(n_int.wrapping_add(127) << 23);
     p * scale
 }
 
@@ -301,6 +306,13 @@ mod tests {
         }
         assert!(worst < 3e-7, "worst relative error {worst:e}");
         assert_eq!(exp(0.0), 1.0);
+        // 2^n from the bits of `x·log2(e) + 1.5·2^23` is 2^n from the float n itself
+        for i in 0..=87 * 64 {
+            let x = -(i as f32) / 64.0;
+            let n = libm::roundf(x * core::f32::consts::LOG2_E);
+            let r = f64::from(exp(x)) / 2f64.powi(n as i32);
+            assert!((0.7..1.42).contains(&r), "exp({x}) = {} is not 2^{n} · e^r, |r| ≤ ln2/2", exp(x));
+        }
         assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
     }
 
