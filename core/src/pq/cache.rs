@@ -297,8 +297,11 @@ impl KvCache for PqKvCache {
                 for (j, sums) in sums.chunks_exact(keys).enumerate() {
                     let (g, h) = (first_g + j, kvh * group + first_g + j);
                     let scores = &mut piece.scores[g * PIECE_ROWS..][..rows.len()];
+                    // the scale out of the loop: indexed inside it, its bounds check kept the
+                    // loop scalar (a `mulss` and an `addss` per score)
+                    let scale = table_scales[h];
                     for (d, &sum) in scores.iter_mut().zip(&sums[skip..]) {
-                        *d = table_scales[h].score(sum);
+                        *d = scale.score(sum);
                     }
                 }
             }
