@@ -436,13 +436,13 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
         // prefetchers do not follow: each column's pass asks for the same column
         // MIX_PREFETCH_ROWS rows ahead, so every byte is asked for once, evenly spread
         prefetch_bytes(first_row, MIX_PREFETCH_ROWS.min(count) * row_bytes);
-        // constants for the block formats (a code byte per value, or half of one), so that a
-        // column's prefetch is one or two instructions rather than a counted loop
         // one head's q8_0 rows (two passes a row at head_dim 128): the first pass asks for
         // whole rows, so memory sees one sequential stream, not one per pass — llama7b's
         // shape at 16k-32k ran 1.08-1.13x faster; four heads' rows (16 passes) ran 0.87x that
         // way, and q4_0 rows (one line each) gained nothing (BENCHMARKS.md)
         let whole_rows = F == Q8_0 && H == 1;
+        // constants for the block formats (a code byte per value, or half of one), so that a
+        // column's prefetch is one or two instructions rather than a counted loop
         let column_bytes = match F {
             Q8_0 => 16 * V,
             Q4_0 => 8 * V,
