@@ -96,14 +96,36 @@ pub fn get_code256(block: &[u8], subspaces: usize, key: usize, s: usize) -> u8 {
     block[BLOCK_KEYS * s + key]
 }
 
+/// Sub-spaces whose tables the x86 shuffle `scan256` kernels rewrite at a time (4 KiB
+/// on the stack; larger S runs in passes that add into the scores).
+#[cfg(target_arch = "x86_64")]
+const DIFF_SUBSPACES: usize = 16;
+
+/// A 256-entry table for the `pshufb` scans: 16 chunks of 16 entries, one per high
+/// nibble of the code, each xored with the next chunk of its half (chunks 7 and 15
+/// kept). A scan runs eight shuffles per half (codes below 128; codes of 128 and up,
+/// bit 7 flipped), chunk k's indices being the code plus 0x70 − 16k, saturated: bit 7
+/// stays clear, so the shuffle reads the low nibble's entry, exactly for the chunks k at
+/// or above the code's own (0x70 − 16k ≡ 0 mod 16 keeps the low nibble), and the xor of
+/// those lookups telescopes to the code's entry in its own chunk.
+#[cfg(target_arch = "x86_64")]
+fn diff_tables(table: &[u8; 256], diff: &mut [u8; 256]) {
+    let (chunks, _) = table.as_chunks::<16>();
+    for (k, (d, t)) in diff.as_chunks_mut::<16>().0.iter_mut().zip(chunks).enumerate() {
+        let next = if k % 8 < 7 { u128::from_ne_bytes(chunks[k + 1]) } else { 0 };
+        *d = (u128::from_ne_bytes(*t) ^ next).to_ne_bytes();
+    }
+}
+
 /// Query heads `scan256_heads` looks up together: one 4-byte table entry holds all.
 pub const SCAN_HEADS: usize = 4;
 
 /// Whether `isa` scans 8-bit codes faster for several query heads at once
 /// (`scan256_heads`: one gather serves four heads) than head by head. Measured (`lutra
-/// bench attention`, gemma3 shape): on AVX2 the key scan of four heads took ~0.5 ms at
-/// 16k positions against ~1.8 ms head by head; AVX-512 VBMI's `vpermi2b` scan head by
-/// head stays faster than the gathers (pq256 1.4× exact f16 against 1.0×).
+/// bench attention`, gemma3 shape, AVX2): pq256 at 16k positions 1.10 ms with the
+/// gathers against 1.47 ms head by head with byte shuffles (`scan256`); AVX-512 VBMI's
+/// `vpermi2b` scan head by head stays faster than the gathers (pq256 1.4× exact f16
+/// against 1.0×).
 pub fn scan256_prefers_heads(isa: Isa) -> bool {
     matches!(isa, Isa::Avx2 | Isa::Avx512)
 }
@@ -171,16 +193,19 @@ pub fn scan16(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut
 /// K = 256: `tables` is S × 256 u8 (table s at tables[256s..256s+256]); otherwise as
 /// `scan16`, with 8-bit blocks (`block_bytes256`).
 ///
-/// AVX-512 VBMI has its own kernel (`vpermi2b` over the 256-entry table), AVX2 and
-/// AVX-512 without VBMI gather (`vpgatherdd`), NEON chains four 64-byte `tbl`/`tbx`
-/// lookups; SSSE3 and simd128 run the scalar reference, which their 16-entry byte
-/// shuffles do not beat.
+/// AVX-512 VBMI has its own kernel (`vpermi2b` over the 256-entry table); SSSE3, AVX2
+/// and AVX-512 without VBMI run 16 byte shuffles per register of codes over
+/// `diff_tables`; NEON chains four 64-byte `tbl`/`tbx` lookups; simd128 runs the
+/// scalar reference.
 pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) -> Result<(), Error> {
     check(isa, codes.len(), subspaces, block_bytes256, tables.len(), 256, out.len())?;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `check` confirmed AVX2 (which every AVX-512 tier includes) at run time,
-        // every buffer length, and an even, non-zero sub-space count (so ≥ 2 tables).
+        // SAFETY: `check` confirmed SSSE3 at run time and every buffer length.
+        Isa::Ssse3 => unsafe { x86_64::ssse3::scan256(codes, subspaces, tables, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX2 (which every AVX-512 tier includes) at run time
+        // and every buffer length.
         Isa::Avx2 | Isa::Avx512 => unsafe { x86_64::avx2::scan256(codes, subspaces, tables, out) },
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         // SAFETY: NEON is enabled for this build (compile-time target feature); lengths checked.

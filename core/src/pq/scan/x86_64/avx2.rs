@@ -3,7 +3,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::pq::scan::{block_bytes16, block_bytes256, BLOCK_KEYS, SCAN_HEADS};
+use crate::pq::scan::{block_bytes16, block_bytes256, diff_tables, BLOCK_KEYS, DIFF_SUBSPACES, SCAN_HEADS};
 
 /// Adds 32 looked-up bytes into `a` (as u16 pairs: even + 256·odd) and their odd bytes
 /// into `b`. `a − (b << 8)` is then the even bytes' sum, exact modulo 2^16.
@@ -30,7 +30,7 @@ pub(super) fn store_keys(out: &mut [u16], a: __m256i, b: __m256i) {
 
 /// How far ahead of the block it scans `scan16` asks for codes: the scan reads them once,
 /// and at 16k positions waited on that stream more than it computed.
-const SCAN_PREFETCH_BYTES: usize = 2048;
+pub(super) const SCAN_PREFETCH_BYTES: usize = 2048;
 
 /// # Safety
 /// The CPU must support AVX2; `codes` is whole blocks of `block_bytes16(subspaces)`,
@@ -62,46 +62,74 @@ pub(crate) unsafe fn scan16(codes: &[u8], subspaces: usize, tables: &[u8], out: 
     }
 }
 
-/// K = 256: 256-entry tables are beyond a byte shuffle, so each sub-space's 32 codes
-/// become four `vpgatherdd` of 8 lookups (i32 sums, exact; ≤ 65 280, so they pack to
-/// u16 unchanged). A gather reads 4 bytes at its index: for sub-space 0 from the entry
-/// on (its low byte), for the others from 3 bytes before it (its high byte), so no read
-/// leaves `tables` (S ≥ 2 tables of 256).
+/// K = 256 with byte shuffles over `diff_tables` (its doc has the method): three
+/// instructions per 16-entry chunk and 32 keys, against a gather per 8 lookups that
+/// measured slower (BENCHMARKS.md, "scan256 by byte shuffles").
 ///
 /// # Safety
-/// AVX2 must be available; `codes` holds whole 8-bit blocks of `subspaces` (≥ 2)
-/// sub-spaces, `tables` is `256 · subspaces` bytes, `out` 32 entries per block.
+/// AVX2 must be available; `codes` holds whole 8-bit blocks of `subspaces` sub-spaces,
+/// `tables` is `256 · subspaces` bytes, `out` 32 entries per block.
 #[target_feature(enable = "avx2")]
 pub unsafe fn scan256(codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) {
-    debug_assert!(subspaces >= 2 && tables.len() == 256 * subspaces);
-    let low_byte = _mm256_set1_epi32(0xff);
-    for (block, scores) in codes.chunks_exact(block_bytes256(subspaces)).zip(out.chunks_exact_mut(BLOCK_KEYS)) {
-        let mut acc = [_mm256_setzero_si256(); 4];
-        for (s, row) in block.chunks_exact(BLOCK_KEYS).enumerate() {
-            // SAFETY: `row` is 32 bytes.
-            let row = unsafe { _mm256_loadu_si256(row.as_ptr().cast()) };
-            let (lo, hi) = (_mm256_castsi256_si128(row), _mm256_extracti128_si256::<1>(row));
-            let index = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)].map(|b| _mm256_cvtepu8_epi32(b));
-            for (a, index) in acc.iter_mut().zip(index) {
-                let entries = if s == 0 {
-                    // SAFETY: index ≤ 255, so bytes index..index + 4 lie in tables 0 and 1.
-                    _mm256_and_si256(unsafe { _mm256_i32gather_epi32::<1>(tables.as_ptr().cast(), index) }, low_byte)
-                } else {
-                    // SAFETY: bytes 256s + index − 3 .. 256s + index + 1 lie in tables
-                    // s − 1 and s (256s − 3 ≥ 0, 256s + 255 < 256 · subspaces).
-                    let base = unsafe { tables.as_ptr().add(256 * s - 3) };
-                    _mm256_srli_epi32::<24>(unsafe { _mm256_i32gather_epi32::<1>(base.cast(), index) })
-                };
-                *a = _mm256_add_epi32(*a, entries);
+    debug_assert!(tables.len() == 256 * subspaces);
+    let block_bytes = block_bytes256(subspaces);
+    let mut diff = [[0u8; 256]; DIFF_SUBSPACES];
+    for first in (0..subspaces).step_by(DIFF_SUBSPACES) {
+        let count = DIFF_SUBSPACES.min(subspaces - first);
+        for (d, t) in diff.iter_mut().zip(tables[256 * first..][..256 * count].as_chunks::<256>().0) {
+            diff_tables(t, d);
+        }
+        for (block, scores) in codes.chunks_exact(block_bytes).zip(out.chunks_exact_mut(BLOCK_KEYS)) {
+            let zero = _mm256_setzero_si256();
+            let (mut a, mut b) = (zero, zero);
+            let rows = &block[BLOCK_KEYS * first..][..BLOCK_KEYS * count];
+            let ahead = rows.as_ptr().wrapping_add(SCAN_PREFETCH_BYTES);
+            for (i, (row, d)) in rows.chunks_exact(BLOCK_KEYS).zip(&diff).enumerate() {
+                if i % 2 == 0 {
+                    // a prefetch never faults: past the end of `codes` it asks for nothing useful
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(BLOCK_KEYS * i).cast());
+                }
+                // SAFETY: `row` is 32 bytes.
+                let codes = unsafe { _mm256_loadu_si256(row.as_ptr().cast()) };
+                add_bytes(&mut a, &mut b, lookup256(d, codes));
+            }
+            // per lane (keys 0..16, 16..32): keys 0..8 of the lane, then 8..16
+            let even = _mm256_sub_epi16(a, _mm256_slli_epi16(b, 8));
+            let (x, y) = (_mm256_unpacklo_epi16(even, b), _mm256_unpackhi_epi16(even, b));
+            let keys = [_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31)];
+            for (half, mut keys) in keys.into_iter().enumerate() {
+                let dst = scores[16 * half..][..16].as_mut_ptr().cast::<__m256i>();
+                if first > 0 {
+                    // SAFETY: `dst` points at 16 u16 inside `scores`.
+                    keys = _mm256_add_epi16(keys, unsafe { _mm256_loadu_si256(dst) });
+                }
+                // SAFETY: as above.
+                unsafe { _mm256_storeu_si256(dst, keys) };
             }
         }
-        for (half, pair) in acc.chunks_exact(2).enumerate() {
-            // packus interleaves the lanes: [0..4, 8..12 | 4..8, 12..16] → key order
-            let keys = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(pair[0], pair[1]));
-            // SAFETY: 16 u16 at `half · 16` lie inside `scores` (32 entries).
-            unsafe { _mm256_storeu_si256(scores.as_mut_ptr().add(16 * half).cast(), keys) };
+    }
+}
+
+/// The 32 entries of `diff` (a `diff_tables` table) at the 32 byte `codes`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lookup256(diff: &[u8; 256], codes: __m256i) -> __m256i {
+    let chunk = |k: usize| {
+        // SAFETY: chunk k (k < 16) is 16 bytes inside `diff`.
+        _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(diff.as_ptr().add(16 * k).cast()) })
+    };
+    // codes of the upper half with bit 7 cleared, the lower half's set
+    let upper = _mm256_xor_si256(codes, _mm256_set1_epi8(i8::MIN));
+    let mut sum = [_mm256_setzero_si256(); 2];
+    for (half, c) in [codes, upper].into_iter().enumerate() {
+        for k in 0..8 {
+            // bit 7 stays clear where the code's high nibble (in this half) is ≤ k; the
+            // low nibble is unchanged (0x70 − 16k ≡ 0 mod 16)
+            let index = _mm256_adds_epu8(c, _mm256_set1_epi8((0x70 - 16 * k) as i8));
+            sum[half] = _mm256_xor_si256(sum[half], _mm256_shuffle_epi8(chunk(8 * half + k), index));
         }
     }
+    _mm256_xor_si256(sum[0], sum[1])
 }
 
 /// `scan256_heads`: one `vpgatherdd` reads the four heads' entries of 8 keys at once;
