@@ -230,6 +230,54 @@ pub fn memory_bytes() -> f64 {
     0.0
 }
 
+/// One layer's attention cache of a kind (`lutra_core::model::kv::synthetic::KINDS`:
+/// exact f16 keys or PQ codes, f16 or block values), every position filled, for timing
+/// one decode token's attention in wasm — `www/bench/attention.mjs` under node, the
+/// native side being `lutra bench attention`.
+#[wasm_bindgen]
+pub struct AttentionTimer {
+    cache: Box<dyn lutra_core::model::kv::KvCache>,
+    q: Vec<f32>,
+    out: Vec<f32>,
+    scale: f32,
+    last: usize,
+}
+
+#[wasm_bindgen]
+impl AttentionTimer {
+    /// `shape`: "gemma3" or "llama7b"; `ctx` ≥ 1 cached positions; `scan`: "best" for this
+    /// build's PQ scan kernels, "scalar" for the reference (to time the one against the other).
+    #[wasm_bindgen(constructor)]
+    pub fn new(kind: &str, shape: &str, ctx: usize, scan: &str) -> Result<AttentionTimer, JsError> {
+        use lutra_core::model::kv::synthetic;
+        let isa = match scan {
+            "best" => lutra_core::Isa::best(),
+            "scalar" => lutra_core::Isa::Scalar,
+            other => return Err(JsError::new(&format!("scan {other}: \"best\" or \"scalar\""))),
+        };
+        if ctx == 0 {
+            return Err(JsError::new("ctx must be at least 1"));
+        }
+        let att = synthetic::shape(shape, ctx).ok_or_else(|| JsError::new(&format!("unknown shape {shape}: gemma3 or llama7b")))?;
+        let cache = synthetic::cache(kind, att, isa).map_err(|e| JsError::new(&e))?;
+        let q = synthetic::values(att.n_heads * att.head_dim, 3);
+        let out = vec![0.0; q.len()];
+        Ok(AttentionTimer { cache, q, out, scale: 1.0 / (att.head_dim as f32).sqrt(), last: ctx - 1 })
+    }
+
+    /// Attends `tokens` times: each one decode token's queries over every cached position.
+    pub fn run(&mut self, tokens: usize) {
+        for _ in 0..tokens {
+            self.cache.attend(0, 0, self.last, &self.q, self.scale, &mut self.out);
+        }
+    }
+
+    /// Key and value bytes the cache reads per token.
+    pub fn bytes(&self) -> Vec<f64> {
+        vec![self.cache.key_bytes() as f64, self.cache.value_bytes() as f64]
+    }
+}
+
 /// A model file's bytes, received in chunks.
 #[wasm_bindgen]
 pub struct ModelFile {

@@ -13,6 +13,7 @@ use crate::Error;
 use kernels::{BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 
 pub mod kernels;
+pub mod synthetic;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 

@@ -196,7 +196,9 @@ pub fn scan16(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut
 /// AVX-512 VBMI has its own kernel (`vpermi2b` over the 256-entry table); SSSE3, AVX2
 /// and AVX-512 without VBMI run 16 byte shuffles per register of codes over
 /// `diff_tables`; NEON chains four 64-byte `tbl`/`tbx` lookups; simd128 runs the
-/// scalar reference.
+/// scalar reference: 16 swizzles per 16 codes (`swizzle` zeroes indices ≥ 16, so chunk
+/// k at `code − 16k` selects exactly) measured 1.06–1.10× slower than it in node on x86
+/// (BENCHMARKS.md, "pq256 in wasm").
 pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) -> Result<(), Error> {
     check(isa, codes.len(), subspaces, block_bytes256, tables.len(), 256, out.len())?;
     match isa {
@@ -213,6 +215,9 @@ pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mu
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `check` confirmed AVX-512 F/BW/VBMI at run time and every buffer length.
         Isa::Avx512Vbmi => unsafe { x86_64::avx512vbmi::scan256(codes, subspaces, tables, out) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        // SAFETY: simd128 is enabled for this build (compile-time target feature); lengths checked.
+        Isa::Simd128 => unsafe { wasm32::simd128::scan256(codes, subspaces, tables, out) },
         _ => scalar::scan256(codes, subspaces, tables, out),
     }
     Ok(())
