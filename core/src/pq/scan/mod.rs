@@ -215,9 +215,6 @@ pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mu
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `check` confirmed AVX-512 F/BW/VBMI at run time and every buffer length.
         Isa::Avx512Vbmi => unsafe { x86_64::avx512vbmi::scan256(codes, subspaces, tables, out) },
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        // SAFETY: simd128 is enabled for this build (compile-time target feature); lengths checked.
-        Isa::Simd128 => unsafe { wasm32::simd128::scan256(codes, subspaces, tables, out) },
         _ => scalar::scan256(codes, subspaces, tables, out),
     }
     Ok(())

@@ -4,7 +4,7 @@
 
 use core::arch::wasm32::*;
 
-use crate::pq::scan::{block_bytes16, block_bytes256, BLOCK_KEYS};
+use crate::pq::scan::{block_bytes16, BLOCK_KEYS};
 
 /// Adds 16 looked-up bytes into `a` (as u16 pairs: even + 256·odd) and their odd bytes
 /// into `b`. `a − (b << 8)` is then the even bytes' sum, exact modulo 2^16.
@@ -48,40 +48,5 @@ pub(crate) unsafe fn scan16(codes: &[u8], subspaces: usize, tables: &[u8], out: 
         }
         store_keys(&mut scores[..16], a_lo, b_lo);
         store_keys(&mut scores[16..], a_hi, b_hi);
-    }
-}
-
-/// K = 256: `swizzle` reads 0 for an index ≥ 16, so chunk k of a table (entries
-/// 16k..16k + 16) looked up at `code − 16k` (wrapping) gives the entry exactly where the
-/// code lies in that chunk and 0 elsewhere; the sixteen lookups are or-ed.
-///
-/// # Safety
-/// simd128 must be enabled (compile time); `codes` holds whole 8-bit blocks of
-/// `subspaces` sub-spaces, `tables` is `256 · subspaces` bytes, `out` 32 entries per block.
-#[target_feature(enable = "simd128")]
-pub(crate) unsafe fn scan256(codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) {
-    debug_assert!(tables.len() == 256 * subspaces);
-    let (tables, _) = tables.as_chunks::<256>();
-    let step = u8x16_splat(16);
-    for (block, scores) in codes.chunks_exact(block_bytes256(subspaces)).zip(out.chunks_exact_mut(BLOCK_KEYS)) {
-        let zero = u8x16_splat(0);
-        let mut acc = [(zero, zero); 2];
-        for (row, table) in block.chunks_exact(BLOCK_KEYS).zip(tables) {
-            for (half, (a, b)) in acc.iter_mut().enumerate() {
-                // SAFETY: `row` is 32 bytes (unaligned loads are allowed).
-                let mut index = unsafe { v128_load(row.as_ptr().add(16 * half).cast()) };
-                let mut entries = zero;
-                for chunk in table.as_chunks::<16>().0 {
-                    // SAFETY: `chunk` is 16 readable bytes.
-                    let chunk = unsafe { v128_load(chunk.as_ptr().cast()) };
-                    entries = v128_or(entries, u8x16_swizzle(chunk, index));
-                    index = u8x16_sub(index, step);
-                }
-                add_bytes(a, b, entries);
-            }
-        }
-        for (half, (a, b)) in acc.into_iter().enumerate() {
-            store_keys(&mut scores[16 * half..][..16], a, b);
-        }
     }
 }
