@@ -13,7 +13,7 @@ const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
 const list = (name, dflt) => opt(name, dflt).split(',').filter(Boolean);
 const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
-const pkg = path.join(www, opt('--pkg', 'pkg'));
+const pkg = path.resolve(www, opt('--pkg', 'pkg'));
 const shapes = list('--shapes', 'gemma3,llama7b');
 const ctxs = list('--ctx', '16384').map(Number);
 const kinds = list('--kinds', 'exact_f16,exact_f16+q8_0,pq16,pq16+q8_0,pq16+q4_0,pq256,pq256+q4_0');

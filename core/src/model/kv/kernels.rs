@@ -71,6 +71,9 @@ impl ValueRows<'_> {
                 let codes = b.codes[i * b.len..][..b.len].chunks_exact(VALUE_BLOCK);
                 for ((dst, codes), &d) in dst.chunks_exact_mut(VALUE_BLOCK).zip(codes).zip(&b.scales[i * blocks..][..blocks]) {
                     let d = f16_bits_to_f32(d);
+                    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+                    super::wasm32::q8_0_block(codes, d, dst);
+                    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
                     for (v, &q) in dst.iter_mut().zip(codes) {
                         *v = d * f32::from(q as i8);
                     }
@@ -81,10 +84,15 @@ impl ValueRows<'_> {
                 let codes = b.codes[i * b.len / 2..][..b.len / 2].chunks_exact(VALUE_BLOCK / 2);
                 for ((dst, codes), &d) in dst.chunks_exact_mut(VALUE_BLOCK).zip(codes).zip(&b.scales[i * blocks..][..blocks]) {
                     let d = f16_bits_to_f32(d);
-                    let (lo, hi) = dst.split_at_mut(VALUE_BLOCK / 2);
-                    for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(codes) {
-                        *lo = d * f32::from((q & 15) as i8 - 8);
-                        *hi = d * f32::from((q >> 4) as i8 - 8);
+                    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+                    super::wasm32::q4_0_block(codes, d, dst);
+                    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+                    {
+                        let (lo, hi) = dst.split_at_mut(VALUE_BLOCK / 2);
+                        for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(codes) {
+                            *lo = d * f32::from((q & 15) as i8 - 8);
+                            *hi = d * f32::from((q >> 4) as i8 - 8);
+                        }
                     }
                 }
             }
@@ -242,10 +250,10 @@ pub fn softmax(x: &mut [f32]) -> SoftmaxStats {
     let mut chunks = x.chunks_exact(16);
     for c in &mut chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
-            *l = l.max(v);
+            *l = max_of(*l, v);
         }
     }
-    let max = chunks.remainder().iter().chain(&lanes).copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = chunks.remainder().iter().chain(&lanes).copied().fold(f32::NEG_INFINITY, max_of);
     if max == f32::NEG_INFINITY {
         x.fill(0.0);
         return SoftmaxStats { max, sum: 0.0 };
@@ -268,6 +276,18 @@ pub fn softmax(x: &mut [f32]) -> SoftmaxStats {
     SoftmaxStats { max, sum }
 }
 
+/// `f32::max` for an `a` that is not NaN (a NaN `b` is ignored, as there): a compare and
+/// a select, where wasm has no instruction for `f32::max`'s NaN rule and called `fmaxf`
+/// once per value.
+#[inline(always)]
+fn max_of(a: f32, b: f32) -> f32 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
 /// `e^x` for `x ≤ 0` (what softmax feeds it), branch-free so loops over it vectorize:
 /// `x = n·ln2 + r` with |r| ≤ ln2/2 (ln2 split in two for exactness), a degree-6
 /// polynomial for `e^r`, and `2^n` built in the exponent bits. Relative error < 3e-7;
@@ -278,7 +298,7 @@ pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
-    let x = x.max(-87.0);
+    let x = max_of(x, -87.0);
     let shifted = x * LOG2E + ROUND;
     let n = shifted - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;

@@ -14,6 +14,8 @@ use kernels::{BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 
 pub mod kernels;
 pub mod synthetic;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm32;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
