@@ -391,7 +391,7 @@ impl Int8Activations {
     pub(crate) fn quantize_portable(&mut self, x: &[f32]) -> Result<(), Error> {
         let blocks = x.chunks_exact(BLOCK).zip(self.codes.chunks_exact_mut(BLOCK));
         for (((x, q), s), sum) in blocks.zip(&mut self.scales).zip(&mut self.sums) {
-            let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let amax = x.iter().fold(0.0f32, |m, v| max_of(m, v.abs()));
             if !amax.is_finite() || x.iter().any(|v| v.is_nan()) {
                 return Err(Error::NonFiniteInput);
             }
@@ -402,12 +402,24 @@ impl Int8Activations {
     }
 }
 
+/// `f32::max` for an `a` that is not NaN (a NaN `b` is ignored, as there): a compare and
+/// a select, where wasm has no instruction for `f32::max`'s NaN rule and called `fmaxf`
+/// once per value.
+#[inline(always)]
+pub(crate) fn max_of(a: f32, b: f32) -> f32 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
 /// One block of values as llama.cpp's `quantize_row_q8_0_ref` quantizes it: codes
 /// `round(x / d)` from the f32 scale `d = max|x| / 127`, which it returns (stored as f16
 /// by the caller). Activations of Q8_0 products and q8_0 value caches both use it.
 #[inline(always)]
 pub(crate) fn quantize_q8_0_block(x: &[f32], codes: &mut [i8]) -> f32 {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let amax = x.iter().fold(0.0f32, |m, v| max_of(m, v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     for (q, &v) in codes.iter_mut().zip(x) {

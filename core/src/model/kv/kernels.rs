@@ -4,7 +4,7 @@
 //! baseline target and (in `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
 
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
-use crate::int8::quantize_q8_0_block;
+use crate::int8::{max_of, quantize_q8_0_block};
 
 /// Where a run of cached rows lives: row `i` of `count` is `data[i * stride..][..len]`.
 #[derive(Clone, Copy)]
@@ -274,18 +274,6 @@ pub fn softmax(x: &mut [f32]) -> SoftmaxStats {
         *v *= inv;
     }
     SoftmaxStats { max, sum }
-}
-
-/// `f32::max` for an `a` that is not NaN (a NaN `b` is ignored, as there): a compare and
-/// a select, where wasm has no instruction for `f32::max`'s NaN rule and called `fmaxf`
-/// once per value.
-#[inline(always)]
-fn max_of(a: f32, b: f32) -> f32 {
-    if b > a {
-        b
-    } else {
-        a
-    }
 }
 
 /// `e^x` for `x ≤ 0` (what softmax feeds it), branch-free so loops over it vectorize:
