@@ -3,6 +3,7 @@
 
 use core::arch::x86_64::*;
 
+use super::SCAN_PREFETCH_BYTES;
 use crate::pq::scan::{block_bytes16, block_bytes256, diff_tables, BLOCK_KEYS, DIFF_SUBSPACES, SCAN_HEADS};
 
 /// Adds 32 looked-up bytes into `a` (as u16 pairs: even + 256·odd) and their odd bytes
@@ -27,10 +28,6 @@ pub(super) fn store_keys(out: &mut [u16], a: __m256i, b: __m256i) {
     // SAFETY: `dst` points at 16 u16 inside `out`.
     unsafe { _mm256_storeu_si256(dst, keys) };
 }
-
-/// How far ahead of the block it scans `scan16` asks for codes: the scan reads them once,
-/// and at 16k positions waited on that stream more than it computed.
-pub(super) const SCAN_PREFETCH_BYTES: usize = 2048;
 
 /// # Safety
 /// The CPU must support AVX2; `codes` is whole blocks of `block_bytes16(subspaces)`,
@@ -64,7 +61,7 @@ pub(crate) unsafe fn scan16(codes: &[u8], subspaces: usize, tables: &[u8], out: 
 
 /// K = 256 with byte shuffles over `diff_tables` (its doc has the method): three
 /// instructions per 16-entry chunk and 32 keys, against a gather per 8 lookups that
-/// measured slower (BENCHMARKS.md, "scan256 by byte shuffles").
+/// measured slower (BENCHMARKS.md, "pq256 by byte shuffles on SSSE3 and AVX2").
 ///
 /// # Safety
 /// AVX2 must be available; `codes` holds whole 8-bit blocks of `subspaces` sub-spaces,

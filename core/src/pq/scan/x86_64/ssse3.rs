@@ -4,6 +4,7 @@
 
 use core::arch::x86_64::*;
 
+use super::SCAN_PREFETCH_BYTES;
 use crate::pq::scan::{block_bytes16, block_bytes256, diff_tables, BLOCK_KEYS, DIFF_SUBSPACES};
 
 /// Adds 16 looked-up bytes into `a` (as u16 pairs: even + 256·odd) and their odd bytes
@@ -71,7 +72,7 @@ pub(crate) unsafe fn scan256(codes: &[u8], subspaces: usize, tables: &[u8], out:
             let zero = _mm_setzero_si128();
             let mut acc = [(zero, zero); 2];
             let rows = &block[BLOCK_KEYS * first..][..BLOCK_KEYS * count];
-            let ahead = rows.as_ptr().wrapping_add(super::avx2::SCAN_PREFETCH_BYTES);
+            let ahead = rows.as_ptr().wrapping_add(SCAN_PREFETCH_BYTES);
             for (i, (row, d)) in rows.chunks_exact(BLOCK_KEYS).zip(&diff).enumerate() {
                 if i % 2 == 0 {
                     // a prefetch never faults: past the end of `codes` it asks for nothing useful
