@@ -257,3 +257,41 @@ fn long_spans_attend_in_pieces_as_one_softmax() {
         }
     }
 }
+
+/// The caches the attention timings run (`kv::synthetic`: the profiler example, the wasm
+/// `AttentionTimer`) hold what they say: the exact kinds attend as the f64 reference over
+/// the same generated keys and values (f16 and q8_0 values), every kind attends to finite
+/// outputs, and unknown names are errors.
+#[test]
+fn synthetic_caches_hold_their_generated_positions() {
+    use lutra_core::model::kv::synthetic;
+    let ctx = 70;
+    for name in ["gemma3", "llama7b"] {
+        let shape = synthetic::shape(name, ctx).unwrap();
+        let kv_dim = shape.kv_dim();
+        let keys: Vec<Vec<f32>> = (0..ctx).map(|p| synthetic::values(kv_dim, 2 * p as u64 + 7)).collect();
+        let values: Vec<Vec<f32>> = (0..ctx).map(|p| synthetic::values(kv_dim, 2 * p as u64 + 8)).collect();
+        let q = synthetic::values(shape.n_heads * shape.head_dim, 3);
+        let scale = 1.0 / (shape.head_dim as f32).sqrt();
+        for kind in synthetic::KINDS {
+            let mut cache = synthetic::cache(kind, shape, lutra_core::Isa::best()).unwrap();
+            let mut out = vec![0.0; q.len()];
+            cache.attend(0, 0, ctx - 1, &q, scale, &mut out);
+            assert!(out.iter().all(|v| v.is_finite()), "{name} {kind}");
+            let stored = match kind {
+                "exact_f16" => f16_values(&values),
+                "exact_f16+q8_0" => block_values(&values, ValueFormat::Q8_0),
+                _ => continue,
+            };
+            let want = reference(shape, &keys, &stored, f16_round, &q, scale, 0, ctx - 1);
+            for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                assert!((f64::from(got) - want).abs() < 2e-5, "{name} {kind} [{i}]: {got} vs {want}");
+            }
+        }
+    }
+    let shape = synthetic::shape("gemma3", 8).unwrap();
+    assert!(synthetic::shape("gpt2", 8).is_none());
+    for kind in ["pq99", "exact_f32", "pq16+q5_1", ""] {
+        assert!(synthetic::cache(kind, shape, lutra_core::Isa::best()).is_err(), "{kind}");
+    }
+}

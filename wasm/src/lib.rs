@@ -532,6 +532,32 @@ mod tests {
         assert_eq!(name, "simd128");
     }
 
+    /// The attention timer `www/bench/attention.mjs` drives: every kind, with this build's
+    /// scan and the scalar one, attends to finite, non-zero outputs; bad names and an
+    /// empty context are errors (checked on wasm, where a `JsError` can be made).
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn attention_timer_runs_every_kind() {
+        for kind in lutra_core::model::kv::synthetic::KINDS {
+            for scan in ["best", "scalar"] {
+                let mut timer = super::AttentionTimer::new(kind, "gemma3", 40, scan).unwrap_or_else(|_| panic!("{kind} {scan}"));
+                timer.run(2);
+                assert!(timer.out.iter().all(|v| v.is_finite()) && timer.out.iter().any(|&v| v != 0.0), "{kind} {scan}");
+                assert!(timer.bytes().iter().all(|&b| b > 0.0), "{kind} {scan}");
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        for (kind, shape, ctx, scan) in [
+            ("pq99", "gemma3", 8, "best"),
+            ("pq16+q5_1", "gemma3", 8, "best"),
+            ("pq16", "gpt2", 8, "best"),
+            ("pq16", "gemma3", 0, "best"),
+            ("pq16", "gemma3", 8, "fast"),
+        ] {
+            assert!(super::AttentionTimer::new(kind, shape, ctx, scan).is_err(), "{kind} {shape} {ctx} {scan}");
+        }
+    }
+
     /// The self-check the browser test runs in Chromium, here under node (and natively).
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
