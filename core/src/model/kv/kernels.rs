@@ -2,6 +2,8 @@
 //! probability-weighted sum of values (f16, or llama.cpp's q8_0 / q4_0 blocks). Each loop
 //! is written once, plainly enough to vectorize, and compiled twice on x86-64: for the
 //! baseline target and (in `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
+//! On wasm simd128 the q8_0 / q4_0 block decode is spelled out (`wasm32.rs`): LLVM left
+//! its int → float conversions scalar there.
 
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::int8::{max_of, quantize_q8_0_block};
