@@ -294,4 +294,10 @@ fn synthetic_caches_hold_their_generated_positions() {
     for kind in ["pq99", "exact_f32", "pq16+q5_1", ""] {
         assert!(synthetic::cache(kind, shape, lutra_core::Isa::best()).is_err(), "{kind}");
     }
+    for context in [0, synthetic::MAX_CONTEXT + 1, usize::MAX] {
+        assert!(
+            synthetic::cache("exact_f16", synthetic::shape("llama7b", context).unwrap(), lutra_core::Isa::best()).is_err(),
+            "{context}"
+        );
+    }
 }

@@ -245,7 +245,7 @@ pub struct AttentionTimer {
 
 #[wasm_bindgen]
 impl AttentionTimer {
-    /// `shape`: "gemma3" or "llama7b"; `ctx` ≥ 1 cached positions; `scan`: "best" for this
+    /// `shape`: "gemma3" or "llama7b"; `ctx`: 1 to `synthetic::MAX_CONTEXT` cached positions; `scan`: "best" for this
     /// build's PQ scan kernels, "scalar" for the reference (to time the one against the other).
     #[wasm_bindgen(constructor)]
     pub fn new(kind: &str, shape: &str, ctx: usize, scan: &str) -> Result<AttentionTimer, JsError> {
@@ -552,6 +552,7 @@ mod tests {
             ("pq16+q5_1", "gemma3", 8, "best"),
             ("pq16", "gpt2", 8, "best"),
             ("pq16", "gemma3", 0, "best"),
+            ("exact_f16", "llama7b", 1 << 30, "best"),
             ("pq16", "gemma3", 8, "fast"),
         ] {
             assert!(super::AttentionTimer::new(kind, shape, ctx, scan).is_err(), "{kind} {shape} {ctx} {scan}");

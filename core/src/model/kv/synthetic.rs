@@ -34,9 +34,17 @@ pub fn values(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| ((0..4).map(|_| rng.unit()).sum::<f64>() - 2.0) as f32 * 1.732).collect()
 }
 
+/// Most positions `cache` fills: 128k, four times the longest context the timings use,
+/// so that a mistyped length is refused rather than allocated (llama7b's exact cache
+/// takes 16 KiB a position).
+pub const MAX_CONTEXT: usize = 1 << 17;
+
 /// A cache of `kind` (one of `KINDS`) for one layer of `shape`, every one of its
-/// `shape.context` positions stored, the PQ kinds' scans on `isa`.
+/// `shape.context` (1..=`MAX_CONTEXT`) positions stored, the PQ kinds' scans on `isa`.
 pub fn cache(kind: &str, shape: AttentionShape, isa: Isa) -> Result<Box<dyn KvCache>, String> {
+    if !(1..=MAX_CONTEXT).contains(&shape.context) {
+        return Err(format!("context {}: 1 to {MAX_CONTEXT} positions", shape.context));
+    }
     let (keys, values_format) = match kind.split_once('+') {
         None => (kind, ValueFormat::F16),
         Some((keys, v)) => (keys, ValueFormat::from_name(v).ok_or(format!("unknown value format {v}"))?),
