@@ -288,7 +288,9 @@ pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
-    let x = max_of(x, -87.0);
+
+    // -87 first: a NaN x (a NaN or ∞ − ∞ score) is clamped to -87 as `f32::max` did
+    let x = max_of(-87.0, x);
     let shifted = x * LOG2E + ROUND;
     let n = shifted - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
@@ -324,6 +326,8 @@ mod tests {
             assert!((0.7..1.42).contains(&r), "exp({x}) = {} is not 2^{n} · e^r, |r| ≤ ln2/2", exp(x));
         }
         assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
+        // one bad score weighs next to nothing instead of making its row NaN
+        assert_eq!(exp(f32::NAN), exp(-87.0));
     }
 
     /// The stored key/value rows (F16C where the CPU has it) against `half`, one value at
