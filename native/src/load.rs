@@ -70,17 +70,24 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
             bar.finish();
             model
         };
-        return model.map_err(in_file);
+        return model.map(gathered).map_err(in_file);
     }
     let tokenizer_path = opts.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
     let tokenizer = map_file(&tokenizer_path).map_err(Error::Open)?;
     let mut bar = Bar::new(opts.progress, format!("quantizing to {} bits", opts.bits));
     let model = engine::Model::from_llama2c_with_progress(&map, &tokenizer, opts.bits, |p| bar.update(&p));
     bar.finish();
-    model.map_err(|e| match e {
+    model.map(gathered).map_err(|e| match e {
         engine::Error::Tokenizer(_) => Error::Model { path: tokenizer_path, source: e },
         e => in_file(e),
     })
+}
+
+/// `model` with its weights in one allocation, which `HugePageAllocator` asks huge pages
+/// for (`engine::Model::gather_weights`).
+fn gathered(mut model: engine::Model) -> engine::Model {
+    model.gather_weights();
+    model
 }
 
 /// A mapped file that matrices borrow from.

@@ -362,6 +362,24 @@ impl Model {
         &self.inner
     }
 
+    /// Moves the weight matrices this model owns into one allocation, in the order a
+    /// decode step reads them ([`crate::AlignedBytes::gather`]): where large allocations
+    /// get huge pages (the native crate's allocator asks for them), so do all the weights,
+    /// not only matrices of 4 MiB and more. On Gemma 3 270M's matrices of 0.1–1 MiB that
+    /// took its 1-thread decode from 79 to 91 tokens/s (BENCHMARKS.md, "Weights on huge
+    /// pages"). The bytes are the same, so are the results. Returns the bytes moved: 0 when
+    /// a clone of this model shares the weights (nothing moves then) or they are read in
+    /// place from a packed file.
+    pub fn gather_weights(&mut self) -> usize {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else { return 0 };
+        let mut buffers = match &mut inner.net {
+            Network::Llama(m) => m.matrix_buffers_mut(),
+            Network::Gemma3(m) => m.matrix_buffers_mut(),
+            Network::LlamaFamily(m) => m.matrix_buffers_mut(),
+        };
+        crate::AlignedBytes::gather(&mut buffers)
+    }
+
     /// What the model is.
     pub fn info(&self) -> &ModelInfo {
         &self.info

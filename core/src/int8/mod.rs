@@ -265,6 +265,11 @@ impl Int8Matrix {
         Ok(m)
     }
 
+    /// The stored parts, to move (`AlignedBytes::gather`: the same bytes elsewhere).
+    pub(crate) fn buffers_mut(&mut self) -> [&mut AlignedBytes; 2] {
+        [&mut self.codes, &mut self.scales]
+    }
+
     /// The stored parts: codes, then scales (as `from_parts` takes them).
     pub fn parts(&self) -> (&[u8], &[u8]) {
         (self.codes.as_ref(), self.scales.as_ref())

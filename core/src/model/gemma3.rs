@@ -326,6 +326,19 @@ impl Gemma3 {
         w.f32s("output_norm.weight", &self.output_norm);
     }
 
+    /// The buffers of every matrix the model multiplies by, in the order a decode step
+    /// reads them (layer by layer, the LM head last).
+    pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
+        let mut out = Vec::new();
+        for l in &mut self.layers {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
+                m.buffers_mut(&mut out);
+            }
+        }
+        self.token_embd.buffers_mut(&mut out);
+        out
+    }
+
     /// Every matrix the model multiplies by, the LM head first.
     pub fn matrices(&self) -> impl Iterator<Item = &Weights> {
         let layers = self.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);

@@ -27,6 +27,14 @@ pub enum Weights {
 }
 
 impl Weights {
+    /// Its buffers, to move (`AlignedBytes::gather`), appended to `out`.
+    pub(crate) fn buffers_mut<'a>(&'a mut self, out: &mut Vec<&'a mut AlignedBytes>) {
+        match self {
+            Weights::Lookup(m) => out.push(m.data_mut()),
+            Weights::Int8(m) => out.extend(m.buffers_mut()),
+        }
+    }
+
     pub fn rows(&self) -> usize {
         match self {
             Weights::Lookup(m) => m.layout().rows(),

@@ -91,6 +91,13 @@ fn quantize(t: &F32Tensor<'_>, bits: u8, group: usize) -> Result<Matrix, ModelEr
 }
 
 impl Llama {
+    /// The buffers of every matrix the model multiplies by, in the order a decode step
+    /// reads them (layer by layer, the classifier last).
+    pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes> {
+        let layers = self.layers.iter_mut().flat_map(|l| [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w1, &mut l.w3, &mut l.w2]);
+        layers.chain([&mut self.classifier]).map(|m| m.data_mut()).collect()
+    }
+
     /// Quantize a llama2.c checkpoint to `bits` per weight (group sizes up to 128).
     pub fn from_llama2c(ckpt: &Checkpoint<'_>, bits: u8) -> Result<Llama, ModelError> {
         Self::from_llama2c_with_progress(ckpt, bits, |_, _| {})

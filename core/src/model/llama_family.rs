@@ -406,6 +406,21 @@ impl LlamaFamily {
         self.output.as_ref().unwrap_or(&self.token_embd)
     }
 
+    /// The buffers of every matrix the model multiplies by, in the order a decode step
+    /// reads them (layer by layer, the LM head last; an untied token embedding, of which
+    /// a step reads one row, is left out).
+    pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
+        let mut out = Vec::new();
+        for l in &mut self.layers {
+            let (wq, wk, wv, wo) = (&mut l.wq.weights, &mut l.wk.weights, &mut l.wv.weights, &mut l.wo.weights);
+            for m in [wq, wk, wv, wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
+                m.buffers_mut(&mut out);
+            }
+        }
+        self.output.as_mut().unwrap_or(&mut self.token_embd).buffers_mut(&mut out);
+        out
+    }
+
     /// Every matrix the model multiplies by, the LM head first.
     pub fn matrices(&self) -> impl Iterator<Item = &Weights> {
         let layers =

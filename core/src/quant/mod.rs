@@ -306,6 +306,11 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     pub fn as_bytes(&self) -> &[u8] {
         self.data.as_ref()
     }
+    /// The storage, to move (`AlignedBytes::gather`: the same bytes elsewhere).
+    #[cfg(feature = "alloc")]
+    pub(crate) fn data_mut(&mut self) -> &mut B {
+        &mut self.data
+    }
     /// The stored scales of tile-group (tile, g) (32 values in the layout's format).
     pub fn scales(&self, tile: usize, g: usize) -> &[u8] {
         let at = self.layout.scale_block_offset(tile, g);
