@@ -112,6 +112,7 @@ pub unsafe fn group_ssse3(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
     let ones = _mm_set1_epi16(1);
     let mut acc = _mm_setzero_ps();
     for (b, &dx) in g.x_scales.iter().enumerate() {
+        prefetch_block_ahead(g.w, b);
         // SAFETY (loads): row i's block b is bytes (4b + i)·32.. + 32 of `w`, block b of
         // `x` is bytes 32b.. + 32, scales 4b.. + 4 of `w_scales`: all within the lengths.
         let dot16 = |i: usize, half: usize| unsafe {
@@ -140,6 +141,7 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = _mm_setzero_ps();
     for (b, &dx) in g.x_scales.iter().enumerate() {
+        prefetch_block_ahead(g.w, b);
         // SAFETY (loads): as in `group_ssse3`.
         let xv = unsafe { _mm256_loadu_si256(g.x.as_ptr().add(b * BLOCK).cast()) };
         let row = |i: usize| {
@@ -156,6 +158,28 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
     }
     // SAFETY: `out` holds four f32.
     unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// How far ahead of the block of four rows' byte codes being multiplied (128 bytes) the
+/// one-token kernels ask for codes: 64 blocks, three groups of Gemma 3's LM head.
+const BYTES_PREFETCH_AHEAD: usize = 8192;
+
+/// Asks for the byte codes `BYTES_PREFETCH_AHEAD` past block `b` of a group (`w` as in
+/// `Group`; past the group's end that is the next group's, as the one-token kernels read
+/// groups in memory order, and past the matrix's the next matrix's where the weights are
+/// gathered in reading order). The hardware prefetcher alone ran one thread's LM head
+/// stream (Gemma 3: 178 MB a token) at 24–27 GB/s, under the 31–34 of `bench membw`;
+/// asked this far ahead, 36 (BENCHMARKS.md, "Weights on huge pages, and the LM head
+/// prefetched"). 256 bytes ahead gave 27–29, 4096 33. Asking for the scales too (far
+/// ahead or near) measured slower.
+#[target_feature(enable = "sse")]
+#[inline]
+fn prefetch_block_ahead(w: &[u8], b: usize) {
+    // only an address: a prefetch reads nothing into the program and never faults, so
+    // one past the matrix is harmless
+    let codes = w.as_ptr().wrapping_add(b * GROUP_ROWS * BLOCK + BYTES_PREFETCH_AHEAD);
+    _mm_prefetch::<_MM_HINT_T0>(codes.cast());
+    _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(64).cast());
 }
 
 /// One token over whole groups of either code form in one call, each group as
@@ -202,6 +226,7 @@ pub unsafe fn groups_bytes_vnni(w: &[u8], w_scales: &[u16], group_bytes: usize, 
         let (w, w_scales) = (&w[group * group_bytes..][..group_bytes], &w_scales[group * group_scales..][..group_scales]);
         let mut acc = _mm_setzero_ps();
         for ((b, &dx), &sum) in x.scales.iter().enumerate().zip(&x.sums) {
+            prefetch_block_ahead(w, b);
             // SAFETY: block b of `x` is codes 32b.. + 32 (`blocks` blocks).
             let xv = unsafe { _mm256_loadu_si256(x.codes.as_ptr().add(b * BLOCK).cast()) };
             let row = |i: usize| {
