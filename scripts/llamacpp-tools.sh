@@ -11,6 +11,7 @@
 #                                         # the tier most CPUs have, on a host that has more
 set -euo pipefail
 VERSION=0.3.36
+CMAKE_VERSION=3.31.6
 TIER=${LUTRA_LLAMACPP_TIER:-native}
 case "$TIER" in
     native) GGML_FLAGS=(-DGGML_NATIVE=ON) ;;
@@ -28,6 +29,12 @@ if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)"
         mkdir -p "$CACHE/src"
         tar xzf "$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz" -C "$CACHE/src" --strip-components=3 \
             "llama_cpp_python-$VERSION/vendor/llama.cpp"
+    fi
+    if ! command -v cmake > /dev/null; then
+        # no system cmake: PyPI's, pinned, in the cache (a fresh machine has none)
+        [ -x "$CACHE/cmake/bin/cmake" ] || { python3 -m venv "$CACHE/cmake" &&
+            "$CACHE/cmake/bin/pip" install --quiet "cmake==$CMAKE_VERSION" >&2; }
+        PATH="$CACHE/cmake/bin:$PATH"
     fi
     cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release "${GGML_FLAGS[@]}" \
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \

@@ -365,9 +365,9 @@ impl Model {
     /// Moves the weight matrices this model owns into one allocation, in the order a
     /// decode step reads them ([`crate::AlignedBytes::gather`]): where large allocations
     /// get huge pages (the native crate's allocator asks for them), so do all the weights,
-    /// not only matrices of 4 MiB and more. On Gemma 3 270M's matrices of 0.1–1 MiB that
-    /// took its 1-thread decode from 79 to 91 tokens/s (BENCHMARKS.md, "Weights on huge
-    /// pages"). The bytes are the same, so are the results. Returns the bytes moved: 0 when
+    /// not only matrices of 4 MiB and more: Gemma 3 270M's are 0.1–1 MiB (BENCHMARKS.md,
+    /// "Weights on huge pages, and the LM head prefetched"). The bytes are the same, so
+    /// are the results. Returns the bytes moved: 0 when
     /// a clone of this model shares the weights (nothing moves then) or they are read in
     /// place from a packed file.
     pub fn gather_weights(&mut self) -> usize {

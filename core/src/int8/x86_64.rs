@@ -168,8 +168,8 @@ const BYTES_PREFETCH_AHEAD: usize = 8192;
 /// `Group`; past the group's end that is the next group's, as the one-token kernels read
 /// groups in memory order, and past the matrix's the next matrix's where the weights are
 /// gathered in reading order). The hardware prefetcher alone ran one thread's LM head
-/// stream (Gemma 3: 178 MB a token) at 24–27 GB/s, under the 31–34 of `bench membw`;
-/// asked this far ahead, 36 (BENCHMARKS.md, "Weights on huge pages, and the LM head
+/// stream (Gemma 3: 178 MB a token) at 24–27 GB/s, under the 30–34 of `bench membw`;
+/// asked this far ahead, 30–37 (BENCHMARKS.md, "Weights on huge pages, and the LM head
 /// prefetched"). 256 bytes ahead gave 27–29, 4096 33. Asking for the scales too (far
 /// ahead or near) measured slower.
 #[target_feature(enable = "sse")]
