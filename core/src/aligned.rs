@@ -77,21 +77,24 @@ impl AlignedBytes {
         Some(AlignedBytes { repr: Repr::Shared { backing, start: range.start, len: range.len() } })
     }
 
-    /// Moves the owned buffers among `buffers` into one new allocation, end to end in the
-    /// order given (each from a 64-byte boundary), and leaves each a view of its range
-    /// there: the same bytes, one allocation instead of many. A weight matrix of a few
-    /// hundred KiB is an allocation too small for a 2 MiB page, so on 4 KiB pages; one
-    /// allocation of every matrix can be backed with huge pages (the native crate's
-    /// allocator asks for them on every large allocation), and a decode step then reads
-    /// its weights without a page walk or a prefetcher restart every 4 KiB.
+    /// Moves the owned buffers among `buffers` shorter than `shorter_than` bytes into one
+    /// new allocation, end to end in the order given (each from a 64-byte boundary), and
+    /// leaves each a view of its range there: the same bytes, one allocation instead of
+    /// many. A weight matrix of a few hundred KiB is an allocation too small for a 2 MiB
+    /// page, so on 4 KiB pages; one allocation of all of them can be backed with huge
+    /// pages (the native crate's allocator asks for them on allocations of 4 MiB and
+    /// more, which is the bound it passes), and a decode step then reads its weights
+    /// without a page walk or a prefetcher restart every 4 KiB.
     ///
     /// Each original is freed as soon as it is copied, so memory peaks at the weights
-    /// plus one buffer. Shared buffers stay where they are. Returns the bytes moved: 0,
-    /// with nothing changed, when there is nothing to move or no memory for it.
-    pub fn gather(buffers: &mut [&mut AlignedBytes]) -> usize {
+    /// plus one moved buffer: the bound keeps large buffers, which gain nothing, from
+    /// raising that peak (Gemma 3's 178 MB LM head would have). Shared buffers stay where
+    /// they are. Returns the bytes moved: 0, with nothing changed, when there is nothing
+    /// to move or no memory for it.
+    pub fn gather(buffers: &mut [&mut AlignedBytes], shorter_than: usize) -> usize {
         let owned_blocks = |b: &AlignedBytes| match &b.repr {
-            Repr::Owned { len, .. } => len.div_ceil(64),
-            Repr::Shared { .. } => 0,
+            Repr::Owned { len, .. } if *len < shorter_than => len.div_ceil(64),
+            _ => 0,
         };
         // every owned buffer is in memory now, so their sum fits in usize
         let total: usize = buffers.iter().map(|b| owned_blocks(b)).sum();
@@ -102,12 +105,12 @@ impl AlignedBytes {
         let mut ranges = alloc::vec::Vec::with_capacity(buffers.len());
         for b in buffers.iter_mut() {
             let range = match &b.repr {
-                Repr::Owned { blocks, len } => {
+                Repr::Owned { blocks, len } if *len < shorter_than => {
                     let start = 64 * gathered.len();
                     gathered.extend_from_slice(&blocks[..len.div_ceil(64)]);
                     Some(start..start + len)
                 }
-                Repr::Shared { .. } => None,
+                _ => None,
             };
             if range.is_some() {
                 **b = AlignedBytes::default();
@@ -233,23 +236,30 @@ mod tests {
     }
 
     #[test]
-    fn gather_moves_owned_buffers_into_one_allocation_and_keeps_every_byte() {
-        let lens = [0, 1, 63, 64, 65, 4096, 100_000];
+    fn gather_moves_short_owned_buffers_into_one_allocation_and_keeps_every_byte() {
+        const BOUND: usize = 150_000;
+        let lens = [0, 1, 63, 64, 65, 200_000, 4096, 100_000];
         let mut owned: alloc::vec::Vec<AlignedBytes> =
             lens.iter().enumerate().map(|(i, &len)| AlignedBytes::copy_of(&pattern(len, i as u8))).collect();
+        let long_at = owned[5].as_ref().as_ptr();
         let file: alloc::sync::Arc<dyn Backing> = alloc::sync::Arc::new(File(alloc::vec![Block64([7; 64]); 4]));
         let mut lent = AlignedBytes::shared(file.clone(), 64..192).expect("aligned range");
         let lent_at = lent.as_ref().as_ptr();
         let mut buffers: alloc::vec::Vec<&mut AlignedBytes> = owned.iter_mut().collect();
         buffers.insert(3, &mut lent);
-        let moved = AlignedBytes::gather(&mut buffers);
-        assert_eq!(moved, lens.iter().map(|l| l.div_ceil(64) * 64).sum::<usize>());
-        // the lent buffer is untouched, still read in place
+        let moved = AlignedBytes::gather(&mut buffers, BOUND);
+        assert_eq!(moved, lens.iter().filter(|&&l| l < BOUND).map(|l| l.div_ceil(64) * 64).sum::<usize>());
+        // the lent buffer and the long one are untouched, still read where they were
         assert_eq!((lent.as_ref().as_ptr(), lent.len()), (lent_at, 128));
+        assert!(!owned[5].is_shared());
+        assert_eq!(owned[5].as_ref().as_ptr(), long_at);
         let mut previous_end = None;
         for (i, (b, &len)) in owned.iter().zip(&lens).enumerate() {
-            assert!(b.is_shared(), "buffer {i} moved");
             assert_eq!(b.as_ref(), &pattern(len, i as u8)[..], "buffer {i}'s bytes");
+            if len >= BOUND {
+                continue;
+            }
+            assert!(b.is_shared(), "buffer {i} moved");
             let start = b.as_ref().as_ptr() as usize;
             assert_eq!(start % 64, 0, "buffer {i} starts 64-byte aligned");
             // end to end in one allocation, in order
@@ -260,6 +270,6 @@ mod tests {
         }
         // nothing left to move
         let mut buffers: alloc::vec::Vec<&mut AlignedBytes> = owned.iter_mut().collect();
-        assert_eq!(AlignedBytes::gather(&mut buffers), 0);
+        assert_eq!(AlignedBytes::gather(&mut buffers, BOUND), 0);
     }
 }

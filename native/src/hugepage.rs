@@ -35,7 +35,7 @@ impl AsRef<[u8]> for HugeBytes {
 /// THP is off, nothing changes.
 pub struct HugePageAllocator;
 
-const HUGE: usize = 4 << 20;
+pub(crate) const HUGE: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
 impl HugePageAllocator {

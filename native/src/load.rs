@@ -83,10 +83,11 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
     })
 }
 
-/// `model` with its weights in one allocation, which `HugePageAllocator` asks huge pages
-/// for (`engine::Model::gather_weights`).
+/// `model` with its matrices too small for huge pages of their own moved into one
+/// allocation, which `HugePageAllocator` asks huge pages for
+/// (`engine::Model::gather_weights`); larger ones have theirs already.
 fn gathered(mut model: engine::Model) -> engine::Model {
-    model.gather_weights();
+    model.gather_weights(crate::hugepage::HUGE);
     model
 }
 

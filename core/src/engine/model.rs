@@ -362,22 +362,22 @@ impl Model {
         &self.inner
     }
 
-    /// Moves the weight matrices this model owns into one allocation, in the order a
-    /// decode step reads them ([`crate::AlignedBytes::gather`]): where large allocations
-    /// get huge pages (the native crate's allocator asks for them), so do all the weights,
-    /// not only matrices of 4 MiB and more: Gemma 3 270M's are 0.1–1 MiB (BENCHMARKS.md,
+    /// Moves the weight matrices this model owns that are shorter than `shorter_than`
+    /// bytes (codes and scales counted apart) into one allocation, in the order a decode
+    /// step reads them ([`crate::AlignedBytes::gather`]). Where only large allocations get
+    /// huge pages (the native crate's allocator asks for them from 4 MiB, and passes that
+    /// bound), the small matrices then do too: Gemma 3 270M's are 0.1–1 MiB (BENCHMARKS.md,
     /// "Weights on huge pages, and the LM head prefetched"). The bytes are the same, so
-    /// are the results. Returns the bytes moved: 0 when
-    /// a clone of this model shares the weights (nothing moves then) or they are read in
-    /// place from a packed file.
-    pub fn gather_weights(&mut self) -> usize {
+    /// are the results. Returns the bytes moved: 0 when a clone of this model shares the
+    /// weights (nothing moves then) or they are read in place from a packed file.
+    pub fn gather_weights(&mut self, shorter_than: usize) -> usize {
         let Some(inner) = Arc::get_mut(&mut self.inner) else { return 0 };
         let mut buffers = match &mut inner.net {
             Network::Llama(m) => m.matrix_buffers_mut(),
             Network::Gemma3(m) => m.matrix_buffers_mut(),
             Network::LlamaFamily(m) => m.matrix_buffers_mut(),
         };
-        crate::AlignedBytes::gather(&mut buffers)
+        crate::AlignedBytes::gather(&mut buffers, shorter_than)
     }
 
     /// What the model is.
