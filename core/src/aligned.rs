@@ -86,28 +86,34 @@ impl AlignedBytes {
     /// more, which is the bound it passes), and a decode step then reads its weights
     /// without a page walk or a prefetcher restart every 4 KiB.
     ///
-    /// Each original is freed as soon as it is copied, so memory peaks at the weights
-    /// plus one moved buffer: the bound keeps large buffers, which gain nothing, from
-    /// raising that peak (Gemma 3's 178 MB LM head would have). Shared buffers stay where
-    /// they are. Returns the bytes moved: 0, with nothing changed, when there is nothing
-    /// to move or no memory for it.
+    /// Each original is freed as soon as it is copied, so resident memory peaks at the
+    /// weights plus one moved buffer where freed memory goes back to the system (large
+    /// allocations do; small ones may stay in the allocator's heap): the bound keeps large
+    /// buffers, which gain nothing, from raising that peak (Gemma 3's 178 MB LM head
+    /// would have). Shared buffers stay where they are. Returns the bytes moved: 0, with
+    /// nothing changed, when there is nothing to move or no memory for it (every
+    /// allocation is made before the first buffer moves).
     pub fn gather(buffers: &mut [&mut AlignedBytes], shorter_than: usize) -> usize {
-        let owned_blocks = |b: &AlignedBytes| match &b.repr {
-            Repr::Owned { len, .. } if *len < shorter_than => len.div_ceil(64),
-            _ => 0,
+        let moves = |b: &AlignedBytes| match &b.repr {
+            Repr::Owned { len, .. } if *len < shorter_than => Some(len.div_ceil(64)),
+            _ => None,
         };
         // every owned buffer is in memory now, so their sum fits in usize
-        let total: usize = buffers.iter().map(|b| owned_blocks(b)).sum();
-        let mut gathered = alloc::vec::Vec::new();
-        if total == 0 || gathered.try_reserve_exact(total).is_err() {
+        let total: usize = buffers.iter().filter_map(|b| moves(b)).sum();
+        let (mut blocks, mut ranges) = (alloc::vec::Vec::new(), alloc::vec::Vec::new());
+        if total == 0 || blocks.try_reserve_exact(total).is_err() || ranges.try_reserve_exact(buffers.len()).is_err() {
             return 0;
         }
-        let mut ranges = alloc::vec::Vec::with_capacity(buffers.len());
+        let mut gathered = alloc::sync::Arc::new(Gathered(blocks));
+        let Some(Gathered(blocks)) = alloc::sync::Arc::get_mut(&mut gathered) else {
+            return 0; // unreachable: no clone of `gathered` exists yet
+        };
         for b in buffers.iter_mut() {
-            let range = match &b.repr {
-                Repr::Owned { blocks, len } if *len < shorter_than => {
-                    let start = 64 * gathered.len();
-                    gathered.extend_from_slice(&blocks[..len.div_ceil(64)]);
+            let range = match (&b.repr, moves(b)) {
+                (Repr::Owned { blocks: own, len }, Some(n)) => {
+                    let start = 64 * blocks.len();
+                    // within the reserved capacity: no reallocation
+                    blocks.extend_from_slice(&own[..n]);
                     Some(start..start + len)
                 }
                 _ => None,
@@ -117,7 +123,7 @@ impl AlignedBytes {
             }
             ranges.push(range);
         }
-        let backing: alloc::sync::Arc<dyn Backing> = alloc::sync::Arc::new(Gathered(gathered));
+        let backing: alloc::sync::Arc<dyn Backing> = gathered;
         for (b, range) in buffers.iter_mut().zip(ranges) {
             if let Some(range) = range {
                 // 64-byte aligned (a whole number of blocks in), inside the gathered bytes

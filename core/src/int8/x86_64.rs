@@ -161,22 +161,23 @@ pub unsafe fn group_avx2(g: &Group<'_>, out: &mut [f32; GROUP_ROWS]) {
 }
 
 /// How far ahead of the block of four rows' byte codes being multiplied (128 bytes) the
-/// one-token kernels ask for codes: 64 blocks, three groups of Gemma 3's LM head.
+/// kernels that read a matrix's groups in memory order ask for codes: 64 blocks, three
+/// groups of Gemma 3's LM head.
 const BYTES_PREFETCH_AHEAD: usize = 8192;
 
 /// Asks for the byte codes `BYTES_PREFETCH_AHEAD` past block `b` of a group (`w` as in
-/// `Group`; past the group's end that is the next group's, as the one-token kernels read
-/// groups in memory order, and past the matrix's the next matrix's where the weights are
-/// gathered in reading order). The hardware prefetcher alone ran one thread's LM head
-/// stream (Gemma 3: 178 MB a token) at 24–27 GB/s, under the 30–34 of `bench membw`;
-/// asked this far ahead, 30–37 (BENCHMARKS.md, "Weights on huge pages, and the LM head
-/// prefetched"). 256 bytes ahead gave 27–29, 4096 33. Asking for the scales too (far
-/// ahead or near) measured slower.
+/// `Group`; past the group's end that is the next group's, as the callers read groups in
+/// memory order; past the last group, whatever follows the codes). The hardware
+/// prefetcher alone ran one thread's LM head stream (Gemma 3: 178 MB a token) at 24–27
+/// GB/s, under the 30–34 of `bench membw`; asked this far ahead, 30–37 (BENCHMARKS.md,
+/// "Weights on huge pages, and the LM head prefetched"). 256 bytes ahead gave 27–29,
+/// 4096 33. Asking for the scales too (far ahead or near) measured slower.
 #[target_feature(enable = "sse")]
 #[inline]
 fn prefetch_block_ahead(w: &[u8], b: usize) {
-    // only an address: a prefetch reads nothing into the program and never faults, so
-    // one past the matrix is harmless
+    // only an address, up to BYTES_PREFETCH_AHEAD + 64 bytes past the block being read
+    // and perhaps outside `w`'s allocation: a prefetch reads nothing into the program and
+    // never faults
     let codes = w.as_ptr().wrapping_add(b * GROUP_ROWS * BLOCK + BYTES_PREFETCH_AHEAD);
     _mm_prefetch::<_MM_HINT_T0>(codes.cast());
     _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(64).cast());
