@@ -7,14 +7,13 @@
 
 mod common;
 use common::gguf_writer::write_gguf;
-use common::llama2c_files::{random_checkpoint, vocab, write_tokenizer};
+use common::llama2c_files::tiny_checkpoint_and_tokenizer;
 use common::tiny_bpe::Vocab;
 use common::tiny_gemma::{meta_270m, tensors, with_tokenizer};
 use common::tiny_llama::VARIANTS;
 use common::Rng;
 
 use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
-use lutra_core::llama2c::Config;
 use lutra_core::pq::{Codebooks, PqShape, Rotation};
 use lutra_core::spm::TokenType;
 
@@ -40,22 +39,6 @@ fn tiny_bpe(pre: &'static str) -> Vec<u8> {
     t.encode_llama("ab the<user>", false, false, &mut ids).unwrap();
     assert_eq!(ids.len(), 3, "{ids:?}");
     v.bytes()
-}
-
-fn tiny_llama2c() -> (Vec<u8>, Vec<u8>) {
-    let words: Vec<(&str, f32)> = [" a", " b", "ab", " ab", "ba", " the", "he", "th"].iter().map(|w| (*w, -1.0)).collect();
-    let v = vocab(&words);
-    let c = Config {
-        dim: 32,
-        hidden_dim: 64,
-        n_layers: 2,
-        n_heads: 2,
-        n_kv_heads: 1,
-        vocab_size: v.len(),
-        seq_len: 16,
-        shared_classifier: true,
-    };
-    (random_checkpoint(&c, &mut Rng(3)), write_tokenizer(8, &v))
 }
 
 fn packed(model: &Model, origin: &[u8]) -> Vec<u8> {
@@ -85,7 +68,7 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     runs(&gemma_model);
     let gemma_packed = packed(&gemma_model, &gemma);
     runs(&Model::from_gguf(&gemma_packed).expect("the packed Gemma seed imports"));
-    let (checkpoint, tokenizer) = tiny_llama2c();
+    let (checkpoint, tokenizer) = tiny_checkpoint_and_tokenizer();
     let llama = Model::from_llama2c(&checkpoint, &tokenizer, 4).expect("the tiny llama2.c seed imports");
     runs(&llama);
     let llama_packed = packed(&llama, &tokenizer);

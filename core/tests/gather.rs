@@ -3,13 +3,11 @@
 
 mod common;
 use common::gguf_writer::write_gguf;
-use common::llama2c_files::{random_checkpoint, vocab, write_tokenizer};
+use common::llama2c_files::tiny_checkpoint_and_tokenizer;
 use common::tiny_gemma::{meta_270m, tensors, with_tokenizer};
 use common::tiny_llama::VARIANTS;
-use common::Rng;
 
 use lutra_core::engine::{Attention, Model, Session, SingleThread};
-use lutra_core::llama2c::Config;
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -47,18 +45,7 @@ fn gathered_weights_give_the_same_logits() {
     for v in VARIANTS {
         gathers_without_changing_logits(v.name, Model::from_gguf(&v.gguf()).unwrap());
     }
-    let words: Vec<(&str, f32)> = [" a", " b", "ab", "ba"].iter().map(|w| (*w, -1.0)).collect();
-    let v = vocab(&words);
-    let c = Config {
-        dim: 32,
-        hidden_dim: 64,
-        n_layers: 2,
-        n_heads: 2,
-        n_kv_heads: 1,
-        vocab_size: v.len(),
-        seq_len: 16,
-        shared_classifier: true,
-    };
-    let model = Model::from_llama2c(&random_checkpoint(&c, &mut Rng(3)), &write_tokenizer(8, &v), 4).unwrap();
+    let (checkpoint, tokenizer) = tiny_checkpoint_and_tokenizer();
+    let model = Model::from_llama2c(&checkpoint, &tokenizer, 4).unwrap();
     gathers_without_changing_logits("llama2c", model);
 }

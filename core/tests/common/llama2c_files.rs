@@ -53,3 +53,21 @@ pub fn random_checkpoint(c: &Config, rng: &mut Rng) -> Vec<u8> {
         }
     })
 }
+
+/// A tiny checkpoint (2 layers, dim 32, grouped-query heads, shared classifier) of seeded
+/// random weights and its `tokenizer.bin` (byte tokens and a few merges).
+pub fn tiny_checkpoint_and_tokenizer() -> (Vec<u8>, Vec<u8>) {
+    let words: Vec<(&str, f32)> = [" a", " b", "ab", " ab", "ba", " the", "he", "th"].iter().map(|w| (*w, -1.0)).collect();
+    let v = vocab(&words);
+    let c = Config {
+        dim: 32,
+        hidden_dim: 64,
+        n_layers: 2,
+        n_heads: 2,
+        n_kv_heads: 1,
+        vocab_size: v.len(),
+        seq_len: 16,
+        shared_classifier: true,
+    };
+    (random_checkpoint(&c, &mut Rng(3)), write_tokenizer(8, &v))
+}
