@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use lutra::threads::Pool;
 use lutra_core::f16::f32_to_f16_bits;
-use lutra_core::model::kv::kernels::{softmax_mix, Rows, SoftmaxStats, ValueRows};
+use lutra_core::model::kv::kernels::{quantize_q4_0, quantize_q8_0, softmax_mix, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
@@ -107,9 +107,11 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
             let mut bytes: Vec<(usize, usize)> = caches.iter().map(|(_, c)| (c.key_bytes(), c.value_bytes())).collect();
             let mut names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
-            let floor = ValueFloor::new(att);
-            names.push("values_only".into());
-            bytes.push((0, 2 * floor.values.len()));
+            let floors: Vec<ValueFloor> = ValueFormat::ALL.into_iter().map(|format| ValueFloor::new(att, format)).collect();
+            for floor in &floors {
+                names.push(kind_name("values_only", floor.format));
+                bytes.push((0, floor.bytes()));
+            }
             for &t in threads {
                 let pool = Pool::new(t);
                 let mut outs: Vec<Vec<f32>> = caches.iter().map(|_| vec![0.0; q.len()]).collect();
@@ -121,9 +123,10 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                         Box::new(move || c.attend_with(pool, 0, 0, ctx - 1, q, scale, out)) as Box<dyn FnMut()>
                     })
                     .collect();
-                let scratch = floor.scratch(t);
-                let (floor, pool_ref) = (&floor, &pool);
-                runs.push(Box::new(move || floor.run(pool_ref, &scratch)));
+                for floor in &floors {
+                    let (scratch, pool_ref) = (floor.scratch(t), &pool);
+                    runs.push(Box::new(move || floor.run(pool_ref, &scratch)));
+                }
                 let mut engines: Vec<Contender<'_, '_>> = runs.iter_mut().map(|r| Contender { run: &mut **r, settle: None }).collect();
                 let ns = Timer { samples }.medians_settled(&mut engines);
                 for ((kind, ns), &(key_bytes, value_bytes)) in names.iter().zip(ns).zip(&bytes) {
@@ -139,12 +142,16 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
 }
 
 /// The part of any attention that keys cannot make cheaper: the softmax of every score and
-/// the f16 value sum, in the caches' own pieces and kernel, with no key read and no merge.
-/// Exact f16 over this is the most that any key compression could gain.
+/// the value sum in `format`, in the caches' own pieces and kernel, with no key read and no
+/// merge. Exact f16 over this is the most that any key compression with these values could gain.
 struct ValueFloor {
     shape: AttentionShape,
-    /// `[kv_head][row][head_dim]`, as the caches lay them out.
-    values: Vec<u16>,
+    format: ValueFormat,
+    /// f16 values, `[kv_head][row][head_dim]`, as the caches lay them out (empty for blocks).
+    halves: Vec<u16>,
+    /// Block formats: codes and f16 scales in the same row order (empty for f16).
+    codes: Vec<u8>,
+    scales: Vec<u16>,
     scores: Vec<f32>,
 }
 
@@ -157,10 +164,52 @@ struct FloorScratch {
 }
 
 impl ValueFloor {
-    fn new(shape: AttentionShape) -> ValueFloor {
+    /// `shape.head_dim` a multiple of `VALUE_BLOCK` for the block formats (both shapes' are).
+    fn new(shape: AttentionShape, format: ValueFormat) -> ValueFloor {
         let n = shape.n_kv_heads * shape.context * shape.head_dim;
-        let values = normals(n, 11, 1.0).into_iter().map(f32_to_f16_bits).collect();
-        ValueFloor { shape, values, scores: normals(shape.group() * PIECE_ROWS, 12, 3.0) }
+        let values = normals(n, 11, 1.0);
+        type Quantize = fn(&[f32; VALUE_BLOCK], &mut [u8], &mut u16);
+        let (quantize, block_bytes): (Quantize, usize) = match format {
+            ValueFormat::F16 => {
+                let halves = values.into_iter().map(f32_to_f16_bits).collect();
+                return ValueFloor { shape, format, halves, codes: Vec::new(), scales: Vec::new(), scores: Self::scores(shape) };
+            }
+            ValueFormat::Q8_0 => (quantize_q8_0, VALUE_BLOCK),
+            ValueFormat::Q4_0 => (quantize_q4_0, VALUE_BLOCK / 2),
+        };
+        let (mut codes, mut scales) = (vec![0; n / VALUE_BLOCK * block_bytes], vec![0; n / VALUE_BLOCK]);
+        for ((x, c), d) in values.chunks_exact(VALUE_BLOCK).zip(codes.chunks_exact_mut(block_bytes)).zip(&mut scales) {
+            quantize(x.try_into().expect("chunks of VALUE_BLOCK"), c, d);
+        }
+        ValueFloor { shape, format, halves: Vec::new(), codes, scales, scores: Self::scores(shape) }
+    }
+
+    /// One piece's scores for each query head of a KV head.
+    fn scores(shape: AttentionShape) -> Vec<f32> {
+        normals(shape.group() * PIECE_ROWS, 12, 3.0)
+    }
+
+    /// Value bytes read per token: 2 per f16 value, or the blocks' codes and scales.
+    fn bytes(&self) -> usize {
+        2 * self.halves.len() + self.codes.len() + 2 * self.scales.len()
+    }
+
+    /// `count` value rows from row `first` (counted over every KV head's rows).
+    fn rows(&self, first: usize, count: usize) -> ValueRows<'_> {
+        let hd = self.shape.head_dim;
+        match self.format {
+            ValueFormat::F16 => ValueRows::F16(Rows { data: &self.halves[first * hd..], stride: hd, len: hd, count }),
+            format => {
+                let blocks = hd / VALUE_BLOCK;
+                let row_bytes = self.codes.len() / self.scales.len() * blocks;
+                let b = BlockRows { codes: &self.codes[first * row_bytes..], scales: &self.scales[first * blocks..], len: hd, count };
+                if format == ValueFormat::Q8_0 {
+                    ValueRows::Q8_0(b)
+                } else {
+                    ValueRows::Q4_0(b)
+                }
+            }
+        }
     }
 
     fn scratch(&self, threads: usize) -> Vec<Mutex<FloorScratch>> {
@@ -179,7 +228,7 @@ impl ValueFloor {
 
     /// Pieces dealt out round-robin: thread i takes pieces i, i + threads, …
     fn run(&self, pool: &Pool, scratch: &[Mutex<FloorScratch>]) {
-        let (ctx, hd) = (self.shape.context, self.shape.head_dim);
+        let ctx = self.shape.context;
         let per_head = ctx.div_ceil(PIECE_ROWS);
         let pieces = self.shape.n_kv_heads * per_head;
         pool.run(|i| {
@@ -188,7 +237,7 @@ impl ValueFloor {
             for piece in (i..pieces).step_by(pool.threads()) {
                 let (kvh, start) = (piece / per_head, piece % per_head * PIECE_ROWS);
                 let count = PIECE_ROWS.min(ctx - start);
-                let values = ValueRows::F16(Rows { data: &self.values[(kvh * ctx + start) * hd..], stride: hd, len: hd, count });
+                let values = self.rows(kvh * ctx + start, count);
                 // softmax rewrites the scores in place; its cost does not depend on their values
                 softmax_mix(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
             }
@@ -261,7 +310,19 @@ mod tests {
         let kinds: Vec<&str> = rows.iter().filter(|r| r.threads == 2).map(|r| r.kind.as_str()).collect();
         assert_eq!(
             kinds,
-            ["exact_f32", "exact_f16", "exact_f16+q8_0", "pq16", "pq16+q8_0", "pq16+q4_0", "pq256", "pq256+q4_0", "values_only"]
+            [
+                "exact_f32",
+                "exact_f16",
+                "exact_f16+q8_0",
+                "pq16",
+                "pq16+q8_0",
+                "pq16+q4_0",
+                "pq256",
+                "pq256+q4_0",
+                "values_only",
+                "values_only+q8_0",
+                "values_only+q4_0"
+            ]
         );
         for r in &rows {
             assert!(r.ns_per_token > 0.0, "{}", r.kind);
@@ -283,19 +344,54 @@ mod tests {
     fn the_value_floor_mixes_every_piece() {
         // 3 pieces of 1024 rows on 2 threads: thread 0 takes pieces 0 and 2
         let att = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 1, head_dim: 64, context: 2 * PIECE_ROWS + 10 };
-        let floor = ValueFloor::new(att);
-        let (pool, scratch) = (Pool::new(2), floor.scratch(2));
-        floor.run(&pool, &scratch);
-        let out: Vec<Vec<f32>> = scratch.into_iter().map(|s| s.into_inner().unwrap().out).collect();
-        // each thread's pieces in turn, recomputed on one scratch
-        for (thread, pieces) in [(0, &[0, 2][..]), (1, &[1][..])] {
-            let mut s = floor.scratch(1).pop().unwrap().into_inner().unwrap();
-            for &piece in pieces {
-                let count = PIECE_ROWS.min(att.context - piece * PIECE_ROWS);
-                let values = ValueRows::F16(Rows { data: &floor.values[piece * PIECE_ROWS * 64..], stride: 64, len: 64, count });
-                softmax_mix(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+        for format in ValueFormat::ALL {
+            let floor = ValueFloor::new(att, format);
+            let (pool, scratch) = (Pool::new(2), floor.scratch(2));
+            floor.run(&pool, &scratch);
+            let out: Vec<Vec<f32>> = scratch.into_iter().map(|s| s.into_inner().unwrap().out).collect();
+            // each thread's pieces in turn, recomputed on one scratch
+            for (thread, pieces) in [(0, &[0, 2][..]), (1, &[1][..])] {
+                let mut s = floor.scratch(1).pop().unwrap().into_inner().unwrap();
+                for &piece in pieces {
+                    let count = PIECE_ROWS.min(att.context - piece * PIECE_ROWS);
+                    softmax_mix(floor.rows(piece * PIECE_ROWS, count), &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+                }
+                assert_eq!(out[thread], s.out, "{format:?} thread {thread}");
             }
-            assert_eq!(out[thread], s.out, "thread {thread}");
+        }
+    }
+
+    #[test]
+    fn the_value_floor_rows_are_the_values_row_by_row() {
+        let att = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 1, head_dim: 64, context: 40 };
+        let values = normals(40 * 64, 11, 1.0);
+        let row = 37;
+        let x: &[f32; VALUE_BLOCK] = values[row * 64 + VALUE_BLOCK..][..VALUE_BLOCK].try_into().unwrap();
+        for format in ValueFormat::ALL {
+            let floor = ValueFloor::new(att, format);
+            // per row of 64: f16 2 bytes a value, q8_0 / q4_0 two blocks of 34 / 18 bytes
+            let row_bytes = match format {
+                ValueFormat::F16 => 128,
+                ValueFormat::Q8_0 => 2 * 34,
+                ValueFormat::Q4_0 => 2 * 18,
+            };
+            assert_eq!(floor.bytes(), 40 * row_bytes, "{format:?}");
+            // row 37's second block, from the rows the floor hands the kernel
+            match (format, floor.rows(row, 1)) {
+                (ValueFormat::F16, ValueRows::F16(r)) => {
+                    assert_eq!(r.data[VALUE_BLOCK..][..VALUE_BLOCK], x.map(f32_to_f16_bits));
+                }
+                (ValueFormat::Q8_0, ValueRows::Q8_0(b)) | (ValueFormat::Q4_0, ValueRows::Q4_0(b)) => {
+                    let (mut codes, mut scale) = ([0u8; VALUE_BLOCK], 0u16);
+                    let block_bytes = if format == ValueFormat::Q8_0 { VALUE_BLOCK } else { VALUE_BLOCK / 2 };
+                    let quantize = if format == ValueFormat::Q8_0 { quantize_q8_0 } else { quantize_q4_0 };
+                    quantize(x, &mut codes[..block_bytes], &mut scale);
+                    assert_eq!(b.codes[block_bytes..][..block_bytes], codes[..block_bytes], "{format:?}");
+                    assert_eq!(b.scales[1], scale, "{format:?}");
+                    assert_eq!(b.count, 1);
+                }
+                _ => panic!("{format:?}: rows of another format"),
+            }
         }
     }
 }
