@@ -589,12 +589,14 @@ pub(crate) use define_run_n;
 /// AVX2 takes two: on a Zen 4 (AVX2 tier) the lookups of Gemma 3 and stories15M
 /// prefills took 6–14 % less time in pairs than one token at a time, and more in threes
 /// or fours (the i16 accumulators of three tokens do not fit 16 registers beside the
-/// tables). SSSE3 takes two as well (Gemma 3 prefill 1.10–1.16× on the same host).
-/// NEON and simd128 have the same two-token kernel (tested bit for bit) but run one
-/// token at a time until a Pi and a browser measure it.
+/// tables). SSSE3 takes two as well (Gemma 3 prefill 1.10–1.16× on the same host), and
+/// simd128: in Chromium 156 on that host the page's builds prefilled Gemma 3 1.22–1.25×
+/// and stories15M 1.14–1.19× faster in pairs (`www/bench/prefill.mjs --chromium`). NEON
+/// has the same two-token kernel (tested bit for bit) but runs one token at a time until
+/// an ARM machine measures it.
 pub fn gemm_tokens(isa: Isa) -> usize {
     match isa {
-        Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 => 2,
+        Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 | Isa::Simd128 => 2,
         _ => 1,
     }
 }
