@@ -160,7 +160,7 @@ struct Ci {
 /// x86 tiers from the lowest; the host runs every one up to its best.
 const X86_TIER_ORDER: &[&str] = &["scalar", "ssse3", "avx2", "avx512", "avx512vbmi"];
 /// Every kernel tier lutra has, for the summary (threaded wasm uses relaxed-simd).
-const ALL_TIERS: &[&str] = &["scalar", "ssse3", "avx2", "avx512", "avx512vbmi", "neon", "simd128", "relaxed-simd"];
+const ALL_TIERS: &[&str] = &["scalar", "ssse3", "avx2", "avx512", "avx512vbmi", "neon", "neon+dotprod", "simd128", "relaxed-simd"];
 
 fn test(only: &[String]) -> Result {
     for name in only {
@@ -663,6 +663,12 @@ fn lint(ci: &mut Ci) -> Result {
     // the CLI too: it targets aarch64 Linux (Pi) and has x86-only code paths to keep gated
     let aarch64 = ["-p", "lutra-core", "-p", "lutra-embedded", "-p", "lutra", "--target", AARCH64];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
+    // and lutra-core's `sdot` form (cores with the dot-product extension)
+    run(cargo(&ci.root)
+        .args(["clippy", "--all-targets", "-p", "lutra-core", "--target", AARCH64, "--target-dir"])
+        .arg(ci.target_dir.join("aarch64-dotprod"))
+        .args(["--", "-D", "warnings"])
+        .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS", "-C target-feature=+dotprod"))?;
     // no OS: the no_std Pi library and the bare-metal image (no model embedded for lint)
     let metal = ["-p", "lutra-embedded", "--no-default-features", "-p", "lutra-metal", "--target", BARE_METAL];
     run(cargo(&ci.root).args(["clippy"]).args(metal).args(["--", "-D", "warnings"]).env_remove("LUTRA_METAL_MODEL"))?;
@@ -815,6 +821,18 @@ fn aarch64_tests(ci: &mut Ci) -> Result {
     let out = run_capture(&mut c)?;
     ci.count("aarch64 qemu-user (lutra-core + lutra-embedded, neon)", &out, true)?;
     ci.ran("neon", "qemu-aarch64");
+    // a build for cores with the dot-product extension (Pi 5, Apple): the int8 kernels'
+    // `sdot` form against the scalar one (qemu's default CPU has the extension); its own
+    // target dir, as the flags differ
+    let mut c = cargo(&ci.root);
+    c.args(["test", "-p", "lutra-core", "--target", AARCH64, "--test", "int8", "--test", "isa", "--target-dir"])
+        .arg(ci.target_dir.join("aarch64-dotprod"))
+        .args(cross_profile());
+    c.env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS", "-C target-feature=+dotprod");
+    c.envs([("LUTRA_EXPECT_ISA", "neon"), ("LUTRA_EXPECT_DOTPROD", "1")]);
+    let out = run_capture(&mut c)?;
+    ci.count("aarch64 qemu-user, +dotprod (lutra-core int8 and isa tests)", &out, true)?;
+    ci.ran("neon+dotprod", "qemu-aarch64");
     Ok(())
 }
 
