@@ -6,9 +6,8 @@
 use std::sync::Mutex;
 
 use lutra::threads::Pool;
-use lutra_core::f16::f32_to_f16_bits;
-use lutra_core::model::kv::kernels::{quantize_q4_0, quantize_q8_0, softmax_mix, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
+use lutra_core::model::kv::kernels::{softmax_mix, SoftmaxStats};
+use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueCache, ValueFormat, PIECE_ROWS};
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
 
@@ -107,10 +106,10 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
             let mut bytes: Vec<(usize, usize)> = caches.iter().map(|(_, c)| (c.key_bytes(), c.value_bytes())).collect();
             let mut names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
-            let floors: Vec<ValueFloor> = ValueFormat::ALL.into_iter().map(|format| ValueFloor::new(att, format)).collect();
+            let floors = ValueFormat::ALL.into_iter().map(|format| ValueFloor::new(att, format)).collect::<Result<Vec<_>, _>>()?;
             for floor in &floors {
-                names.push(kind_name("values_only", floor.format));
-                bytes.push((0, floor.bytes()));
+                names.push(kind_name("values_only", floor.values.format()));
+                bytes.push((0, floor.values.bytes()));
             }
             for &t in threads {
                 let pool = Pool::new(t);
@@ -142,16 +141,12 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
 }
 
 /// The part of any attention that keys cannot make cheaper: the softmax of every score and
-/// the value sum in `format`, in the caches' own pieces and kernel, with no key read and no
+/// the value sum, in the caches' own value cache, pieces and kernel, with no key read and no
 /// merge. Exact f16 over this is the most that any key compression with these values could gain.
 struct ValueFloor {
     shape: AttentionShape,
-    format: ValueFormat,
-    /// f16 values, `[kv_head][row][head_dim]`, as the caches lay them out (empty for blocks).
-    halves: Vec<u16>,
-    /// Block formats: codes and f16 scales in the same row order (empty for f16).
-    codes: Vec<u8>,
-    scales: Vec<u16>,
+    /// One layer of every position's values.
+    values: ValueCache,
     scores: Vec<f32>,
 }
 
@@ -164,52 +159,13 @@ struct FloorScratch {
 }
 
 impl ValueFloor {
-    /// `shape.head_dim` a multiple of `VALUE_BLOCK` for the block formats (both shapes' are).
-    fn new(shape: AttentionShape, format: ValueFormat) -> ValueFloor {
-        let n = shape.n_kv_heads * shape.context * shape.head_dim;
-        let values = normals(n, 11, 1.0);
-        type Quantize = fn(&[f32; VALUE_BLOCK], &mut [u8], &mut u16);
-        let (quantize, block_bytes): (Quantize, usize) = match format {
-            ValueFormat::F16 => {
-                let halves = values.into_iter().map(f32_to_f16_bits).collect();
-                return ValueFloor { shape, format, halves, codes: Vec::new(), scales: Vec::new(), scores: Self::scores(shape) };
-            }
-            ValueFormat::Q8_0 => (quantize_q8_0, VALUE_BLOCK),
-            ValueFormat::Q4_0 => (quantize_q4_0, VALUE_BLOCK / 2),
-        };
-        let (mut codes, mut scales) = (vec![0; n / VALUE_BLOCK * block_bytes], vec![0; n / VALUE_BLOCK]);
-        for ((x, c), d) in values.chunks_exact(VALUE_BLOCK).zip(codes.chunks_exact_mut(block_bytes)).zip(&mut scales) {
-            quantize(x.try_into().expect("chunks of VALUE_BLOCK"), c, d);
+    fn new(shape: AttentionShape, format: ValueFormat) -> Result<ValueFloor, String> {
+        let mut values = ValueCache::with_format(shape, &[], format).map_err(|e| e.to_string())?;
+        let kv_dim = shape.kv_dim();
+        for (pos, v) in normals(shape.context * kv_dim, 11, 1.0).chunks_exact(kv_dim).enumerate() {
+            values.store(0, pos, v);
         }
-        ValueFloor { shape, format, halves: Vec::new(), codes, scales, scores: Self::scores(shape) }
-    }
-
-    /// One piece's scores for each query head of a KV head.
-    fn scores(shape: AttentionShape) -> Vec<f32> {
-        normals(shape.group() * PIECE_ROWS, 12, 3.0)
-    }
-
-    /// Value bytes read per token: 2 per f16 value, or the blocks' codes and scales.
-    fn bytes(&self) -> usize {
-        2 * self.halves.len() + self.codes.len() + 2 * self.scales.len()
-    }
-
-    /// `count` value rows from row `first` (counted over every KV head's rows).
-    fn rows(&self, first: usize, count: usize) -> ValueRows<'_> {
-        let hd = self.shape.head_dim;
-        match self.format {
-            ValueFormat::F16 => ValueRows::F16(Rows { data: &self.halves[first * hd..], stride: hd, len: hd, count }),
-            format => {
-                let blocks = hd / VALUE_BLOCK;
-                let row_bytes = self.codes.len() / self.scales.len() * blocks;
-                let b = BlockRows { codes: &self.codes[first * row_bytes..], scales: &self.scales[first * blocks..], len: hd, count };
-                if format == ValueFormat::Q8_0 {
-                    ValueRows::Q8_0(b)
-                } else {
-                    ValueRows::Q4_0(b)
-                }
-            }
-        }
+        Ok(ValueFloor { shape, values, scores: normals(shape.group() * PIECE_ROWS, 12, 3.0) })
     }
 
     fn scratch(&self, threads: usize) -> Vec<Mutex<FloorScratch>> {
@@ -237,7 +193,7 @@ impl ValueFloor {
             for piece in (i..pieces).step_by(pool.threads()) {
                 let (kvh, start) = (piece / per_head, piece % per_head * PIECE_ROWS);
                 let count = PIECE_ROWS.min(ctx - start);
-                let values = self.rows(kvh * ctx + start, count);
+                let values = self.values.value_rows(0, kvh, start..start + count);
                 // softmax rewrites the scores in place; its cost does not depend on their values
                 softmax_mix(values, &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
             }
@@ -303,6 +259,8 @@ pub fn table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lutra_core::f16::f32_to_f16_bits;
+    use lutra_core::model::kv::kernels::{quantize_q4_0, quantize_q8_0, ValueRows, VALUE_BLOCK};
 
     #[test]
     fn every_kind_is_timed_with_the_bytes_it_reads() {
@@ -345,7 +303,7 @@ mod tests {
         // 3 pieces of 1024 rows on 2 threads: thread 0 takes pieces 0 and 2
         let att = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 1, head_dim: 64, context: 2 * PIECE_ROWS + 10 };
         for format in ValueFormat::ALL {
-            let floor = ValueFloor::new(att, format);
+            let floor = ValueFloor::new(att, format).unwrap();
             let (pool, scratch) = (Pool::new(2), floor.scratch(2));
             floor.run(&pool, &scratch);
             let out: Vec<Vec<f32>> = scratch.into_iter().map(|s| s.into_inner().unwrap().out).collect();
@@ -354,7 +312,14 @@ mod tests {
                 let mut s = floor.scratch(1).pop().unwrap().into_inner().unwrap();
                 for &piece in pieces {
                     let count = PIECE_ROWS.min(att.context - piece * PIECE_ROWS);
-                    softmax_mix(floor.rows(piece * PIECE_ROWS, count), &mut s.scores, PIECE_ROWS, &mut s.row, &mut s.out, &mut s.stats);
+                    softmax_mix(
+                        floor.values.value_rows(0, 0, piece * PIECE_ROWS..piece * PIECE_ROWS + count),
+                        &mut s.scores,
+                        PIECE_ROWS,
+                        &mut s.row,
+                        &mut s.out,
+                        &mut s.stats,
+                    );
                 }
                 assert_eq!(out[thread], s.out, "{format:?} thread {thread}");
             }
@@ -368,16 +333,16 @@ mod tests {
         let row = 37;
         let x: &[f32; VALUE_BLOCK] = values[row * 64 + VALUE_BLOCK..][..VALUE_BLOCK].try_into().unwrap();
         for format in ValueFormat::ALL {
-            let floor = ValueFloor::new(att, format);
+            let floor = ValueFloor::new(att, format).unwrap();
             // per row of 64: f16 2 bytes a value, q8_0 / q4_0 two blocks of 34 / 18 bytes
             let row_bytes = match format {
                 ValueFormat::F16 => 128,
                 ValueFormat::Q8_0 => 2 * 34,
                 ValueFormat::Q4_0 => 2 * 18,
             };
-            assert_eq!(floor.bytes(), 40 * row_bytes, "{format:?}");
+            assert_eq!(floor.values.bytes(), 40 * row_bytes, "{format:?}");
             // row 37's second block, from the rows the floor hands the kernel
-            match (format, floor.rows(row, 1)) {
+            match (format, floor.values.value_rows(0, 0, row..row + 1)) {
                 (ValueFormat::F16, ValueRows::F16(r)) => {
                     assert_eq!(r.data[VALUE_BLOCK..][..VALUE_BLOCK], x.map(f32_to_f16_bits));
                 }

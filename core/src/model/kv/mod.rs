@@ -530,33 +530,43 @@ impl ValueCache {
         }
     }
 
-    /// The f16 value rows `0..count` of `kv_head` in `layer` (None for block formats).
-    #[cfg(target_arch = "x86_64")]
-    fn f16_rows(&self, layer: usize, kv_head: usize, count: usize) -> Option<Rows<'_, u16>> {
-        let hd = self.shape.head_dim;
-        let at = self.rows.index(&self.shape, layer, kv_head, 0);
-        (self.format == ValueFormat::F16).then(|| Rows { data: &self.halves[at * hd..], stride: hd, len: hd, count })
-    }
-
-    /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
-    /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
-    /// `kv_head`: each value row is read and converted once for the whole group.
-    pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
-        let (hd, count) = (self.shape.head_dim, piece.rows.len());
-        let at = self.rows.index(&self.shape, layer, piece.kv_head, piece.rows.start);
+    /// Value rows `rows` of `kv_head` in `layer` (rows of one span, counted from the
+    /// layer's first), as the value-sum kernels read them.
+    ///
+    /// # Panics
+    /// If `layer`, `kv_head` or `rows` lie outside the cache.
+    pub fn value_rows(&self, layer: usize, kv_head: usize, rows: Range<usize>) -> ValueRows<'_> {
+        let (hd, count) = (self.shape.head_dim, rows.len());
+        let at = self.rows.index(&self.shape, layer, kv_head, rows.start);
         let blocks = || BlockRows {
             codes: &self.codes[at * self.format.code_bytes(hd)..],
             scales: &self.scales[at * (hd / VALUE_BLOCK)..],
             len: hd,
             count,
         };
-        let values = match self.format {
+        match self.format {
             ValueFormat::F16 => ValueRows::F16(Rows { data: &self.halves[at * hd..], stride: hd, len: hd, count }),
             ValueFormat::Q8_0 => ValueRows::Q8_0(blocks()),
             ValueFormat::Q4_0 => ValueRows::Q4_0(blocks()),
-        };
+        }
+    }
+
+    /// The f16 value rows `0..count` of `kv_head` in `layer` (None for block formats).
+    #[cfg(target_arch = "x86_64")]
+    fn f16_rows(&self, layer: usize, kv_head: usize, count: usize) -> Option<Rows<'_, u16>> {
+        match self.value_rows(layer, kv_head, 0..count) {
+            ValueRows::F16(rows) => Some(rows),
+            _ => None,
+        }
+    }
+
+    /// A piece's softmax of its `group` score rows (`scores[g * PIECE_ROWS..]`), then its
+    /// `out[g · head_dim..]` = the rows' weighted sum of the values in its rows of
+    /// `kv_head`: each value row is read and converted once for the whole group.
+    pub(crate) fn softmax_mix(&self, layer: usize, piece: &mut AttentionPiece) {
+        let values = self.value_rows(layer, piece.kv_head, piece.rows.clone());
         // the piece's query heads only (a token block's piece holds more room)
-        let out = &mut piece.out[..self.shape.group() * hd];
+        let out = &mut piece.out[..self.shape.group() * self.shape.head_dim];
         kernels::softmax_mix(values, &mut piece.scores, PIECE_ROWS, &mut piece.row, out, &mut piece.stats);
     }
 }
