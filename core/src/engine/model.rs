@@ -367,7 +367,7 @@ impl Model {
     /// step reads them ([`crate::AlignedBytes::gather`]). Where only large allocations get
     /// huge pages (the native crate's allocator asks for them from 4 MiB, and passes that
     /// bound), the small matrices then do too, where they add up to a huge page or more:
-    /// Gemma 3 270M's are 0.1–1 MiB (BENCHMARKS.md,
+    /// Gemma 3 270M's are 0.1–1 MiB (bench/results/journal-2026-11-29-to-2026-12-06.md,
     /// "Weights on huge pages, and the LM head prefetched"). The bytes are the same, so
     /// are the results. Returns the bytes moved: 0 when a clone of this model shares the
     /// weights (nothing moves then) or they are read in place from a packed file.

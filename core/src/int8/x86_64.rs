@@ -169,9 +169,10 @@ const BYTES_PREFETCH_AHEAD: usize = 8192;
 /// `Group`; past the group's end that is the next group's, as the callers read groups in
 /// memory order; past the last group, whatever follows the codes). The hardware
 /// prefetcher alone ran one thread's LM head stream (Gemma 3: 178 MB a token) at 24–27
-/// GB/s, under the 30–34 of `bench membw`; asked this far ahead, 30–37 (BENCHMARKS.md,
-/// "Weights on huge pages, and the LM head prefetched"). 256 bytes ahead gave 27–29,
-/// 4096 33. Asking for the scales too (far ahead or near) measured slower.
+/// GB/s, under the 30–34 of `bench membw`; asked this far ahead, 30–37
+/// (bench/results/journal-2026-11-29-to-2026-12-06.md, "Weights on huge pages, and the LM
+/// head prefetched"). 256 bytes ahead gave 27–29, 4096 33. Asking for the scales too (far
+/// ahead or near) measured slower.
 #[target_feature(enable = "sse")]
 #[inline]
 fn prefetch_block_ahead(w: &[u8], b: usize) {

@@ -198,7 +198,8 @@ pub fn scan16(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut
 /// `diff_tables`; NEON chains four 64-byte `tbl`/`tbx` lookups; simd128 runs the
 /// scalar reference: 16 swizzles per 16 codes (`swizzle` zeroes indices ≥ 16, so chunk
 /// k at `code − 16k` selects exactly) measured 1.06–1.10× slower than it in node on x86
-/// (BENCHMARKS.md, "pq256 by byte shuffles on SSSE3 and AVX2; attention timed in wasm").
+/// (bench/results/journal-2026-11-29-to-2026-12-06.md, "pq256 by byte shuffles on SSSE3 and AVX2; attention timed in
+/// wasm").
 pub fn scan256(isa: Isa, codes: &[u8], subspaces: usize, tables: &[u8], out: &mut [u16]) -> Result<(), Error> {
     check(isa, codes.len(), subspaces, block_bytes256, tables.len(), 256, out.len())?;
     match isa {

@@ -61,7 +61,7 @@ pub(crate) unsafe fn scan16(codes: &[u8], subspaces: usize, tables: &[u8], out: 
 
 /// K = 256 with byte shuffles over `diff_tables` (its doc has the method): three
 /// instructions per 16-entry chunk and 32 keys, against a gather per 8 lookups that
-/// measured slower (BENCHMARKS.md, "pq256 by byte shuffles on SSSE3 and AVX2").
+/// measured slower (bench/results/journal-2026-11-29-to-2026-12-06.md, "pq256 by byte shuffles on SSSE3 and AVX2").
 ///
 /// # Safety
 /// AVX2 must be available; `codes` holds whole 8-bit blocks of `subspaces` sub-spaces,
