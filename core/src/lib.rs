@@ -40,6 +40,8 @@ pub mod rng;
 pub mod sampler;
 #[cfg(feature = "alloc")]
 pub mod spm;
+#[cfg(feature = "alloc")]
+pub mod threads;
 pub mod tokenizer;
 #[cfg(feature = "alloc")]
 pub mod vocab;

@@ -27,8 +27,6 @@ pub use lutra_core::sampler::SamplerConfig;
 pub mod calibrate;
 pub mod hugepage;
 pub mod inspect;
-#[cfg(feature = "llamacpp")]
-pub mod llamacpp;
 mod load;
 pub mod memory;
 pub mod progress;
@@ -40,7 +38,7 @@ use std::path::{Path, PathBuf};
 pub use load::LoadOptions;
 use lutra_core::engine::Generation;
 pub use memory::MemoryLimit;
-use threads::{Pool, PoolGemv};
+use threads::{Pool, Split};
 
 /// What can go wrong: a file that cannot be opened, a model file the engine refuses,
 /// or a request the engine refuses.
@@ -218,18 +216,18 @@ impl Session {
     }
 
     /// The engine session and the threads' [`engine::Gemv`], to drive the engine directly.
-    pub fn parts(&mut self) -> (&mut engine::Session, PoolGemv<'_>) {
-        (&mut self.inner, PoolGemv(&self.pool))
+    pub fn parts(&mut self) -> (&mut engine::Session, Split<'_, Pool>) {
+        (&mut self.inner, self.pool.split())
     }
 
     /// Appends `tokens` and computes them into the KV cache, without logits.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<(), Error> {
-        Ok(self.inner.feed(&PoolGemv(&self.pool), tokens)?)
+        Ok(self.inner.feed(&self.pool.split(), tokens)?)
     }
 
     /// Appends `token` and returns the logits of the next position.
     pub fn forward(&mut self, token: u32) -> Result<&[f32], Error> {
-        Ok(self.inner.forward(&PoolGemv(&self.pool), token)?)
+        Ok(self.inner.forward(&self.pool.split(), token)?)
     }
 
     /// Keeps the first `position` tokens (see [`engine::Session::truncate`]).
@@ -278,7 +276,7 @@ impl Iterator for TextPieces<'_> {
         if self.done {
             return None;
         }
-        let gemv = PoolGemv(&self.session.pool);
+        let gemv = self.session.pool.split();
         loop {
             match self.generation.step(&mut self.session.inner, &gemv) {
                 Ok(Some(token)) if token.text.is_empty() => continue,

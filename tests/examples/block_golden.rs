@@ -8,7 +8,7 @@
 //!     cargo run -p lutra-tests --features llamacpp --example block_golden [-- OUT]
 //! ```
 
-use lutra::llamacpp::blocks::{BLOCK_TYPES, NON_FINITE_SCALES};
+use lutra_bench::llamacpp::blocks::{BLOCK_TYPES, NON_FINITE_SCALES};
 use lutra_tests::blocks::{llama_cpp_cases, write_case, BLOCKS_GOLDEN};
 use lutra_tests::golden::golden_path;
 

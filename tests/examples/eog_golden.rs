@@ -12,11 +12,11 @@ use std::ffi::CString;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use lutra::llamacpp::sys;
+use lutra_bench::llamacpp::sys;
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    lutra::llamacpp::model::init_backend();
+    lutra_bench::llamacpp::model::init_backend();
     let mut out = String::from("# llama.cpp's end-of-generation token ids per vocab file (tests/examples/eog_golden.rs)\n");
     for name in lutra_tests::golden::EOG_VOCABS {
         let path = root.join(format!("models/llama-vocab/ggml-vocab-{name}.gguf"));

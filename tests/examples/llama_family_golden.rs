@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use lutra::llamacpp::model::LlamaCppModel;
+use lutra_bench::llamacpp::model::LlamaCppModel;
 use lutra_tests::tiny_llama::{tokens, FamilyGolden, VARIANTS};
 
 fn main() -> ExitCode {

@@ -161,8 +161,8 @@ fn short(e: &Expected) -> String {
 /// finite scales, and the same blocks with one scale made non-finite. With
 /// `every_edge`, the first blocks' scales run through all of `EDGE_SCALES`.
 #[cfg(feature = "llamacpp")]
-pub fn llama_cpp_cases(t: &lutra::llamacpp::blocks::BlockType, rows: usize, cols: usize, seed: u64, every_edge: bool) -> [Case; 2] {
-    use lutra::llamacpp::blocks::{EDGE_SCALES, NON_FINITE_SCALES};
+pub fn llama_cpp_cases(t: &lutra_bench::llamacpp::blocks::BlockType, rows: usize, cols: usize, seed: u64, every_edge: bool) -> [Case; 2] {
+    use lutra_bench::llamacpp::blocks::{EDGE_SCALES, NON_FINITE_SCALES};
     let per_row = cols / t.block_elems();
     let mut blocks = t.random_blocks(rows * per_row, seed);
     let fields = t.scale_offsets.len();

@@ -24,7 +24,7 @@ fn imports_equal_llama_cpp_on_the_golden_blocks() {
 #[cfg(feature = "llamacpp")]
 #[test]
 fn imports_equal_llama_cpp_on_random_blocks() {
-    use lutra::llamacpp::blocks::BLOCK_TYPES;
+    use lutra_bench::llamacpp::blocks::BLOCK_TYPES;
     for t in &BLOCK_TYPES {
         for seed in 0..200 {
             for case in lutra_tests::blocks::llama_cpp_cases(t, 4, 512, seed, seed % 2 == 0) {

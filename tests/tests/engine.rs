@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use lutra::threads::{Pool, PoolGemv};
+use lutra::threads::Pool;
 use lutra_core::engine::{Attention, CancelFlag, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
 use lutra_core::model::kv::ValueFormat;
 use lutra_core::model::ModelError;
@@ -57,7 +57,7 @@ fn single_thread_equals_pool(model: &Model, prompt: &str, steps: usize) {
     let single = greedy_logits(model, &SingleThread, &prompt, steps);
     for threads in [1, 2, 3] {
         let pool = Pool::new(threads);
-        let pooled = greedy_logits(model, &PoolGemv(&pool), &prompt, steps);
+        let pooled = greedy_logits(model, &pool.split(), &prompt, steps);
         assert_bits_equal(&single, &pooled, &format!("{} on {threads} threads", model.info().architecture));
     }
 }
@@ -238,7 +238,7 @@ fn gemma3_block_values_stay_close_to_f16_values() {
     let (start, steps) = (128, 256);
     assert!(tokens.len() > start + steps);
     let pool = Pool::new(2);
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     let run = |values| {
         let mut session = Session::with_values(&model, start + steps, &Attention::Exact, values).unwrap();
         session.feed(&gemv, &tokens[..start]).unwrap();

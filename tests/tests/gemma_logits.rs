@@ -142,7 +142,7 @@ fn batched_prefill_equals_token_by_token() {
         model.feed_batch(&SingleThread, &mut batched, &[], 45).unwrap();
         model.feed_batch(&SingleThread, &mut batched, &prompt[45..], 45).unwrap();
         let mut pooled = state();
-        let two = lutra::threads::PoolGemv(&pool);
+        let two = pool.split();
         model.feed_batch(&two, &mut pooled, &prompt[..45], 0).unwrap();
         model.feed_batch(&two, &mut pooled, &prompt[45..], 45).unwrap();
         let want = model.forward(&SingleThread, &mut one, *last, prompt.len()).unwrap().to_vec();

@@ -116,15 +116,15 @@ fn weight_estimate_from_the_header_matches_the_loaded_model() {
 #[test]
 #[cfg_attr(debug_assertions, ignore = "a minute unoptimized: `cargo xtask test host` runs it with --release")]
 fn stories15m_gguf_two_threads_equal_one() {
-    use lutra::threads::{Pool, PoolGemv};
+    use lutra::threads::Pool;
     let pool = Pool::new(2);
     let tokens: Vec<u32> = (0..90u32).map(|i| (i * 104_729 + 7) % 32000).collect();
     for file in ["stories15M-q8_0.gguf", "stories15M-q4_0.gguf"] {
         let (_, model) = load(file);
         let (mut one, mut two) = (LlamaFamilyState::new(&model, 128).unwrap(), LlamaFamilyState::new(&model, 128).unwrap());
         model.feed_batch(&SingleThread, &mut one, &tokens[..89], 0).unwrap();
-        model.feed_batch(&PoolGemv(&pool), &mut two, &tokens[..89], 0).unwrap();
+        model.feed_batch(&pool.split(), &mut two, &tokens[..89], 0).unwrap();
         let want = model.forward(&SingleThread, &mut one, tokens[89], 89).unwrap().to_vec();
-        assert_eq!(model.forward(&PoolGemv(&pool), &mut two, tokens[89], 89).unwrap(), &want[..], "{file}");
+        assert_eq!(model.forward(&pool.split(), &mut two, tokens[89], 89).unwrap(), &want[..], "{file}");
     }
 }

@@ -15,12 +15,9 @@ use core::ops::Range;
 
 use lutra_core::engine::{Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
 use lutra_core::gguf::Gguf;
-use lutra_core::int8::{Int8Activations, Int8Matrix};
-use lutra_core::lut::Tables;
-use lutra_core::model::kv::Parallel;
-use lutra_core::model::{Gemv, ModelError};
+use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
-use lutra_core::{Error, PackedMatrix};
+use lutra_core::threads::{Split, Workers};
 use wasm_bindgen::prelude::*;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
@@ -83,59 +80,14 @@ pub fn threads() -> usize {
     1
 }
 
-/// Who computes the products: the calling thread, or the pool when the page started one.
-enum Products {
-    Single,
+/// Who computes the products: the calling thread, or the pool when the page started one
+/// (products of matrices under its `MIN_SPLIT_BYTES` stay on the caller).
+fn products() -> Split<'static, dyn Workers> {
     #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-    Pool(threads::PoolGemv),
-}
-
-impl Products {
-    fn current() -> Products {
-        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-        if let Some(pool) = threads::pool() {
-            return Products::Pool(threads::PoolGemv(pool));
-        }
-        Products::Single
+    if let Some(pool) = threads::pool() {
+        return Split::new(pool as &dyn Workers).min_split_bytes(threads::min_split_bytes());
     }
-}
-
-impl Gemv for Products {
-    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
-        match self {
-            Products::Single => SingleThread.gemv(m, tables, y),
-            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-            Products::Pool(p) => p.gemv(m, tables, y),
-        }
-    }
-    fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
-        match self {
-            Products::Single => SingleThread.gemm(m, tables, ys),
-            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-            Products::Pool(p) => p.gemm(m, tables, ys),
-        }
-    }
-    fn int8_gemv(&self, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
-        match self {
-            Products::Single => SingleThread.int8_gemv(m, x, y),
-            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-            Products::Pool(p) => p.int8_gemv(m, x, y),
-        }
-    }
-    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
-        match self {
-            Products::Single => SingleThread.for_each_token(items, job),
-            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-            Products::Pool(p) => p.for_each_token(items, job),
-        }
-    }
-    fn parallel(&self) -> &dyn Parallel {
-        match self {
-            Products::Single => &SingleThread,
-            #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-            Products::Pool(p) => p,
-        }
-    }
+    Split::new(&SingleThread as &dyn Workers)
 }
 
 /// Name of the kernel `lutra_core` picks in this build ("simd128" on a
@@ -478,14 +430,14 @@ impl Engine {
     /// Computes the prompt but its last token (the first `next_token` computes that one
     /// with the logits), so prompt and generation speed can be timed apart.
     pub fn prefill(&mut self) -> Result<(), JsError> {
-        self.session.prefill(&Products::current()).map_err(js)
+        self.session.prefill(&products()).map_err(js)
     }
 
     /// The next piece of text (possibly empty while a character is incomplete), or
     /// `undefined` once the generation has stopped.
     pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
         let Some(generation) = self.generation.as_mut() else { return Ok(None) };
-        match generation.step(&mut self.session, &Products::current()).map_err(js)? {
+        match generation.step(&mut self.session, &products()).map_err(js)? {
             Some(token) => Ok(Some(token.text.to_string())),
             None => {
                 let rest = generation.finish_text().to_string();

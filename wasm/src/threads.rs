@@ -18,11 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::{self, Thread};
 
-use lutra_core::int8::{self, Int8Activations, Int8Matrix};
-use lutra_core::lut::Tables;
-use lutra_core::model::kv::{AttentionPiece, Parallel};
-use lutra_core::model::Gemv;
-use lutra_core::{gemm_chunk_tiles, gemm_tiles, gemv_tiles, Error, Isa, PackedMatrix, TILE_ROWS};
+use lutra_core::threads::Workers;
 
 /// Spins of an idle thread before it parks (no clock on wasm32-unknown-unknown): about
 /// 0.1–0.3 ms of atomic loads, longer than the gap between a token's products.
@@ -74,6 +70,11 @@ static MIN_SPLIT: AtomicUsize = AtomicUsize::new(MIN_SPLIT_BYTES);
 /// Sets the smallest matrix (bytes) whose product is split (for measurements).
 pub fn set_min_split_bytes(bytes: usize) {
     MIN_SPLIT.store(bytes, Ordering::Relaxed);
+}
+
+/// The smallest matrix (bytes) whose product is split.
+pub fn min_split_bytes() -> usize {
+    MIN_SPLIT.load(Ordering::Relaxed)
 }
 
 /// The page's pool, once [`start`] made it.
@@ -215,166 +216,12 @@ impl Pool {
     }
 }
 
-/// Hands out `0..n` in chunks of `chunk` to whoever asks first.
-struct ChunkCounter {
-    next: AtomicUsize,
-    n: usize,
-    chunk: usize,
-}
-
-impl ChunkCounter {
-    fn new(n: usize, chunk: usize) -> Self {
-        ChunkCounter { next: AtomicUsize::new(0), n, chunk: chunk.max(1) }
-    }
-    fn next(&self) -> Option<std::ops::Range<usize>> {
-        let start = self.next.fetch_add(self.chunk, Ordering::Relaxed);
-        (start < self.n).then(|| start..(start + self.chunk).min(self.n))
-    }
-}
-
-/// A mutable slice shared by the threads of one `Pool::run`, each writing ranges that a
-/// `ChunkCounter` handed to it alone.
-struct DisjointSlice<'a, T> {
-    ptr: *mut T,
-    len: usize,
-    _borrow: std::marker::PhantomData<&'a mut [T]>,
-}
-
-// SAFETY: access goes through `range_mut`, whose contract makes ranges disjoint.
-unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
-
-impl<'a, T> DisjointSlice<'a, T> {
-    fn new(slice: &'a mut [T]) -> Self {
-        DisjointSlice { ptr: slice.as_mut_ptr(), len: slice.len(), _borrow: std::marker::PhantomData }
-    }
-
-    /// # Safety
-    /// No two live results may overlap (ranges from one `ChunkCounter` never do).
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn range_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
-        assert!(range.start <= range.end && range.end <= self.len, "range within the slice");
-        // SAFETY: in bounds (checked above); exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }
-    }
-}
-
-/// Tiles per chunk, as natively: small enough to balance two noisy cores, large enough
-/// that the counter is not contended.
-fn chunk_tiles(tiles: usize, threads: usize) -> usize {
-    (tiles / (8 * threads)).clamp(1, 16)
-}
-
-/// Runs `each(range)` over `0..n` in chunks on every thread; the first error wins.
-fn split(pool: &Pool, n: usize, chunk: usize, each: impl Fn(std::ops::Range<usize>) -> Result<(), Error> + Sync) -> Result<(), Error> {
-    let counter = ChunkCounter::new(n, chunk);
-    let first_error = Mutex::new(None);
-    pool.run(|_| {
-        while let Some(range) = counter.next() {
-            if let Err(e) = each(range) {
-                first_error.lock().unwrap().get_or_insert(e);
-            }
-        }
-    });
-    first_error.into_inner().unwrap().map_or(Ok(()), Err)
-}
-
-/// The engine's products and attention on a [`Pool`].
-pub struct PoolGemv(pub &'static Pool);
-
-impl Gemv for PoolGemv {
-    fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
-        let (l, isa) = (*m.layout(), Isa::best_for(m.layout().interleave()));
-        if y.len() != l.rows() {
-            return Err(Error::BufferSize { what: "output rows", expected: l.rows(), got: y.len() });
-        }
-        if self.0.threads() == 1 || l.total_bytes() < MIN_SPLIT.load(Ordering::Relaxed) {
-            return gemv_tiles(isa, m, tables, 0..l.tiles(), y);
-        }
-        let out = DisjointSlice::new(y);
-        split(self.0, l.tiles(), chunk_tiles(l.tiles(), self.0.threads()), |tiles| {
-            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
-            // SAFETY: each tile range comes from the counter exactly once.
-            gemv_tiles(isa, m, tables, tiles, unsafe { out.range_mut(rows) })
-        })
-    }
-
-    fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
-        let (l, isa) = (*m.layout(), Isa::best_for(m.layout().interleave()));
-        if ys.len() != tables.len() * l.rows() {
-            return Err(Error::BufferSize { what: "output rows × batch", expected: tables.len() * l.rows(), got: ys.len() });
-        }
-        if self.0.threads() == 1 || l.total_bytes() < MIN_SPLIT.load(Ordering::Relaxed) {
-            return lutra_core::gemm_with(isa, m, tables, ys);
-        }
-        if let [t] = tables {
-            return self.gemv(m, *t, ys);
-        }
-        let per_chunk = gemm_chunk_tiles(m);
-        let out = DisjointSlice::new(ys);
-        split(self.0, l.tiles().div_ceil(per_chunk), 1, |chunks| {
-            let tiles = chunks.start * per_chunk..(chunks.end * per_chunk).min(l.tiles());
-            let rows = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(l.rows());
-            let at = |b: usize| b * l.rows() + rows.start..b * l.rows() + rows.end;
-            // SAFETY: each chunk comes from the counter exactly once, so these rows of
-            // these tokens are written by this call only.
-            gemm_tiles(isa, m, tables, tiles, |b| unsafe { out.range_mut(at(b)) })
-        })
-    }
-
-    fn int8_gemv(&self, m: &Int8Matrix, x: &Int8Activations, y: &mut [f32]) -> Result<(), Error> {
-        if y.len() != m.rows() {
-            return Err(Error::BufferSize { what: "output rows", expected: m.rows(), got: y.len() });
-        }
-        let isa = Isa::best();
-        if self.0.threads() == 1 || m.bytes() < MIN_SPLIT.load(Ordering::Relaxed) {
-            return int8::gemv_rows(isa, m, x, 0..m.rows(), y);
-        }
-        // 64-row chunks (a multiple of the kernel's 4-row groups): 40 KiB at 640 columns
-        const CHUNK_ROWS: usize = 64;
-        let chunks = m.rows().div_ceil(CHUNK_ROWS);
-        let out = DisjointSlice::new(y);
-        split(self.0, chunks, chunk_tiles(chunks, self.0.threads()), |c| {
-            let rows = c.start * CHUNK_ROWS..(c.end * CHUNK_ROWS).min(m.rows());
-            // SAFETY: each chunk range comes from the counter exactly once.
-            int8::gemv_rows(isa, m, x, rows.clone(), unsafe { out.range_mut(rows) })
-        })
-    }
-
-    fn for_each_token<T: Send>(&self, items: &mut [T], job: &(dyn Fn(&mut T, usize) -> Result<(), Error> + Sync)) -> Result<(), Error> {
-        let n = items.len();
-        if self.0.threads() == 1 || n < 2 {
-            return items.iter_mut().enumerate().try_for_each(|(i, item)| job(item, i));
-        }
-        let items = DisjointSlice::new(items);
-        split(self.0, n, n.div_ceil(4 * self.0.threads()), |range| {
-            // SAFETY: each index range comes from the counter exactly once.
-            let chunk = unsafe { items.range_mut(range.clone()) };
-            chunk.iter_mut().zip(range).try_for_each(|(item, i)| job(item, i))
-        })
-    }
-
-    fn parallel(&self) -> &dyn Parallel {
-        self
-    }
-}
-
-/// Attention's pieces, one at a time to whichever thread asks first.
-impl Parallel for PoolGemv {
-    fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
-        if self.0.threads() == 1 || pieces.len() < 2 {
-            pieces.iter_mut().for_each(job);
-            return;
-        }
-        let counter = ChunkCounter::new(pieces.len(), 1);
-        let pieces = DisjointSlice::new(pieces);
-        self.0.run(|_| {
-            while let Some(range) = counter.next() {
-                // SAFETY: each index comes from the counter exactly once.
-                unsafe { pieces.range_mut(range) }.iter_mut().for_each(job);
-            }
-        });
-    }
+/// The engine's products on this pool, split by lutra-core (`lutra_core::threads::Split`).
+impl Workers for Pool {
     fn threads(&self) -> usize {
-        self.0.threads()
+        self.threads
+    }
+    fn run(&self, job: &(dyn Fn(usize) + Sync)) {
+        Pool::run(self, job);
     }
 }

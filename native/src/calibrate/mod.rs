@@ -13,7 +13,7 @@ use lutra_core::pq::{apply_matrix, Codebooks, PqShape, Rotation};
 use lutra_core::engine::{Model, Session};
 
 use crate::progress::Progress;
-use crate::threads::{Pool, PoolGemv};
+use crate::threads::Pool;
 
 mod linalg;
 
@@ -255,7 +255,7 @@ fn record(model: &Model, tokens: &[u32], shape: AttentionShape, opts: &Calibrate
     let recorder = Recorder { inner, seen: seen.clone(), limit: opts.keys };
     let mut session = Session::with_cache(model, Box::new(recorder)).map_err(|e| e.to_string())?;
     let pool = Pool::new(opts.threads);
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     let t = Instant::now();
     let wanted = opts.keys.min(tokens.len());
     let mut fed = 0usize;

@@ -224,55 +224,10 @@ impl Drop for Pool {
     }
 }
 
-/// Hands out `0..n` in chunks of `chunk` to whoever asks first.
-pub struct ChunkCounter {
-    next: AtomicUsize,
-    n: usize,
-    chunk: usize,
-}
-
-impl ChunkCounter {
-    /// A counter over `0..n` handing out ranges of `chunk` (at least 1) indices.
-    pub fn new(n: usize, chunk: usize) -> Self {
-        ChunkCounter { next: AtomicUsize::new(0), n, chunk: chunk.max(1) }
-    }
-    /// The next unclaimed range (the last may be shorter), or `None` once `0..n` is handed out.
-    pub fn next(&self) -> Option<std::ops::Range<usize>> {
-        let start = self.next.fetch_add(self.chunk, Ordering::Relaxed);
-        (start < self.n).then(|| start..(start + self.chunk).min(self.n))
-    }
-}
-
-/// A mutable slice shared by the threads of one `Pool::run`, each writing ranges that
-/// a `ChunkCounter` handed to it alone.
-pub struct DisjointSlice<'a, T> {
-    ptr: *mut T,
-    len: usize,
-    _borrow: std::marker::PhantomData<&'a mut [T]>,
-}
-
-// SAFETY: access goes through `range_mut`, whose contract makes ranges disjoint.
-unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
-
-impl<'a, T> DisjointSlice<'a, T> {
-    /// Borrows `slice` mutably for as long as the `DisjointSlice` lives.
-    pub fn new(slice: &'a mut [T]) -> Self {
-        DisjointSlice { ptr: slice.as_mut_ptr(), len: slice.len(), _borrow: std::marker::PhantomData }
-    }
-
-    /// # Safety
-    /// No two live results may overlap (ranges from one `ChunkCounter` never do).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn range_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
-        assert!(range.start <= range.end && range.end <= self.len, "range within the slice");
-        // SAFETY: in bounds (checked above); exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lutra_core::threads::ChunkCounter;
 
     /// Jobs per test: Miri (which checks the pool's unsafe code and atomics for races)
     /// runs a few; natively, enough rounds for the scheduler to interleave them every way.

@@ -154,7 +154,7 @@ pub(crate) const fn token_block_rows(context: usize) -> usize {
 pub const PIECE_ROWS: usize = 1024;
 
 /// Runs the pieces of one attention: in order on the calling thread (`SingleThread`), or
-/// spread over a pool (the `lutra` crate's `Pool`). `job` must see every piece exactly once.
+/// spread over threads (`crate::threads::Split`). `job` must see every piece exactly once.
 pub trait Parallel {
     fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync));
     /// Threads that run pieces at once.

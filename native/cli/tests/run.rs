@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn models() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/stories15M");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/stories15M");
     assert!(dir.join("model.bin").exists(), "{} missing: run `cargo xtask models` first", dir.display());
     dir
 }
@@ -178,7 +178,7 @@ fn calibrate_then_pq_attention_and_bad_codebooks() {
     let dir = std::env::temp_dir().join(format!("lutra-pq-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let books = dir.join("stories.pq");
-    let text = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/text/stories.txt");
+    let text = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/text/stories.txt");
     let out = lutra(&[
         "calibrate",
         "-m",

@@ -11,7 +11,7 @@ use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache,
 use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
 use lutra_core::Isa;
 
-use crate::bench::{normals, Contender, Timer};
+use crate::{normals, Contender, Timer};
 
 /// A model's attention shape, by name.
 #[derive(Clone, Copy, Debug)]
@@ -118,8 +118,8 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                     .iter_mut()
                     .zip(outs.iter_mut())
                     .map(|((_, c), out)| {
-                        let (q, pool) = (&q, &pool);
-                        Box::new(move || c.attend_with(pool, 0, 0, ctx - 1, q, scale, out)) as Box<dyn FnMut()>
+                        let (q, split) = (&q, pool.split());
+                        Box::new(move || c.attend_with(&split, 0, 0, ctx - 1, q, scale, out)) as Box<dyn FnMut()>
                     })
                     .collect();
                 for floor in &floors {
@@ -203,7 +203,7 @@ impl ValueFloor {
 
 #[cfg(feature = "llamacpp")]
 fn llamacpp_rows(shape: &Shape, ctx: usize, samples: usize, threads: usize) -> Result<Vec<Row>, String> {
-    use lutra::llamacpp::attention::GgmlAttention;
+    use crate::llamacpp::attention::GgmlAttention;
     let mut rows = Vec::new();
     for key_type in ["f16", "q8_0"] {
         let mut g = GgmlAttention::new(shape.n_heads, shape.n_kv_heads, shape.head_dim, ctx, key_type, threads)?;

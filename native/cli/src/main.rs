@@ -1,5 +1,5 @@
-//! The `lutra` command line: one file per subcommand, each parsing its arguments and
-//! calling the library.
+//! `lutra`: the command line. One file per subcommand, each parsing its arguments and
+//! calling the library (`lutra`); `lutra bench` runs the benchmark crate (`lutra-bench`).
 
 mod bench;
 mod calibrate;
@@ -11,6 +11,7 @@ mod run;
 mod tokenize;
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use lutra::core::pq::Codebooks;
@@ -219,11 +220,25 @@ fn print_context() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     #[cfg(feature = "llamacpp")]
-    println!("# llama.cpp ggml: {}", lutra::llamacpp::ggml::ggml_cpu_features());
+    println!("# llama.cpp ggml: {}", lutra_bench::llamacpp::ggml::ggml_cpu_features());
+}
+
+/// Weights and KV caches on transparent huge pages (see `hugepage`).
+#[global_allocator]
+static ALLOCATOR: lutra::hugepage::HugePageAllocator = lutra::hugepage::HugePageAllocator;
+
+fn main() -> ExitCode {
+    match parse_and_run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lutra: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Parses the command line and runs it.
-pub fn main() -> Result<(), String> {
+fn parse_and_run() -> Result<(), String> {
     let cli = Cli::parse();
     limit_isa_from_env()?;
     match cli.command {

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use lutra::threads::{Pool, PoolGemv};
+use lutra::threads::Pool;
 
 use super::{default_threads, AttentionArgs, ModelArgs};
 
@@ -30,7 +30,7 @@ pub fn perplexity(a: PerplexityArgs) -> Result<(), String> {
     model.check_session_memory(a.ctx.min(model.info().context_length)).map_err(|e| e.to_string())?;
     super::warn_if_codebooks_short(&attention, a.ctx);
     let pool = Pool::new(a.threads.max(1));
-    let p = lutra::engine::perplexity(&model, &PoolGemv(&pool), &text, a.ctx, &attention, values).map_err(|e| e.to_string())?;
+    let p = lutra::engine::perplexity(&model, &pool.split(), &text, a.ctx, &attention, values).map_err(|e| e.to_string())?;
     if a.json {
         println!(
             "{{\"ppl\":{:.4},\"chunks\":{},\"ctx\":{},\"attention\":\"{}\",\"key_bytes\":{},\"values\":\"{}\",\"value_bytes\":{}}}",

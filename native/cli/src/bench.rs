@@ -4,8 +4,8 @@ use clap::{Args, Subcommand};
 use lutra::core::Isa;
 
 use super::{list, print_context, thread_counts, AttentionArgs, ModelArgs};
-use crate::bench::gemv::{self, Bits, GemvOptions, Regime};
-use crate::bench::model::{bench_model, bench_model_vs_llamacpp, profile_model, ModelBench};
+use lutra_bench::gemv::{self, Bits, GemvOptions, Regime};
+use lutra_bench::model::{bench_model, bench_model_vs_llamacpp, profile_model, ModelBench};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -196,7 +196,7 @@ pub fn bench(command: BenchCommand) -> Result<(), String> {
             }
         }
         BenchCommand::Attention(a) => {
-            use crate::bench::attention::{bench_attention, table, SHAPES};
+            use lutra_bench::attention::{bench_attention, table, SHAPES};
             let ctxs = list(&a.ctx, |c| c.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(format!("bad context {c:?}")))?;
             let shapes =
                 list(&a.shapes, |n| SHAPES.iter().copied().find(|s| s.name == n).ok_or(format!("unknown shape {n:?} (gemma3, llama7b)")))?;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use lutra::engine::{Attention, Model, Session};
 use lutra::progress::Progress;
-use lutra::threads::{Pool, PoolGemv};
+use lutra::threads::{Pool, Split};
 use lutra::ValueFormat;
 use lutra_core::model::Gemv;
 
@@ -40,7 +40,7 @@ pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(
     }
     let (pp, tg) = (spec.pp.min(room), spec.tg.min(room));
     let pool = Pool::new(threads);
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     let mut session = Session::with_values(model, spec.depth + pp.max(tg) + 1, &spec.attention, spec.values).map_err(|e| e.to_string())?;
     fill_depth(model, &gemv, &mut session, spec.depth)?;
     let mut pp_tps = Vec::new();
@@ -66,7 +66,7 @@ pub fn profile_model(model: &Model, threads: usize, spec: &ModelBench) -> Result
         return Err(format!("--profile needs room for --pp and --tg after --depth {} in the model's context", spec.depth));
     }
     let pool = Pool::new(threads);
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     let mut session = Session::with_values(model, spec.depth + pp.max(tg) + 1, &spec.attention, spec.values).map_err(|e| e.to_string())?;
     fill_depth(model, &gemv, &mut session, spec.depth)?;
     lutra_pp(model, &gemv, &mut session, spec.depth, pp)?;
@@ -86,7 +86,7 @@ fn token(model: &Model, pos: usize) -> u32 {
 }
 
 /// Feeds `depth` tokens, reporting progress on stderr when it takes long.
-fn fill_depth(model: &Model, gemv: &PoolGemv<'_>, session: &mut Session, depth: usize) -> Result<(), String> {
+fn fill_depth(model: &Model, gemv: &Split<'_, Pool>, session: &mut Session, depth: usize) -> Result<(), String> {
     let mut bar = (depth >= 256).then(|| Progress::new(format!("filling the context to depth {depth}"), depth));
     let tokens: Vec<u32> = (0..depth).map(|pos| token(model, pos)).collect();
     for batch in tokens.chunks(256) {
@@ -153,7 +153,7 @@ pub struct VsLlamaCpp {
 /// feeds it in `PREFILL_BATCH`-token batches.
 #[cfg(feature = "llamacpp")]
 pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec: &ModelBench) -> Result<VsLlamaCpp, String> {
-    use lutra::llamacpp::model::LlamaCppModel;
+    use crate::llamacpp::model::LlamaCppModel;
     let (pp, tg, runs, depth) = (spec.pp, spec.tg, spec.runs, spec.depth);
     let mut magic = [0u8; 4];
     let is_gguf = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == b"GGUF";
@@ -172,7 +172,7 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
     let pp = if depth > 0 { 0 } else { pp };
     let mut llama = LlamaCppModel::load_with_context(path, threads, depth + pp.max(tg))?;
     let pool = Pool::new(threads);
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     let mut session = Session::with_values(model, context, &spec.attention, spec.values).map_err(|e| e.to_string())?;
     if depth > 0 {
         fill_depth(model, &gemv, &mut session, depth)?;
@@ -225,6 +225,6 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
 #[cfg(not(feature = "llamacpp"))]
 pub fn bench_model_vs_llamacpp(_model: &Model, _path: &Path, _threads: usize, _spec: &ModelBench) -> Result<VsLlamaCpp, String> {
     Err("--llamacpp: this lutra was built without llama.cpp; rebuild with `--features llamacpp` \
-         (RUSTFLAGS=\"-C target-cpu=native\" cargo build --release -p lutra --features llamacpp)"
+         (RUSTFLAGS=\"-C target-cpu=native\" cargo build --release -p lutra-cli --features llamacpp)"
         .into())
 }

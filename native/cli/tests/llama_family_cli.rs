@@ -8,7 +8,7 @@
 //! llama.cpp's own output, 2184 of 2184 cases), turn after turn, for each template kind.
 
 #[allow(dead_code)]
-#[path = "../../core/tests/common"]
+#[path = "../../../core/tests/common"]
 mod common {
     pub mod gguf_writer;
     pub mod tiny_llama;
@@ -22,7 +22,7 @@ use common::tiny_llama::{with_vocab, VARIANTS};
 use lutra_core::chat::ChatTemplate;
 
 fn vocab(name: &str) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}: run `cargo xtask models vocab`", p.display()))
 }
 
@@ -111,7 +111,7 @@ fn inspect_run_perplexity_and_tokenize_work_on_llama_family_files() {
             &[
                 "tokenize",
                 "-m",
-                &format!("{}/../models/llama-vocab/ggml-vocab-{vocab_name}.gguf", env!("CARGO_MANIFEST_DIR")),
+                &format!("{}/../../models/llama-vocab/ggml-vocab-{vocab_name}.gguf", env!("CARGO_MANIFEST_DIR")),
                 "-p",
                 "Hello world",
                 "--ids",

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn vocab(name: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-vocab").join(format!("ggml-vocab-{name}.gguf"));
     assert!(p.is_file(), "{} missing: run `cargo xtask models vocab`", p.display());
     p
 }

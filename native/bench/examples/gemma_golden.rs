@@ -5,7 +5,7 @@
 //! /usr/share/common-licenses/GPL-3).
 //!
 //! ```text
-//! RUSTFLAGS="-C target-cpu=native" cargo run --release -p lutra --features llamacpp \
+//! RUSTFLAGS="-C target-cpu=native" cargo run --release -p lutra-bench --features llamacpp \
 //!     --example gemma_golden [-- MODEL [TEXT [OUT]]] [--tokens N --first-scored F --name NAME]
 //! ```
 //!
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest.parent().unwrap_or(manifest).to_path_buf();
+    let root = manifest.join("../..");
     let usage = "usage: gemma_golden [MODEL [TEXT [OUT]]] [--tokens N --first-scored F --name NAME]";
     let (mut args, mut options) = (Vec::new(), Vec::new());
     let mut all = std::env::args().skip(1);
@@ -121,12 +121,14 @@ fn run() -> Result<(), String> {
     let _ = writeln!(w, "# Made by native/examples/gemma_golden.rs, from the workspace root:");
     if options.is_empty() {
         let _ = writeln!(w, "#   cargo xtask models gemma");
-        let _ =
-            writeln!(w, "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra --features llamacpp --example gemma_golden");
+        let _ = writeln!(
+            w,
+            "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra-bench --features llamacpp --example gemma_golden"
+        );
     } else {
         let _ = writeln!(
             w,
-            "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra --features llamacpp --example gemma_golden -- \\"
+            "#   RUSTFLAGS=\"-C target-cpu=native\" cargo run --release -p lutra-bench --features llamacpp --example gemma_golden -- \\"
         );
         let quoted: Vec<String> = options.iter().map(|(k, v)| format!("--{k} {v:?}")).collect();
         let _ = writeln!(w, "#     {} {}", args.join(" "), quoted.join(" "));
@@ -203,7 +205,7 @@ struct Llama {
 impl Llama {
     fn load(path: &Path) -> Result<Llama, String> {
         let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| "NUL in model path".to_string())?;
-        lutra::llamacpp::model::init_backend();
+        crate::llamacpp::model::init_backend();
         // SAFETY: the parameter structs come from llama.cpp's own default constructors
         // and `cpath` is NUL-terminated. Results are null-checked.
         unsafe {

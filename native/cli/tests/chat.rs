@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn model(name: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models").join(name);
     assert!(p.exists(), "{} missing: run `cargo xtask models all` first", p.display());
     p
 }

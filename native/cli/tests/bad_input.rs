@@ -3,7 +3,7 @@
 //! never a panic. Each case damages one thing in a tiny valid Gemma 3 GGUF (the fuzzers'
 //! seed model); the test prints the table of classes it checked.
 
-#[path = "../../core/tests/common/mod.rs"]
+#[path = "../../../core/tests/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;

@@ -5,10 +5,11 @@
 use std::fmt::Write as _;
 use std::hint::black_box;
 
-use lutra_core::{Isa, Offset, OwnedTables, PackedMatrix};
+use lutra_core::model::Gemv;
+use lutra_core::{gemv_tiles, Error, Isa, Offset, OwnedTables, PackedMatrix, Tables, TILE_ROWS};
 
-use crate::bench::baseline::{BaselineMatrix, QuantizedActivations};
-use crate::bench::{normals, Contender, Timer};
+use crate::baseline::{BaselineMatrix, QuantizedActivations};
+use crate::{normals, Contender, Timer};
 use lutra::threads::Pool;
 
 /// A weight format of the GEMV bench: `1..=4` bits or ternary.
@@ -244,7 +245,7 @@ fn gemv_one(
         let m = &ms[next % ms.len()];
         next += 1;
         let t = tables.build(black_box(x)).expect("tables");
-        lutra::threads::gemv(&pool, isa, m, t, &mut y).expect("gemv");
+        pool.split().isa(isa).gemv(m, t, &mut y).expect("gemv");
         black_box(&y);
     };
     // the baseline, split over the same pool
@@ -256,15 +257,11 @@ fn gemv_one(
         next_b += 1;
         qa.quantize(black_box(x));
         let qa = &qa;
-        let counter = lutra::threads::ChunkCounter::new(l.rows(), 64);
-        let out = lutra::threads::DisjointSlice::new(&mut yb);
-        pool.run(|_| {
-            while let Some(r) = counter.next() {
-                // SAFETY: ranges from one counter are disjoint.
-                let y = unsafe { out.range_mut(r.clone()) };
-                crate::bench::baseline::gemv_rows(b, qa, r, y);
-            }
+        let all = pool.split().for_each_chunk(&mut yb, 64, |rows, y| {
+            crate::baseline::gemv_rows(b, qa, rows, y);
+            Ok(())
         });
+        all.expect("baseline");
         black_box(&yb);
     };
     let rayon_pool =
@@ -276,7 +273,7 @@ fn gemv_one(
         let m = &ms[next_r % ms.len()];
         next_r += 1;
         let t = tables_r.build(black_box(x)).expect("tables");
-        rayon_pool.as_ref().expect("rayon pool").install(|| lutra::threads::gemv_rayon(isa, m, t, &mut yr).expect("gemv"));
+        rayon_pool.as_ref().expect("rayon pool").install(|| gemv_rayon(isa, m, t, &mut yr).expect("gemv"));
         black_box(&yr);
     };
     #[cfg(feature = "llamacpp")]
@@ -371,12 +368,12 @@ fn best_llamacpp(
     cols: usize,
     regime: Regime,
     threads: usize,
-) -> Result<Option<(String, lutra::llamacpp::ggml::GgmlGemv, usize)>, String> {
-    let mut best: Option<(f64, String, lutra::llamacpp::ggml::GgmlGemv, usize)> = None;
+) -> Result<Option<(String, crate::llamacpp::ggml::GgmlGemv, usize)>, String> {
+    let mut best: Option<(f64, String, crate::llamacpp::ggml::GgmlGemv, usize)> = None;
     for &ty in bits.llamacpp_types() {
         let bytes = (rows * cols) as f64 * ggml_bits_per_weight(ty) / 8.0;
         let copies = regime.copies(bytes as usize);
-        let mut g = match lutra::llamacpp::ggml::GgmlGemv::new(ty, rows, cols, copies, threads, true) {
+        let mut g = match crate::llamacpp::ggml::GgmlGemv::new(ty, rows, cols, copies, threads, true) {
             Ok(g) => g,
             Err(e) => {
                 eprintln!("llama.cpp {ty}: {e}");
@@ -391,6 +388,22 @@ fn best_llamacpp(
         }
     }
     Ok(best.map(|(_, name, g, copies)| (name, g, copies)))
+}
+
+/// lutra's GEMV split with rayon's work stealing instead of lutra's pool (same chunks
+/// of tiles), for `lutra bench gemv --pool rayon`.
+pub fn gemv_rayon<B: AsRef<[u8]> + Sync>(isa: Isa, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
+    use rayon::prelude::*;
+    let l = *m.layout();
+    if y.len() != l.rows() {
+        return Err(Error::BufferSize { what: "output rows", expected: l.rows(), got: y.len() });
+    }
+    let chunk = (l.tiles() / (8 * rayon::current_num_threads())).clamp(1, 16);
+    y.par_chunks_mut(chunk * TILE_ROWS).enumerate().try_for_each(|(i, y)| {
+        let start = i * chunk;
+        let end = (start + chunk).min(l.tiles());
+        gemv_tiles(isa, m, tables, start..end, y)
+    })
 }
 
 pub fn print_gemv_header() {
@@ -596,7 +609,7 @@ pub fn accuracy(rows: usize, cols: usize, group: usize) -> Result<Vec<AccuracyRo
             let mut qa = QuantizedActivations::new(cols, l.group());
             qa.quantize(&x);
             let mut yb = vec![0.0; rows];
-            crate::bench::baseline::gemv_rows(&b, &qa, 0..rows, &mut yb);
+            crate::baseline::gemv_rows(&b, &qa, 0..rows, &mut yb);
             nmse(&yb, &want)
         });
         out.push(AccuracyRow {
@@ -608,4 +621,25 @@ pub fn accuracy(rows: usize, cols: usize, group: usize) -> Result<Vec<AccuracyRo
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rayon split gives the single-thread GEMV bit for bit (its timings compare the
+    /// same work), and refuses an output of the wrong size.
+    #[test]
+    fn the_rayon_split_equals_the_single_thread_gemv() {
+        let (rows, cols) = (333, 512);
+        let m = PackedMatrix::quantize(&normals(rows * cols, 9, 0.05), rows, cols, 3, 64, Offset::Min).unwrap();
+        let mut t = OwnedTables::new(cols, 64).unwrap();
+        let tables = t.build(&normals(cols, 10, 1.0)).unwrap();
+        let mut want = vec![0.0; rows];
+        gemv_tiles(Isa::best(), &m, tables, 0..m.layout().tiles(), &mut want).unwrap();
+        let mut y = vec![f32::NAN; rows];
+        rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap().install(|| gemv_rayon(Isa::best(), &m, tables, &mut y)).unwrap();
+        assert_eq!(y, want);
+        assert!(matches!(gemv_rayon(Isa::best(), &m, tables, &mut [0.0; 3]), Err(Error::BufferSize { .. })));
+    }
 }

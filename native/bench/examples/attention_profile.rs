@@ -29,7 +29,7 @@ fn main() -> Result<(), String> {
     let mut us: Vec<f64> = (0..iterations.max(1))
         .map(|_| {
             let t = Instant::now();
-            cache.attend_with(&pool, 0, 0, ctx - 1, &q, scale, &mut out);
+            cache.attend_with(&pool.split(), 0, 0, ctx - 1, &q, scale, &mut out);
             t.elapsed().as_secs_f64() * 1e6
         })
         .collect();

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use clap::Args;
 use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, Session, StopReason};
-use lutra::threads::{Pool, PoolGemv};
+use lutra::threads::Pool;
 use lutra::Role;
 
 use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
@@ -49,7 +49,7 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
     model.check_session_memory(context).map_err(|e| e.to_string())?;
     let mut session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
     let pool = Pool::new(a.threads.max(1));
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     let sampler = a.sampling.config();
 
     // Ctrl-C stops an answer; at the prompt it ends the chat

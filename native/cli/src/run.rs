@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Args;
 use lutra::core::Isa;
 use lutra::engine::{Generation, Session};
-use lutra::threads::{Pool, PoolGemv};
+use lutra::threads::Pool;
 use lutra::Role;
 
 use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
@@ -56,7 +56,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     model.check_session_memory(context).map_err(|e| e.to_string())?;
     let mut session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
     let pool = Pool::new(a.threads.max(1));
-    let gemv = PoolGemv(&pool);
+    let gemv = pool.split();
     eprintln!(
         "loaded {} in {:.2} s: {}, {} threads, kernel {}\nKV cache: {}",
         a.model.model.display(),

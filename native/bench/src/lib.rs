@@ -4,6 +4,8 @@
 pub mod attention;
 pub mod baseline;
 pub mod gemv;
+#[cfg(feature = "llamacpp")]
+pub mod llamacpp;
 pub mod model;
 pub mod profile;
 
