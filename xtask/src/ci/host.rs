@@ -1,0 +1,103 @@
+//! Step `host`: the workspace's tests on this CPU (its best kernel tier), doc tests, Gemma 3
+//! 270M against llama.cpp in release, `lutra chat`, the README example, PQ fidelity.
+
+use std::collections::BTreeSet;
+use std::fs;
+
+use super::{Ci, X86_TIER_ORDER};
+use crate::process::{cargo, expect_contains, quiet, run_capture};
+use crate::Result;
+
+pub(super) fn host_tests(ci: &mut Ci) -> Result {
+    let expect = host_expected_isa();
+    match expect {
+        Some(isa) => println!("host CPU: expecting Isa::best() = {isa}"),
+        None => println!("host is not x86_64: no ISA expectation for the host run"),
+    }
+    let mut c = cargo(&ci.root);
+    if quiet(cargo(&ci.root).args(["nextest", "--version"])).is_some() {
+        c.args(["nextest", "run", "--workspace"]);
+    } else {
+        c.args(["test", "--workspace"]);
+    }
+    if let Some(isa) = expect {
+        c.env("LUTRA_EXPECT_ISA", isa);
+    }
+    let out = run_capture(&mut c)?;
+    ci.count("host x86_64 (workspace)", &out, true)?;
+    // kernel tests compare every tier up to the best against scalar
+    if let Some(best) = expect {
+        for tier in X86_TIER_ORDER.iter().take_while(|&&t| t != best).chain([&best]) {
+            ci.ran(tier, "native");
+        }
+    }
+    let out = run_capture(cargo(&ci.root).args(["test", "--workspace", "--doc"]))?;
+    ci.count("host doc tests", &out, false)?;
+    // Gemma 3 270M against llama.cpp's golden logits: minutes unoptimized, so ignored in
+    // debug builds (the nextest run above lists it as skipped) and run here in release.
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-tests", "--test", "gemma_logits", "--test", "engine"]))?;
+    ci.count("host Gemma 3 270M vs llama.cpp, engine on Gemma (release)", &out, false)?;
+    expect_contains(&out, "gemma3_270m_agrees_with_llama_cpp ... ok", "Gemma 3 270M agreement test")?;
+    expect_contains(&out, "gemma3_single_thread_logits_equal_the_pool ... ok", "engine: single thread vs pool on Gemma")?;
+    expect_contains(&out, "gemma3_rewind_past_a_wrapped_ring_equals_a_fresh_session ... ok", "engine: rewind on Gemma")?;
+    // On an AVX-512 host, again on the AVX2 tier: its Q5_0 matrices take the int8 kernels
+    // (`import::q5_0_as_int8`), a different numeric path through the whole model.
+    if expect.is_some_and(|best| best.starts_with("avx512")) {
+        let out = run_capture(cargo(&ci.root).env("LUTRA_MAX_ISA", "avx2").args([
+            "test",
+            "--release",
+            "-p",
+            "lutra-tests",
+            "--test",
+            "gemma_logits",
+            "--test",
+            "engine",
+            // the agreement test names its kernel tier on stderr; one test at a time, so
+            // no output lands inside another test's `... ok` line
+            "--",
+            "--nocapture",
+            "--test-threads=1",
+        ]))?;
+        ci.count("host Gemma 3 270M vs llama.cpp, engine on Gemma, AVX2 tier (release)", &out, false)?;
+        expect_contains(&out, "kernels avx2:", "Gemma 3 270M agreement test on the AVX2 tier")?;
+        expect_contains(&out, "gemma3_single_thread_logits_equal_the_pool ... ok", "engine on the AVX2 tier")?;
+    }
+    // `lutra chat` through a pipe on Gemma, and the README's example on stories15M
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-cli", "--test", "chat"]))?;
+    ci.count("host lutra chat through a pipe (release)", &out, false)?;
+    expect_contains(&out, "two_turns_share_one_session ... ok", "lutra chat test")?;
+    let story = run_capture(cargo(&ci.root).args(["run", "--release", "-q", "-p", "lutra", "--example", "story"]))?;
+    if !story.contains("Once upon a time") || story.split_whitespace().count() < 40 {
+        return Err(format!("the README example wrote no story:\n{story}"));
+    }
+    println!("--- README example (examples/story.rs): {} words", story.split_whitespace().count());
+    // NoMAD PQ scores vs exact scores on real keys of both models (k-means: release only)
+    let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra", "--test", "pq_fidelity", "--", "--nocapture"]))?;
+    ci.count("host PQ score fidelity on real keys (release)", &out, false)?;
+    expect_contains(&out, "gemma3_pq_scores_follow_exact_scores ... ok", "Gemma 3 PQ fidelity test")?;
+    expect_contains(&out, "stories15m_pq_scores_follow_exact_scores ... ok", "stories15M PQ fidelity test")
+}
+
+/// `Isa::best()` on this host, from /proc/cpuinfo, mirroring `lutra_core::isa::detect_x86`:
+/// "avx512vbmi" with AVX-512 F/BW/VL/VBMI/VNNI, "avx512" with F/BW; otherwise no expectation
+/// (the AVX2 and SSSE3 tiers are proven under qemu instead).
+fn host_expected_isa() -> Option<&'static str> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    let info = fs::read_to_string("/proc/cpuinfo").ok()?;
+    let flags: BTreeSet<&str> = info.lines().find(|l| l.starts_with("flags"))?.split_whitespace().collect();
+    let has = |want: &[&str]| want.iter().all(|f| flags.contains(f));
+    // the same conditions as lutra-core's detect_x86 (the OS's xsave support aside)
+    Some(if !has(&["ssse3"]) {
+        "scalar"
+    } else if !has(&["avx", "avx2", "fma", "f16c"]) {
+        "ssse3"
+    } else if !has(&["avx512f", "avx512bw"]) {
+        "avx2"
+    } else if has(&["avx512vbmi", "avx512_vnni", "avx512vl"]) {
+        "avx512vbmi"
+    } else {
+        "avx512"
+    })
+}

@@ -1,0 +1,262 @@
+//! Step `pi` (also `cargo xtask test-pi`): lutra-pi (static aarch64 musl) under
+//! qemu-aarch64, its peak RSS natively, and the bare-metal image booted on emulated
+//! Raspberry Pis 3 and 4.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::Ci;
+use crate::models::{fetch_stories, GEMMA_FILE};
+use crate::process::{cargo, expect_contains, run, run_capture, show};
+use crate::toolchain::{AARCH64_MUSL, BARE_METAL};
+use crate::Result;
+
+/// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M packed by the host CLI, its
+/// greedy text against the host CLI's on the same file at the SSSE3 tier (NEON and SSE
+/// add floats in the same 128-bit order); non-.lutra and truncated files are refused.
+pub(super) fn pi_tests(ci: &mut Ci) -> Result {
+    fetch_stories(&ci.root)?;
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-cli"]))?;
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--target", AARCH64_MUSL]))?;
+    let lutra = ci.target_dir.join("release/lutra");
+    let pi = ci.target_dir.join(AARCH64_MUSL).join("release/lutra-pi");
+    let dir = ci.target_dir.join("pi");
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let packed = dir.join("stories15M-q4.lutra");
+    let checkpoint = ci.root.join("models/stories15M/model.bin");
+    run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "4", "-o"]).arg(&packed))?;
+    let (prompt, n) = ("Once upon a time", "32");
+    let stdout = |c: &mut Command| -> Result<(String, String)> {
+        println!("$ {}", show(c));
+        let out = c.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(c)))?;
+        let (text, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        if !out.status.success() {
+            return Err(format!("`{}` exited with {}: {err}", show(c), out.status));
+        }
+        Ok((text.trim_end().to_string(), err))
+    };
+    let (on_pi, stats) = stdout(Command::new("qemu-aarch64").arg(&pi).arg(&packed).args(["-p", prompt, "-n", n, "--temp", "0"]))?;
+    let (on_x86, _) = stdout(
+        Command::new(&lutra)
+            .env("LUTRA_MAX_ISA", "ssse3")
+            .arg("run")
+            .arg("-m")
+            .arg(&packed)
+            .args(["-p", prompt, "-n", n, "--temp", "0", "-t", "1"]),
+    )?;
+    println!("lutra-pi (aarch64, qemu): {on_pi:?}\n{}", stats.trim_end());
+    if on_pi != on_x86 || on_pi.len() <= prompt.len() {
+        return Err(format!("lutra-pi under qemu-aarch64 wrote {on_pi:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}"));
+    }
+    let size = fs::metadata(&pi).map_err(|e| e.to_string())?.len();
+    println!(
+        "lutra-pi: aarch64 NEON text = x86 SSSE3 text on {}; static binary {:.1} MiB",
+        packed.display(),
+        size as f64 / (1 << 20) as f64
+    );
+    // refused, with a message, before any import
+    let refused = |file: &Path, why: &str| -> Result {
+        let out = Command::new("qemu-aarch64").arg(&pi).arg(file).args(["-p", prompt, "-n", "4"]).output().map_err(|e| e.to_string())?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains(why) {
+            return Err(format!("lutra-pi on {}: expected a refusal mentioning {why:?}, got {}: {err}", file.display(), out.status));
+        }
+        println!("lutra-pi refuses {}: {}", file.display(), err.trim());
+        Ok(())
+    };
+    refused(&checkpoint, "not a packed .lutra model")?;
+    let truncated = dir.join("truncated.lutra");
+    let bytes = fs::read(&packed).map_err(|e| e.to_string())?;
+    fs::write(&truncated, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())?;
+    refused(&truncated, "truncated")?;
+    ci.counts.push(("lutra-pi under qemu-aarch64 (text = x86, 2 refusals)".into(), 3));
+
+    // peak RSS of the x86 build (qemu-user's own would be measured under emulation):
+    // the compile-time arena, the mapped file and at most 2 MiB besides
+    let native_pi = ci.target_dir.join("release/lutra-pi");
+    run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--bin", "lutra-pi"]))?;
+    let mut rss_runs = vec![(packed.clone(), prompt, "256")];
+    let gemma = ci.root.join("models").join(GEMMA_FILE);
+    if gemma.exists() {
+        let gemma_packed = dir.join("gemma-3-270m.lutra");
+        run(Command::new(&lutra).arg("pack").arg("-m").arg(&gemma).arg("-o").arg(&gemma_packed))?;
+        // a session bigger than the compile-time arena: refused before it starts
+        let out = Command::new(&native_pi)
+            .arg(&gemma_packed)
+            .args(["-p", "Otters are", "-n", "4", "-c", "4096"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(1) || !err.contains("does not fit") {
+            return Err(format!("lutra-pi with Gemma at 4096 positions: expected a refusal (exit 1), got {}: {err}", out.status));
+        }
+        println!("{}", err.trim());
+        rss_runs.push((gemma_packed, "Otters are", "2048"));
+    }
+    for (file, prompt, context) in rss_runs {
+        let mut c = Command::new("/usr/bin/time");
+        c.arg("-v").arg(&native_pi).arg(&file).args(["-p", prompt, "-n", "32", "--temp", "0", "-c", context]);
+        let (_, stats) = stdout(&mut c)?;
+        let number_after = |key: &str| -> Option<u64> { stats.split(key).nth(1)?.split_whitespace().next()?.parse().ok() };
+        let (Some(rss_kib), Some(arena)) = (number_after("Maximum resident set size (kbytes):"), number_after("\narena ")) else {
+            return Err(format!("lutra-pi on {}: no peak RSS or arena size in\n{stats}", file.display()));
+        };
+        let mapped = fs::metadata(&file).map_err(|e| e.to_string())?.len();
+        let bound = arena + mapped + (2 << 20);
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        println!(
+            "lutra-pi (x86) on {}: peak RSS {:.1} MiB <= arena {:.1} + file {:.1} + 2 MiB = {:.1} MiB?",
+            file.display(),
+            mib(rss_kib * 1024),
+            mib(arena),
+            mib(mapped),
+            mib(bound)
+        );
+        if rss_kib * 1024 > bound {
+            return Err(format!("lutra-pi on {}: peak RSS {rss_kib} KiB over {bound} bytes\n{stats}", file.display()));
+        }
+    }
+
+    // bare metal: the same file embedded in a kernel8.img, booted on an emulated Pi 3
+    let (tokens, metal_prompt) = ("16", "Once upon a time"); // lutra-metal's TOKENS and PROMPT
+    let (on_x86, _) = stdout(Command::new(&lutra).env("LUTRA_MAX_ISA", "ssse3").arg("run").arg("-m").arg(&packed).args([
+        "-p",
+        metal_prompt,
+        "-n",
+        tokens,
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ]))?;
+    // a Pi 3 (plain UART, defmt frames) and a Pi 4 (another memory map and UART, on qemu
+    // 10 from bookworm-backports)
+    let images = [
+        (false, Board::Raspi3b, "kernel8.img"),
+        (true, Board::Raspi3b, "kernel8-defmt.img"),
+        (false, Board::Raspi4b, "kernel8-raspi4b.img"),
+    ];
+    for (defmt, board, image) in images {
+        let (code, uart) = boot_metal(ci, &packed, &dir.join(image), defmt, board)?;
+        let text = uart.split_once("--- text ---\n").and_then(|(_, rest)| rest.split_once("\n--- end ---")).map(|(text, _)| text);
+        let refusals = uart.lines().filter(|l| l.starts_with("refuses a ")).count();
+        let on_board = uart.starts_with(&format!("lutra-metal on {}", board.machine()));
+        if code != Some(0) || text != Some(on_x86.as_str()) || refusals != 3 || !on_board {
+            return Err(format!(
+                "the bare-metal image {image} ({}) exited with {code:?}, {refusals} of 3 damaged copies refused, text {text:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}\nUART:\n{uart}",
+                board.machine()
+            ));
+        }
+        println!("bare metal {image} (qemu -M {}): NEON text = x86 SSSE3 text; 3 damaged copies refused", board.machine());
+    }
+    // a model whose session does not fit the image's compile-time arena: stories15M at
+    // 8 bits adds residual tables
+    let packed8 = dir.join("stories15M-q8.lutra");
+    run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "8", "-o"]).arg(&packed8))?;
+    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"), false, Board::Raspi3b)?;
+    if code != Some(1) || !uart.contains("refused: the model does not fit") {
+        return Err(format!("the bare-metal image with an 8-bit model: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
+    }
+    println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
+    ci.counts.push(("bare-metal image under qemu -M raspi3b (plain UART, defmt) and -M raspi4b (text = x86, 10 refusals)".into(), 13));
+    ci.ran("neon", "bare metal (qemu -M raspi3b, raspi4b)");
+    Ok(())
+}
+
+/// Builds lutra-metal with `model` embedded (`defmt`: its UART carries defmt frames),
+/// writes the raw `image`, boots it on `qemu-system-aarch64 -M raspi3b` (semihosting
+/// exit, a timeout in case it hangs) and returns qemu's exit code and what the UART
+/// printed (decoded by `defmt-print` for a defmt image).
+fn boot_metal(ci: &Ci, model: &Path, image: &Path, defmt: bool, board: Board) -> Result<(Option<i32>, String)> {
+    let mut build = cargo(&ci.root);
+    build.args(["build", "--release", "-p", "lutra-metal", "--target", BARE_METAL]).env("LUTRA_METAL_MODEL", model);
+    if defmt {
+        build.args(["--features", "defmt"]).env("DEFMT_LOG", "info");
+    }
+    let qemu_binary = match board {
+        Board::Raspi3b => PathBuf::from("qemu-system-aarch64"),
+        Board::Raspi4b => {
+            build.args(["--features", "raspi4b"]);
+            backports_qemu(&ci.target_dir)?
+        }
+    };
+    run(&mut build)?;
+    let elf = ci.target_dir.join(BARE_METAL).join("release/lutra-metal");
+    run(Command::new("aarch64-linux-gnu-objcopy").args(["-O", "binary"]).arg(&elf).arg(image))?;
+    let mut qemu = Command::new("timeout");
+    qemu.arg("300")
+        .arg(&qemu_binary)
+        .args(["-M", board.machine(), "-serial", "stdio", "-display", "none", "-semihosting", "-kernel"])
+        .arg(image);
+    println!("$ {}", show(&qemu));
+    let out = qemu.stdin(Stdio::null()).output().map_err(|e| format!("`{}`: {e}", show(&qemu)))?;
+    let uart = if defmt {
+        let mut decode = Command::new("defmt-print");
+        decode.arg("-e").arg(&elf);
+        println!("$ ... | {}", show(&decode));
+        let mut child = decode.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().map_err(|e| format!("defmt-print: {e}"))?;
+        child.stdin.take().ok_or("defmt-print: no stdin")?.write_all(&out.stdout).map_err(|e| format!("defmt-print: {e}"))?;
+        let decoded = child.wait_with_output().map_err(|e| format!("defmt-print: {e}"))?;
+        println!("({} bytes of defmt frames on the UART)", out.stdout.len());
+        String::from_utf8_lossy(&decoded.stdout).into_owned()
+    } else {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    print!("{uart}");
+    Ok((out.status.code(), uart))
+}
+
+/// The Raspberry Pi boards the bare-metal image is built and booted for.
+#[derive(Clone, Copy)]
+enum Board {
+    Raspi3b,
+    Raspi4b,
+}
+
+impl Board {
+    fn machine(self) -> &'static str {
+        match self {
+            Board::Raspi3b => "raspi3b",
+            Board::Raspi4b => "raspi4b",
+        }
+    }
+}
+
+/// `qemu-system-aarch64` 10 from Debian's bookworm-backports (Debian 12's 7.2 has no
+/// `raspi4b`), unpacked under the target dir rather than installed, so every other step
+/// keeps the system's qemu. Adds the backports suite to apt's sources (at the default
+/// low priority: nothing else is upgraded) the first time.
+fn backports_qemu(target_dir: &Path) -> Result<PathBuf> {
+    let dir = target_dir.join("qemu-backports");
+    let binary = dir.join("usr/bin/qemu-system-aarch64");
+    if binary.exists() {
+        return Ok(binary);
+    }
+    let sources = Path::new("/etc/apt/sources.list.d/backports.sources");
+    if !sources.exists() {
+        let debian = fs::read_to_string("/etc/apt/sources.list.d/debian.sources").map_err(|e| format!("debian.sources: {e}"))?;
+        // the first stanza (the main mirror), with the suite swapped
+        let first: Vec<String> = debian
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| if l.starts_with("Suites:") { "Suites: bookworm-backports".to_string() } else { l.to_string() })
+            .collect();
+        fs::write(sources, first.join("\n") + "\n").map_err(|e| format!("{}: {e}", sources.display()))?;
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+    }
+    let download = dir.join("download");
+    fs::create_dir_all(&download).map_err(|e| format!("{}: {e}", download.display()))?;
+    run(Command::new("apt-get").args(["download", "-q", "qemu-system-arm/bookworm-backports"]).current_dir(&download))?;
+    let deb = fs::read_dir(&download)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .ok_or("apt-get download left no .deb")?;
+    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&dir))?;
+    let version = run_capture(Command::new(&binary).arg("--version"))?;
+    expect_contains(&version, "version 10.", "backports qemu-system-aarch64")?;
+    Ok(binary)
+}
