@@ -16,6 +16,8 @@ extern crate alloc;
 
 mod aligned;
 #[cfg(feature = "alloc")]
+pub mod arch;
+#[cfg(feature = "alloc")]
 pub mod bpe;
 #[cfg(feature = "alloc")]
 pub mod chat;

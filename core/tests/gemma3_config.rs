@@ -9,8 +9,8 @@ use common::gguf_writer::{write_gguf, Meta, Tensor};
 use common::tiny_gemma::*;
 use common::Rng;
 
+use lutra_core::arch::gemma3::{Gemma3, Gemma3Config, Gemma3State};
 use lutra_core::gguf::Gguf;
-use lutra_core::model::gemma3::{Gemma3, Gemma3Config, Gemma3State};
 use lutra_core::model::import::TensorSource;
 use lutra_core::model::{ModelError, SingleThread};
 

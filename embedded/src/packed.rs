@@ -94,7 +94,7 @@ pub fn import_bound(gguf: &Gguf<'_>) -> Option<usize> {
             (vocab, tokens.bytes().len().checked_sub(8 * vocab)?)
         }
         None => {
-            let blob = gguf.tensor(lutra_core::model::llama::TOKENIZER_BLOB)?;
+            let blob = gguf.tensor(lutra_core::arch::llama::TOKENIZER_BLOB)?;
             let vocab = gguf.get_u32("llama.vocab_size")? as usize;
             (vocab, usize::try_from(blob.byte_size().ok()?).ok()?.saturating_sub(8 * vocab + 4))
         }

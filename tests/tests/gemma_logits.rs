@@ -19,8 +19,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use lutra_core::arch::gemma3::{Gemma3, Gemma3State};
 use lutra_core::gguf::Gguf;
-use lutra_core::model::gemma3::{Gemma3, Gemma3State};
 use lutra_core::model::SingleThread;
 use lutra_tests::golden::{golden_path, Golden, Tally, GEMMA3_270M_GPL3};
 

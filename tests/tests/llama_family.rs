@@ -11,8 +11,8 @@
 //! where llama.cpp quantizes activations to Q8_0; measured 0.99974); top-1 agreement
 //! wherever llama.cpp's lead is ≥ 0.5.
 
+use lutra_core::arch::llama_family::{LlamaFamily, LlamaFamilyState};
 use lutra_core::gguf::Gguf;
-use lutra_core::model::llama_family::{LlamaFamily, LlamaFamilyState};
 use lutra_core::model::SingleThread;
 use lutra_tests::tiny_llama::{FamilyGolden, VARIANTS};
 

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use lutra_core::arch::llama::{Llama, State};
 use lutra_core::llama2c::Checkpoint;
-use lutra_core::model::llama::{Llama, State};
 use lutra_core::model::{ModelError, SingleThread};
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
 

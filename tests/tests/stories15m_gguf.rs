@@ -12,8 +12,8 @@
 
 use std::path::PathBuf;
 
+use lutra_core::arch::llama_family::{Arch, LlamaFamily, LlamaFamilyState};
 use lutra_core::gguf::Gguf;
-use lutra_core::model::llama_family::{Arch, LlamaFamily, LlamaFamilyState};
 use lutra_core::model::SingleThread;
 use lutra_tests::golden::{golden_path, Golden, Tally};
 

@@ -16,7 +16,7 @@
 //! browser and the Pi), a thread pool in the `lutra` crate; results are the same bit for
 //! bit.
 
-pub mod budget;
+pub use crate::model::budget;
 mod chat;
 mod error;
 mod generate;

@@ -6,15 +6,14 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use super::{budget, Error};
+use crate::arch::llama::Llama;
+use crate::arch::Network;
 use crate::bpe::BpeTokenizer;
 use crate::chat::ChatTemplate;
 use crate::gguf::Gguf;
 use crate::llama2c::Checkpoint;
-use crate::model::gemma3::Gemma3;
 use crate::model::import::{InMemory, TensorSource};
 use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat};
-use crate::model::llama::Llama;
-use crate::model::llama_family::LlamaFamily;
 use crate::model::ModelError;
 use crate::pack;
 use crate::pq::{Codebooks, PqKvCache};
@@ -33,12 +32,6 @@ pub struct Model {
 pub(crate) struct Inner {
     pub(crate) net: Network,
     tokenizer: Vocabulary,
-}
-
-pub(crate) enum Network {
-    Llama(Box<Llama>),
-    Gemma3(Box<Gemma3>),
-    LlamaFamily(Box<LlamaFamily>),
 }
 
 enum Vocabulary {
@@ -105,6 +98,33 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    fn new(
+        net: &Network,
+        tensor_types: Vec<(String, usize)>,
+        chat: Option<ChatTemplate>,
+        chat_template_in_file: bool,
+        packed: bool,
+    ) -> Self {
+        let s = net.sizes();
+        ModelInfo {
+            architecture: s.name,
+            dim: s.dim,
+            hidden_dim: s.hidden_dim,
+            layers: s.layers,
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            head_dim: s.head_dim,
+            vocab_size: s.vocab_size,
+            context_length: s.context,
+            matrix_bytes: net.matrix_bytes(),
+            tensor_types,
+            chat: chat.is_some(),
+            chat_template: chat.and_then(ChatTemplate::name),
+            chat_template_in_file,
+            packed,
+        }
+    }
+
     /// One line: architecture and sizes.
     pub fn summary(&self) -> String {
         let heads = if self.kv_heads == self.heads {
@@ -201,13 +221,14 @@ impl Model {
                 return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed"), true));
             }
         }
-        let family = crate::model::llama_family::Arch::from_name(arch);
-        if arch != "gemma3" && family.is_none() {
+        if !Network::runs_gguf(arch) {
             return Err(Error::UnsupportedArchitecture(arch.into()));
         }
-        // Gemma's files are SentencePiece; any other tokenizer there is refused as such
-        let tokenizer =
-            if arch == "gemma3" { Vocabulary::Spm(Box::new(SpmTokenizer::from_gguf(gguf)?)) } else { Vocabulary::from_gguf(gguf)? };
+        let tokenizer = if Network::sentencepiece_only(arch) {
+            Vocabulary::Spm(Box::new(SpmTokenizer::from_gguf(gguf)?))
+        } else {
+            Vocabulary::from_gguf(gguf)?
+        };
         let data_start = gguf.data_start();
         // a chunk has read `consumed` of its tensor; a finished tensor all of it
         let mut report = |p: crate::model::import::Imported<'_>| {
@@ -227,40 +248,9 @@ impl Model {
             }
         }
         let file_template = gguf.get_str(crate::spm::KEY_CHAT_TEMPLATE);
-        // Gemma 3 files without a template (the 270M) still have Gemma's turns
-        let chat = file_template.and_then(ChatTemplate::detect).or((arch == "gemma3").then_some(ChatTemplate::Gemma));
-        // (dim, hidden, layers, heads, KV heads, head width, vocabulary, context)
-        let (net, architecture, sizes, matrix_bytes, packed) = if family.is_some() {
-            let net = LlamaFamily::from_gguf_source(gguf, source, &mut report)?;
-            let c = &net.config;
-            let sizes = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.context);
-            let (architecture, matrix_bytes) = (c.arch.name(), net.matrix_bytes());
-            (Network::LlamaFamily(Box::new(net)), architecture, sizes, matrix_bytes, false)
-        } else {
-            let net = Gemma3::from_gguf_source(gguf, source, &mut report)?;
-            let c = &net.config;
-            let sizes = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.context);
-            let matrix_bytes = net.matrix_bytes();
-            (Network::Gemma3(Box::new(net)), "gemma3", sizes, matrix_bytes, pack::is_packed(gguf))
-        };
-        let (dim, hidden_dim, layers, heads, kv_heads, head_dim, vocab_size, context_length) = sizes;
-        let info = ModelInfo {
-            architecture,
-            dim,
-            hidden_dim,
-            layers,
-            heads,
-            kv_heads,
-            head_dim,
-            vocab_size,
-            context_length,
-            matrix_bytes,
-            tensor_types: types,
-            chat: chat.is_some(),
-            chat_template: chat.and_then(ChatTemplate::name),
-            chat_template_in_file: file_template.is_some(),
-            packed,
-        };
+        let chat = file_template.and_then(ChatTemplate::detect).or(Network::default_chat(arch));
+        let net = Network::from_gguf(arch, gguf, source, &mut report).ok_or_else(|| Error::UnsupportedArchitecture(arch.into()))??;
+        let info = ModelInfo::new(&net, types, chat, file_template.is_some(), pack::is_packed(gguf));
         if info.vocab_size != tokenizer.tokenizer().vocab_size() {
             return Err(ModelError::Unsupported {
                 key: "tokenizer.ggml.tokens",
@@ -292,51 +282,21 @@ impl Model {
     }
 
     fn llama(net: Llama, tokenizer: Llama2cTokenizer, kind: String, packed: bool) -> Model {
-        let c = &net.config;
-        let info = ModelInfo {
-            architecture: "llama",
-            dim: c.dim,
-            hidden_dim: c.hidden_dim,
-            layers: c.n_layers,
-            heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            head_dim: c.head_size(),
-            vocab_size: c.vocab_size,
-            context_length: c.seq_len,
-            matrix_bytes: net.matrix_bytes(),
-            tensor_types: alloc::vec![(kind, 7 * c.n_layers + 1)],
-            chat: false,
-            chat_template: None,
-            chat_template_in_file: false,
-            packed,
-        };
-        Model::new(Network::Llama(Box::new(net)), Vocabulary::Llama2c(Box::new(tokenizer)), info, None)
+        let types = alloc::vec![(kind, 7 * net.config.n_layers + 1)];
+        let net = Network::Llama(Box::new(net));
+        let info = ModelInfo::new(&net, types, None, false, packed);
+        Model::new(net, Vocabulary::Llama2c(Box::new(tokenizer)), info, None)
     }
 
     /// Packs the model (`crate::pack`: a `.lutra` file, read in place on load) into
     /// `writer`. `origin` is the file the model came from: the GGUF (its metadata and
     /// tokenizer are kept), or for a llama2.c model its `tokenizer.bin`.
     pub fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), Error> {
-        match &self.inner.net {
-            Network::Gemma3(net) => {
-                let g = Gguf::parse(origin)?;
-                if pack::is_packed(&g) {
-                    return Err(Error::Model(ModelError::BadPackedFile("already packed".into())));
-                }
-                net.write_packed(&g, writer);
-            }
-            Network::Llama(net) => {
-                Llama2cTokenizer::from_bytes(origin, net.config.vocab_size)?;
-                net.write_packed(origin, writer);
-            }
-            Network::LlamaFamily(_) => {
-                return Err(Error::Model(ModelError::BadPackedFile(format!(
-                    "packing {} models is not implemented yet; run the GGUF file itself",
-                    self.info.architecture
-                ))))
-            }
+        if let Vocabulary::Llama2c(_) = self.inner.tokenizer {
+            // a llama2.c model's origin is its tokenizer.bin, which the packed file keeps
+            Llama2cTokenizer::from_bytes(origin, self.info.vocab_size)?;
         }
-        Ok(())
+        Ok(self.inner.net.write_packed(origin, writer)?)
     }
 
     fn new(net: Network, tokenizer: Vocabulary, info: ModelInfo, chat: Option<ChatTemplate>) -> Model {
@@ -373,11 +333,7 @@ impl Model {
     /// weights (nothing moves then) or they are read in place from a packed file.
     pub fn gather_weights(&mut self, shorter_than: usize) -> usize {
         let Some(inner) = Arc::get_mut(&mut self.inner) else { return 0 };
-        let mut buffers = match &mut inner.net {
-            Network::Llama(m) => m.matrix_buffers_mut(),
-            Network::Gemma3(m) => m.matrix_buffers_mut(),
-            Network::LlamaFamily(m) => m.matrix_buffers_mut(),
-        };
+        let mut buffers = inner.net.matrix_buffers_mut();
         crate::AlignedBytes::gather(&mut buffers, shorter_than)
     }
 
@@ -496,20 +452,12 @@ impl Model {
 
     /// The attention a KV cache of `context` positions must serve.
     pub fn attention_shape(&self, context: usize) -> AttentionShape {
-        match &self.inner.net {
-            Network::Llama(m) => m.attention_shape(context),
-            Network::Gemma3(m) => m.attention_shape(context),
-            Network::LlamaFamily(m) => m.attention_shape(context),
-        }
+        self.inner.net.attention_shape(context)
     }
 
     /// Each layer's sliding window (Gemma 3's local layers), 0 where it attends to everything.
     pub fn layer_windows(&self) -> Vec<usize> {
-        match &self.inner.net {
-            Network::Llama(m) => alloc::vec![0; m.config.n_layers],
-            Network::Gemma3(m) => m.config.layer_windows(),
-            Network::LlamaFamily(m) => alloc::vec![0; m.config.n_layers],
-        }
+        self.inner.net.layer_windows()
     }
 
     /// The hyperparameters its memory depends on: what [`budget`](super::budget) sizes
@@ -520,11 +468,7 @@ impl Model {
             Vocabulary::Spm(t) => t.text_bytes(),
             Vocabulary::Bpe(t) => t.text_bytes(),
         };
-        let family = match &self.inner.net {
-            Network::Llama(m) => budget::Family::Llama { residual_tables: m.classifier.layout().bits() >= 5 },
-            Network::Gemma3(m) => budget::Family::Gemma3 { sliding_window: m.config.sliding_window, global_every: m.config.swa_period },
-            Network::LlamaFamily(_) => budget::Family::LlamaFamily,
-        };
+        let family = self.inner.net.memory_family();
         let i = &self.info;
         budget::Dims {
             family,

@@ -3,12 +3,10 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::model::{Attention, Model, Network};
+use super::model::{Attention, Model};
 use super::Error;
-use crate::model::gemma3::Gemma3State;
+use crate::arch::NetworkState;
 use crate::model::kv::{KvCache, ValueFormat};
-use crate::model::llama::State as LlamaState;
-use crate::model::llama_family::LlamaFamilyState;
 use crate::model::Gemv;
 
 /// One sequence of a model: its KV cache, its tokens and its position.
@@ -19,18 +17,12 @@ use crate::model::Gemv;
 /// the logits are what feeding every token one by one gives, bit for bit.
 pub struct Session {
     model: Model,
-    state: State,
+    state: NetworkState,
     /// Every token of the sequence; `tokens[..computed]` are in the KV cache.
     tokens: Vec<u32>,
     computed: usize,
     /// The state's logits belong to the last computed token.
     logits_ready: bool,
-}
-
-enum State {
-    Llama(Box<LlamaState>),
-    Gemma3(Box<Gemma3State>),
-    LlamaFamily(Box<LlamaFamilyState>),
 }
 
 /// What a session's KV cache holds and costs.
@@ -76,11 +68,7 @@ impl Session {
     /// A session over a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &Model, cache: Box<dyn KvCache>) -> Result<Session, Error> {
         let context = cache.shape().context;
-        let state = match &model.inner().net {
-            Network::Llama(m) => State::Llama(Box::new(LlamaState::with_cache(m, cache)?)),
-            Network::Gemma3(m) => State::Gemma3(Box::new(Gemma3State::with_cache(m, cache)?)),
-            Network::LlamaFamily(m) => State::LlamaFamily(Box::new(LlamaFamilyState::with_cache(m, cache)?)),
-        };
+        let state = model.inner().net.new_state(cache)?;
         // room for every position now: appending while generating never allocates
         let tokens = Vec::with_capacity(context);
         Ok(Session { model: model.clone(), state, tokens, computed: 0, logits_ready: false })
@@ -93,11 +81,7 @@ impl Session {
 
     /// Positions the session holds at most.
     pub fn context(&self) -> usize {
-        match &self.state {
-            State::Llama(s) => s.context(),
-            State::Gemma3(s) => s.context(),
-            State::LlamaFamily(s) => s.context(),
-        }
+        self.state.context()
     }
 
     /// The tokens of the sequence, appended and computed alike.
@@ -117,11 +101,7 @@ impl Session {
 
     /// The KV cache.
     pub fn cache(&self) -> &dyn KvCache {
-        match &self.state {
-            State::Llama(s) => s.cache(),
-            State::Gemma3(s) => s.cache(),
-            State::LlamaFamily(s) => s.cache(),
-        }
+        self.state.cache()
     }
 
     /// What the KV cache holds and costs.
@@ -180,22 +160,11 @@ impl Session {
         if self.computed < self.tokens.len() || !self.logits_ready {
             let last = self.tokens.len().checked_sub(1).ok_or(Error::NothingToPredict)?;
             self.compute(gemv, last)?;
-            let (token, net) = (self.tokens[last], &self.model.inner().net);
-            match (net, &mut self.state) {
-                (Network::Llama(m), State::Llama(s)) => m.forward(gemv, s, token, last).map(drop),
-                (Network::Gemma3(m), State::Gemma3(s)) => m.forward(gemv, s, token, last).map(drop),
-                (Network::LlamaFamily(m), State::LlamaFamily(s)) => m.forward(gemv, s, token, last).map(drop),
-                _ => unreachable!("a session's state is made by its own model"),
-            }?;
+            self.model.inner().net.forward(gemv, &mut self.state, self.tokens[last], last)?;
             self.computed = last + 1;
             self.logits_ready = true;
         }
-        let logits = match &self.state {
-            State::Llama(s) => s.logits(),
-            State::Gemma3(s) => s.logits(),
-            State::LlamaFamily(s) => s.logits(),
-        };
-        Ok((logits, &self.tokens))
+        Ok((self.state.logits(), &self.tokens))
     }
 
     /// Puts the tokens up to (not including) `end` into the cache, in batches.
@@ -203,13 +172,8 @@ impl Session {
         if self.computed >= end {
             return Ok(());
         }
-        let (first, batch, net) = (self.computed, &self.tokens[self.computed..end], &self.model.inner().net);
-        match (net, &mut self.state) {
-            (Network::Llama(m), State::Llama(s)) => m.feed_batch(gemv, s, batch, first),
-            (Network::Gemma3(m), State::Gemma3(s)) => m.feed_batch(gemv, s, batch, first),
-            (Network::LlamaFamily(m), State::LlamaFamily(s)) => m.feed_batch(gemv, s, batch, first),
-            _ => unreachable!("a session's state is made by its own model"),
-        }?;
+        let (first, batch) = (self.computed, &self.tokens[self.computed..end]);
+        self.model.inner().net.feed_batch(gemv, &mut self.state, batch, first)?;
         self.computed = end;
         self.logits_ready = false;
         Ok(())

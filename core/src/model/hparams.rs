@@ -9,7 +9,7 @@ use crate::gguf::{Gguf, Value};
 
 /// `Ok(None)` if `key` is absent, its value if `read` takes it; a per-layer array (which
 /// llama.cpp takes for some keys) is refused, any other type is the wrong one.
-pub(super) fn optional<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<Option<T>, ModelError> {
+pub(crate) fn optional<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<Option<T>, ModelError> {
     match g.get(key) {
         None => Ok(None),
         Some(v @ Value::Array(_)) => Err(unsupported(key, v)),
@@ -17,16 +17,16 @@ pub(super) fn optional<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Va
     }
 }
 
-pub(super) fn required<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<T, ModelError> {
+pub(crate) fn required<'a, T>(g: &Gguf<'a>, key: &'static str, read: impl Fn(&Value<'a>) -> Option<T>) -> Result<T, ModelError> {
     optional(g, key, read)?.ok_or(ModelError::MissingMetadata(key))
 }
 
-pub(super) fn unsupported(key: &'static str, value: impl core::fmt::Display) -> ModelError {
+pub(crate) fn unsupported(key: &'static str, value: impl core::fmt::Display) -> ModelError {
     ModelError::Unsupported { key, value: value.to_string() }
 }
 
 /// A RoPE base, 10 000 if absent (llama.cpp's default for both keys).
-pub(super) fn rope_base(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
+pub(crate) fn rope_base(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
     match optional(g, key, Value::as_f32)?.unwrap_or(10_000.0) {
         base if base.is_finite() && base > 0.0 => Ok(base),
         base => Err(unsupported(key, base)),
@@ -35,7 +35,7 @@ pub(super) fn rope_base(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelErr
 
 /// 1/factor of linear RoPE scaling: `factor_key` (`ARCH.rope.scaling.factor`), else the
 /// older `scale_linear_key`; 1 when both are absent or 0 (llama.cpp's "unset").
-pub(super) fn linear_rope_scale(g: &Gguf<'_>, factor_key: &'static str, scale_linear_key: &'static str) -> Result<f32, ModelError> {
+pub(crate) fn linear_rope_scale(g: &Gguf<'_>, factor_key: &'static str, scale_linear_key: &'static str) -> Result<f32, ModelError> {
     let (key, factor) = match optional(g, factor_key, Value::as_f32)? {
         Some(f) => (factor_key, f),
         None => (scale_linear_key, optional(g, scale_linear_key, Value::as_f32)?.unwrap_or(0.0)),

@@ -427,20 +427,20 @@ pub struct Imported<'a> {
     pub consumed: Option<core::ops::Range<usize>>,
 }
 
-pub(super) struct Importer<'g, 'a, 's, F> {
-    pub(super) g: &'g Gguf<'a>,
-    pub(super) source: &'s mut dyn TensorSource,
-    pub(super) progress: F,
-    pub(super) done: usize,
-    pub(super) total: usize,
+pub(crate) struct Importer<'g, 'a, 's, F> {
+    pub(crate) g: &'g Gguf<'a>,
+    pub(crate) source: &'s mut dyn TensorSource,
+    pub(crate) progress: F,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
 }
 
 impl<F: FnMut(Imported<'_>)> Importer<'_, '_, '_, F> {
-    pub(super) fn report(&mut self, tensor: &str) {
+    pub(crate) fn report(&mut self, tensor: &str) {
         self.done += 1;
         (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
     }
-    pub(super) fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
+    pub(crate) fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
         let (done, total, progress) = (self.done, self.total, &mut self.progress);
         let m = weights(self.g, self.source, &name, Some(shape), |range| {
             progress(Imported { done, total, tensor: &name, consumed: Some(range) });
@@ -448,7 +448,7 @@ impl<F: FnMut(Imported<'_>)> Importer<'_, '_, '_, F> {
         self.report(&name);
         Ok(m)
     }
-    pub(super) fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
+    pub(crate) fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
         let v = vector(self.g, self.source, &name, len)?;
         self.report(&name);
         Ok(v)

@@ -1,14 +1,12 @@
 //! Transformer models over the LUT kernels. Each forward pass reads top to bottom like
 //! llama2.c's `run.c`: norm, qkv, rope, attention, output, residual, ffn.
 
-pub mod gemma3;
-mod hparams;
+pub mod budget;
+pub(crate) mod hparams;
 pub mod import;
 pub mod kv;
-pub mod llama;
-pub mod llama_family;
-mod ops;
-mod products;
+pub(crate) mod ops;
+pub(crate) mod products;
 
 use core::fmt;
 
@@ -115,7 +113,7 @@ pub const PREFILL_BATCH: usize = 32;
 /// A `feed_batch` request run in pieces of up to `PREFILL_BATCH` tokens, `chunk(piece,
 /// first position)` each, after checking it: every token in the vocabulary, every
 /// position inside the context.
-fn feed_in_batches(
+pub(crate) fn feed_in_batches(
     tokens: &[u32],
     first_pos: usize,
     context: usize,

@@ -12,7 +12,7 @@ use crate::{OwnedTables, Tables};
 /// Working memory of up to `PREFILL_BATCH` tokens of a transformer with grouped-query
 /// attention and a gated feed-forward: activations (token-major), the products' scratch,
 /// and each model's rotary angles `R`.
-pub(super) struct Batch<R> {
+pub(crate) struct Batch<R> {
     pub x: Vec<f32>,
     pub xb: Vec<f32>,
     pub q: Vec<f32>,
@@ -46,16 +46,16 @@ impl<R> Batch<R> {
 }
 
 /// The first `n` rows of `width` values of a token-major buffer.
-pub(super) fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExactMut<'_, f32> {
+pub(crate) fn first_rows(v: &mut [f32], n: usize, width: usize) -> core::slice::ChunksExactMut<'_, f32> {
     v[..n * width].chunks_exact_mut(width)
 }
 
 /// A job on one token's pair of rows (see `for_each_row_pair`) and its index.
-pub(super) type RowsJob<'a> = dyn Fn(&mut (&mut [f32], &mut [f32]), usize) -> Result<(), crate::Error> + Sync + 'a;
+pub(crate) type RowsJob<'a> = dyn Fn(&mut (&mut [f32], &mut [f32]), usize) -> Result<(), crate::Error> + Sync + 'a;
 
 /// `job` on each of the first `n` (≤ `PREFILL_BATCH`) rows of two token-major buffers,
 /// paired by token (rows of `a_width` and `b_width` values), on every thread of `gemv`.
-pub(super) fn for_each_row_pair<G: Gemv>(
+pub(crate) fn for_each_row_pair<G: Gemv>(
     gemv: &G,
     (a, a_width): (&mut [f32], usize),
     (b, b_width): (&mut [f32], usize),
@@ -69,7 +69,7 @@ pub(super) fn for_each_row_pair<G: Gemv>(
 
 /// `ys[i] = m · xs[i]` for the first `n` rows of `xs`: over one table set per token for
 /// the lookup kernels, over the token's int8 activations for the dot-product kernels.
-pub(super) fn batch_product<G: Gemv>(
+pub(crate) fn batch_product<G: Gemv>(
     gemv: &G,
     m: &Weights,
     scratch: &mut Scratch,
@@ -83,7 +83,7 @@ pub(super) fn batch_product<G: Gemv>(
 /// `batch_product` for several matrices of the same input (q, k and v; gate and up):
 /// each kind of prepared input — a table set per (columns, group), int8 activations per
 /// column count — is made once for all of them.
-pub(super) fn batch_products<G: Gemv, const K: usize>(
+pub(crate) fn batch_products<G: Gemv, const K: usize>(
     gemv: &G,
     scratch: &mut Scratch,
     xs: &[f32],
@@ -121,7 +121,7 @@ fn input_form(m: &Weights) -> (bool, usize, usize) {
 /// Per-token working memory of the products: one table set per token of a batch for
 /// each (columns, group) of lookup matrices, one int8 activation vector per token for
 /// each column count of int8 matrices.
-pub(super) struct Scratch {
+pub(crate) struct Scratch {
     tables: Vec<((usize, usize), Vec<OwnedTables>)>,
     int8: Vec<Vec<Int8Activations>>,
 }
@@ -169,7 +169,7 @@ impl Scratch {
     }
 
     /// Room for the products of up to `PREFILL_BATCH` tokens with each of `matrices`.
-    pub(super) fn for_matrices<'m>(matrices: impl Iterator<Item = &'m Weights>) -> Result<Scratch, ModelError> {
+    pub(crate) fn for_matrices<'m>(matrices: impl Iterator<Item = &'m Weights>) -> Result<Scratch, ModelError> {
         let mut tables = Vec::new();
         let mut int8: Vec<Vec<Int8Activations>> = Vec::new();
         for m in matrices {

@@ -48,15 +48,15 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
-pub use super::import::Imported;
-use super::import::{Importer, InMemory, TensorSource, Weights};
-use super::kv::kernels::exp;
-use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
-use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
-use super::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
-use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
+use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
+pub use crate::model::import::Imported;
+use crate::model::import::{Importer, InMemory, TensorSource, Weights};
+use crate::model::kv::kernels::exp;
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
+use crate::model::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
+use crate::model::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemma3Config {
@@ -500,6 +500,79 @@ impl Gemma3State {
 
     pub fn cache(&self) -> &dyn KvCache {
         &*self.cache
+    }
+}
+
+impl crate::arch::Architecture for Gemma3 {
+    type State = Gemma3State;
+
+    /// The 270M's file has no template, and Gemma's turns all the same.
+    const DEFAULT_CHAT: Option<crate::chat::ChatTemplate> = Some(crate::chat::ChatTemplate::Gemma);
+    const SENTENCEPIECE_ONLY: bool = true;
+
+    fn runs_gguf(name: &str) -> bool {
+        name == "gemma3"
+    }
+    fn from_gguf(gguf: &Gguf<'_>, source: &mut dyn TensorSource, progress: &mut dyn FnMut(Imported<'_>)) -> Result<Self, ModelError> {
+        Gemma3::from_gguf_source(gguf, source, progress)
+    }
+    fn sizes(&self) -> crate::arch::Sizes {
+        let c = &self.config;
+        crate::arch::Sizes {
+            name: "gemma3",
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            layers: c.n_layers,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            vocab_size: c.vocab_size,
+            context: c.context,
+        }
+    }
+    fn matrix_bytes(&self) -> usize {
+        Gemma3::matrix_bytes(self)
+    }
+    fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
+        Gemma3::matrix_buffers_mut(self)
+    }
+    fn attention_shape(&self, context: usize) -> AttentionShape {
+        Gemma3::attention_shape(self, context)
+    }
+    fn layer_windows(&self) -> Vec<usize> {
+        self.config.layer_windows()
+    }
+    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::pack::Writer<'a>) -> Result<(), ModelError> {
+        let g = Gguf::parse(origin)?;
+        if crate::pack::is_packed(&g) {
+            return Err(ModelError::BadPackedFile("already packed".into()));
+        }
+        Gemma3::write_packed(self, &g, writer);
+        Ok(())
+    }
+    fn memory_family(&self) -> crate::model::budget::Family {
+        crate::model::budget::Family::Gemma3 { sliding_window: self.config.sliding_window, global_every: self.config.swa_period }
+    }
+    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
+        Gemma3State::with_cache(self, cache)
+    }
+    fn forward<G: Gemv>(&self, gemv: &G, state: &mut Gemma3State, token: u32, pos: usize) -> Result<(), ModelError> {
+        Gemma3::forward(self, gemv, state, token, pos).map(drop)
+    }
+    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        Gemma3::feed_batch(self, gemv, state, tokens, first_pos)
+    }
+}
+
+impl crate::arch::ArchState for Gemma3State {
+    fn context(&self) -> usize {
+        Gemma3State::context(self)
+    }
+    fn cache(&self) -> &dyn KvCache {
+        Gemma3State::cache(self)
+    }
+    fn logits(&self) -> &[f32] {
+        Gemma3State::logits(self)
     }
 }
 

@@ -40,15 +40,15 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
-use super::import::{Imported, Importer, InMemory, TensorSource, Weights};
-use super::kv::kernels::exp;
-use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
-use super::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
-use super::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};
-use super::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::{Gguf, Value};
 use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
+use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
+use crate::model::import::{Imported, Importer, InMemory, TensorSource, Weights};
+use crate::model::kv::kernels::exp;
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
+use crate::model::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};
+use crate::model::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
 
 /// Which member of the family a file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -615,6 +615,67 @@ impl LlamaFamilyState {
 
     pub fn cache(&self) -> &dyn KvCache {
         &*self.cache
+    }
+}
+
+impl crate::arch::Architecture for LlamaFamily {
+    type State = LlamaFamilyState;
+
+    fn runs_gguf(name: &str) -> bool {
+        Arch::from_name(name).is_some()
+    }
+    fn from_gguf(gguf: &Gguf<'_>, source: &mut dyn TensorSource, progress: &mut dyn FnMut(Imported<'_>)) -> Result<Self, ModelError> {
+        LlamaFamily::from_gguf_source(gguf, source, progress)
+    }
+    fn sizes(&self) -> crate::arch::Sizes {
+        let c = &self.config;
+        crate::arch::Sizes {
+            name: c.arch.name(),
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            layers: c.n_layers,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            vocab_size: c.vocab_size,
+            context: c.context,
+        }
+    }
+    fn matrix_bytes(&self) -> usize {
+        LlamaFamily::matrix_bytes(self)
+    }
+    fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
+        LlamaFamily::matrix_buffers_mut(self)
+    }
+    fn attention_shape(&self, context: usize) -> AttentionShape {
+        LlamaFamily::attention_shape(self, context)
+    }
+    fn layer_windows(&self) -> Vec<usize> {
+        alloc::vec![0; self.config.n_layers]
+    }
+    fn memory_family(&self) -> crate::model::budget::Family {
+        crate::model::budget::Family::LlamaFamily
+    }
+    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
+        LlamaFamilyState::with_cache(self, cache)
+    }
+    fn forward<G: Gemv>(&self, gemv: &G, state: &mut LlamaFamilyState, token: u32, pos: usize) -> Result<(), ModelError> {
+        LlamaFamily::forward(self, gemv, state, token, pos).map(drop)
+    }
+    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        LlamaFamily::feed_batch(self, gemv, state, tokens, first_pos)
+    }
+}
+
+impl crate::arch::ArchState for LlamaFamilyState {
+    fn context(&self) -> usize {
+        LlamaFamilyState::context(self)
+    }
+    fn cache(&self) -> &dyn KvCache {
+        LlamaFamilyState::cache(self)
+    }
+    fn logits(&self) -> &[f32] {
+        LlamaFamilyState::logits(self)
     }
 }
 

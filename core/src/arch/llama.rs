@@ -9,13 +9,13 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
-use super::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
-use super::ops::{add, rmsnorm, rope_adjacent, RopeAngles};
-use super::{feed_in_batches, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::gguf::Gguf;
 use crate::llama2c::{Checkpoint, F32Tensor};
 use crate::lut::Tables;
+use crate::model::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
+use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::model::ops::{add, rmsnorm, rope_adjacent, RopeAngles};
+use crate::model::{feed_in_batches, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
 
 /// Hyperparameters.
@@ -255,7 +255,7 @@ impl Llama {
             layer.rms_att = vector(g, source, &alloc::format!("blk.{l}.attn_norm.weight"), c.dim)?;
             layer.rms_ffn = vector(g, source, &alloc::format!("blk.{l}.ffn_norm.weight"), c.dim)?;
         }
-        let token_embedding = super::import::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
+        let token_embedding = crate::model::import::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
         let rms_final = vector(g, source, "output_norm.weight", c.dim)?;
         let (group_dim, group_hidden) = (layers[0].wq.layout().group(), layers[0].w2.layout().group());
         let model = Llama { config, token_embedding, layers, rms_final, classifier, group_dim, group_hidden };
@@ -266,7 +266,7 @@ impl Llama {
         {
             return Err(ModelError::BadPackedFile("matrices of one input width with different group sizes".into()));
         }
-        let tokenizer = super::import::packed_blob(g, source, TOKENIZER_BLOB)?;
+        let tokenizer = crate::model::import::packed_blob(g, source, TOKENIZER_BLOB)?;
         Ok((model, tokenizer))
     }
 
@@ -484,6 +484,78 @@ impl State {
 
     pub fn cache(&self) -> &dyn KvCache {
         &*self.cache
+    }
+}
+
+impl crate::arch::Architecture for Llama {
+    type State = State;
+
+    fn runs_gguf(_name: &str) -> bool {
+        false
+    }
+    fn from_gguf(
+        gguf: &Gguf<'_>,
+        _: &mut dyn TensorSource,
+        _: &mut dyn FnMut(crate::model::import::Imported<'_>),
+    ) -> Result<Self, ModelError> {
+        let found = gguf.get_str("general.architecture").unwrap_or("none").into();
+        Err(ModelError::WrongArchitecture { expected: "a llama2.c checkpoint", found })
+    }
+    fn sizes(&self) -> crate::arch::Sizes {
+        let c = &self.config;
+        crate::arch::Sizes {
+            name: "llama",
+            dim: c.dim,
+            hidden_dim: c.hidden_dim,
+            layers: c.n_layers,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_size(),
+            vocab_size: c.vocab_size,
+            context: c.seq_len,
+        }
+    }
+    fn matrix_bytes(&self) -> usize {
+        Llama::matrix_bytes(self)
+    }
+    fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes> {
+        Llama::matrix_buffers_mut(self)
+    }
+    fn attention_shape(&self, context: usize) -> AttentionShape {
+        Llama::attention_shape(self, context)
+    }
+    fn layer_windows(&self) -> Vec<usize> {
+        vec![0; self.config.n_layers]
+    }
+    /// `origin` is the checkpoint's `tokenizer.bin` (the engine has checked it), kept in
+    /// the packed file.
+    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::pack::Writer<'a>) -> Result<(), ModelError> {
+        Llama::write_packed(self, origin, writer);
+        Ok(())
+    }
+    fn memory_family(&self) -> crate::model::budget::Family {
+        crate::model::budget::Family::Llama { residual_tables: self.classifier.layout().bits() >= 5 }
+    }
+    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<State, ModelError> {
+        State::with_cache(self, cache)
+    }
+    fn forward<G: Gemv>(&self, gemv: &G, state: &mut State, token: u32, pos: usize) -> Result<(), ModelError> {
+        Llama::forward(self, gemv, state, token, pos).map(drop)
+    }
+    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        Llama::feed_batch(self, gemv, state, tokens, first_pos)
+    }
+}
+
+impl crate::arch::ArchState for State {
+    fn context(&self) -> usize {
+        State::context(self)
+    }
+    fn cache(&self) -> &dyn KvCache {
+        State::cache(self)
+    }
+    fn logits(&self) -> &[f32] {
+        State::logits(self)
     }
 }
 

@@ -1,0 +1,241 @@
+//! The model architectures, one file each, and the one list that registers them.
+//!
+//! An architecture is its hyperparameters, its weights and one forward pass over a batch
+//! of tokens (the [`Architecture`] trait); the engine (`crate::engine`) reaches it only
+//! through that trait, by way of the [`registry!`] list at the bottom of this file. To
+//! add one: write `NAME.rs` with a type implementing [`Architecture`] (its
+//! `runs_gguf`/`from_gguf` say which GGUF files it loads), and add one line to that list.
+//!
+//! * [`llama`]: llama2.c checkpoints (and their packed `.lutra` files), bit planes only.
+//! * [`llama_family`]: GGUF `llama`, `qwen2`, `qwen3` (Llama 2/3, Mistral, TinyLlama, Qwen).
+//! * [`gemma3`]: GGUF `gemma3`.
+
+pub mod gemma3;
+pub mod llama;
+pub mod llama_family;
+#[cfg(test)]
+mod toy;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::chat::ChatTemplate;
+use crate::gguf::Gguf;
+use crate::model::budget;
+use crate::model::import::{Imported, TensorSource};
+use crate::model::kv::{AttentionShape, KvCache};
+use crate::model::{Gemv, ModelError};
+use crate::{pack, AlignedBytes};
+
+/// The sizes every architecture has: what `ModelInfo` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    /// The GGUF `general.architecture` it runs as (`llama` for llama2.c checkpoints).
+    pub name: &'static str,
+    /// Width of the residual stream.
+    pub dim: usize,
+    /// Width of the feed-forward layers.
+    pub hidden_dim: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Dimensions per head.
+    pub head_dim: usize,
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// The longest context it was trained for.
+    pub context: usize,
+}
+
+/// A model architecture: hyperparameters, weights, one forward pass.
+pub trait Architecture: Sized + Send + Sync + 'static {
+    /// What one sequence keeps between steps: its KV cache, working buffers and logits.
+    type State: ArchState;
+
+    /// Files without a `tokenizer.chat_template` still have this chat format (Gemma's turns).
+    const DEFAULT_CHAT: Option<ChatTemplate> = None;
+    /// Its GGUF files must carry a SentencePiece vocabulary (any other is refused as such).
+    const SENTENCEPIECE_ONLY: bool = false;
+
+    /// Whether it runs GGUF files whose `general.architecture` is `name`.
+    fn runs_gguf(name: &str) -> bool;
+
+    /// The weights of a GGUF file it runs, `progress` told after each tensor.
+    fn from_gguf(gguf: &Gguf<'_>, source: &mut dyn TensorSource, progress: &mut dyn FnMut(Imported<'_>)) -> Result<Self, ModelError>;
+
+    /// Its sizes.
+    fn sizes(&self) -> Sizes;
+
+    /// Bytes of its packed weight matrices (what a decode step streams).
+    fn matrix_bytes(&self) -> usize;
+
+    /// The buffers of its matrices, for gathering them into one allocation.
+    fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes>;
+
+    /// The attention a KV cache of `context` positions must serve.
+    fn attention_shape(&self, context: usize) -> AttentionShape;
+
+    /// Each layer's sliding window, 0 where it attends to every position.
+    fn layer_windows(&self) -> Vec<usize>;
+
+    /// Packs the model into `writer` (a `.lutra` file, read in place on load); `origin`
+    /// is the file it came from. Architectures that cannot be packed yet say so.
+    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), ModelError> {
+        let _ = (origin, writer);
+        let name = self.sizes().name;
+        Err(ModelError::BadPackedFile(alloc::format!("packing {name} models is not implemented yet; run the GGUF file itself")))
+    }
+
+    /// Which working buffers its forward pass needs (`budget` sizes sessions from it).
+    fn memory_family(&self) -> budget::Family;
+
+    /// A sequence's state over `cache` (made for `attention_shape`).
+    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Self::State, ModelError>;
+
+    /// Token `token` at position `pos`, through the LM head: the logits land in `state`.
+    fn forward<G: Gemv>(&self, gemv: &G, state: &mut Self::State, token: u32, pos: usize) -> Result<(), ModelError>;
+
+    /// `tokens` at positions `first_pos..` into the KV cache, without logits, over one
+    /// pass of the weights per batch.
+    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut Self::State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError>;
+}
+
+/// What a session reads from an architecture's state.
+pub trait ArchState: Send {
+    /// Positions its KV cache holds.
+    fn context(&self) -> usize;
+    /// Its KV cache.
+    fn cache(&self) -> &dyn KvCache;
+    /// The logits of the last `forward`.
+    fn logits(&self) -> &[f32];
+}
+
+/// Declares every architecture once: the model and state enums the engine holds, and
+/// their forwarding to [`Architecture`]. One line per architecture: `Variant(Type)`.
+macro_rules! registry {
+    ($($(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $variant:ident($ty:ty),)+) => {
+        /// A loaded model of any registered architecture.
+        pub(crate) enum Network {
+            $($(#[doc = $doc])* $(#[cfg($cfg)])? $variant(Box<$ty>),)+
+        }
+
+        /// A sequence's state, of the same architecture as its `Network`.
+        pub(crate) enum NetworkState {
+            $($(#[cfg($cfg)])? $variant(Box<<$ty as Architecture>::State>),)+
+        }
+
+        impl Network {
+            /// The weights of a GGUF file whose `general.architecture` is `name`, by
+            /// the first architecture that runs it; `None` if none does.
+            pub(crate) fn from_gguf(
+                name: &str,
+                gguf: &Gguf<'_>,
+                source: &mut dyn TensorSource,
+                progress: &mut dyn FnMut(Imported<'_>),
+            ) -> Option<Result<Network, ModelError>> {
+                $($(#[cfg($cfg)])? {
+                    if <$ty as Architecture>::runs_gguf(name) {
+                        return Some(<$ty as Architecture>::from_gguf(gguf, source, progress).map(|m| Network::$variant(Box::new(m))));
+                    }
+                })+
+                None
+            }
+
+            /// Whether an architecture runs GGUF files of `name`.
+            pub(crate) fn runs_gguf(name: &str) -> bool {
+                $($(#[cfg($cfg)])? {
+                    if <$ty as Architecture>::runs_gguf(name) {
+                        return true;
+                    }
+                })+
+                false
+            }
+
+            /// The chat format of files of `name` that carry none.
+            pub(crate) fn default_chat(name: &str) -> Option<ChatTemplate> {
+                $($(#[cfg($cfg)])? {
+                    if <$ty as Architecture>::runs_gguf(name) {
+                        return <$ty as Architecture>::DEFAULT_CHAT;
+                    }
+                })+
+                None
+            }
+
+            /// Whether GGUF files of `name` must carry a SentencePiece vocabulary.
+            pub(crate) fn sentencepiece_only(name: &str) -> bool {
+                $($(#[cfg($cfg)])? {
+                    if <$ty as Architecture>::runs_gguf(name) {
+                        return <$ty as Architecture>::SENTENCEPIECE_ONLY;
+                    }
+                })+
+                false
+            }
+
+            pub(crate) fn sizes(&self) -> Sizes {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::sizes(m),)+ }
+            }
+            pub(crate) fn matrix_bytes(&self) -> usize {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::matrix_bytes(m),)+ }
+            }
+            pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes> {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::matrix_buffers_mut(m),)+ }
+            }
+            pub(crate) fn attention_shape(&self, context: usize) -> AttentionShape {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::attention_shape(m, context),)+ }
+            }
+            pub(crate) fn layer_windows(&self) -> Vec<usize> {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::layer_windows(m),)+ }
+            }
+            pub(crate) fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), ModelError> {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::write_packed(m, origin, writer),)+ }
+            }
+            pub(crate) fn memory_family(&self) -> budget::Family {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::memory_family(m),)+ }
+            }
+            pub(crate) fn new_state(&self, cache: Box<dyn KvCache>) -> Result<NetworkState, ModelError> {
+                match self {
+                    $($(#[cfg($cfg)])? Network::$variant(m) => Ok(NetworkState::$variant(Box::new(<$ty as Architecture>::new_state(m, cache)?))),)+
+                }
+            }
+            pub(crate) fn forward<G: Gemv>(&self, gemv: &G, state: &mut NetworkState, token: u32, pos: usize) -> Result<(), ModelError> {
+                match (self, state) {
+                    $($(#[cfg($cfg)])? (Network::$variant(m), NetworkState::$variant(s)) => <$ty as Architecture>::forward(m, gemv, s, token, pos),)+
+                    #[allow(unreachable_patterns)]
+                    _ => unreachable!("a session's state is made by its own model"),
+                }
+            }
+            pub(crate) fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut NetworkState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+                match (self, state) {
+                    $($(#[cfg($cfg)])? (Network::$variant(m), NetworkState::$variant(s)) => <$ty as Architecture>::feed_batch(m, gemv, s, tokens, first_pos),)+
+                    #[allow(unreachable_patterns)]
+                    _ => unreachable!("a session's state is made by its own model"),
+                }
+            }
+        }
+
+        impl NetworkState {
+            pub(crate) fn context(&self) -> usize {
+                match self { $($(#[cfg($cfg)])? NetworkState::$variant(s) => ArchState::context(&**s),)+ }
+            }
+            pub(crate) fn cache(&self) -> &dyn KvCache {
+                match self { $($(#[cfg($cfg)])? NetworkState::$variant(s) => ArchState::cache(&**s),)+ }
+            }
+            pub(crate) fn logits(&self) -> &[f32] {
+                match self { $($(#[cfg($cfg)])? NetworkState::$variant(s) => ArchState::logits(&**s),)+ }
+            }
+        }
+    };
+}
+
+registry! {
+    /// llama2.c checkpoints, converted to bit planes at load (or read packed).
+    Llama(llama::Llama),
+    Gemma3(gemma3::Gemma3),
+    LlamaFamily(llama_family::LlamaFamily),
+    /// A two-matrix toy that proves the seam: its own file plus this line (tests only).
+    #[cfg(test)]
+    Toy(toy::Toy),
+}
