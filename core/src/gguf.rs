@@ -30,6 +30,14 @@ use core::fmt;
 
 /// The four bytes every GGUF file starts with.
 pub const MAGIC: [u8; 4] = *b"GGUF";
+
+/// Whether `bytes` (a file's start) begin with [`MAGIC`]: the one test of "is this GGUF"
+/// for front-ends that choose a loader by content. Only the magic: [`Gguf::parse`] checks
+/// the rest.
+pub fn is_gguf(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
+}
+
 /// Alignment of the data section and of tensor offsets when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// Most dimensions a tensor may have (ggml's `GGML_MAX_DIMS`).
@@ -1145,5 +1153,17 @@ impl<'a> Iterator for Tensors<'a> {
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n = usize::try_from(self.left).unwrap_or(usize::MAX);
         (n, Some(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn is_gguf_reads_only_the_magic() {
+        assert!(super::is_gguf(b"GGUF"));
+        assert!(super::is_gguf(b"GGUF\x03\x00\x00\x00"));
+        assert!(!super::is_gguf(b"GGU"));
+        assert!(!super::is_gguf(b"gguf\x03\x00\x00\x00"));
+        assert!(!super::is_gguf(b""));
     }
 }

@@ -19,7 +19,7 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::gguf::{GgmlType, Gguf, Value};
+use crate::gguf::{GgmlType, Gguf, Value, MAGIC};
 use crate::model::import::Weights;
 use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
 
@@ -305,7 +305,7 @@ impl<'a> Writer<'a> {
     /// Writes the file through `out`, piece by piece; returns its length.
     pub fn finish<E>(self, mut out: impl FnMut(&[u8]) -> Result<(), E>) -> Result<u64, E> {
         let mut header = Vec::new();
-        header.extend_from_slice(b"GGUF");
+        header.extend_from_slice(&MAGIC);
         header.extend_from_slice(&3u32.to_le_bytes());
         header.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
         header.extend_from_slice(&self.kv_count.to_le_bytes());

@@ -9,7 +9,7 @@ use std::string::{String, ToString};
 use std::time::{Duration, Instant};
 
 use lutra::{LoadOptions, Model, SessionOptions};
-use lutra_core::engine::{Generation, StopReason};
+use lutra_core::engine::{default_context, Generation, StopReason};
 use lutra_core::sampler::SamplerConfig;
 
 use crate::arena::{ArenaStats, Heap};
@@ -22,7 +22,7 @@ pub struct Options<'a> {
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
     pub threads: usize,
-    /// Positions of the session (0: the model's, at most 4096, or as many as the arena holds).
+    /// Positions of the session (0: [`default_context`] of the model's, or as many as the arena holds).
     pub context: usize,
 }
 
@@ -67,7 +67,7 @@ pub fn load(path: &Path, free: usize) -> Result<Model, String> {
     let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     std::io::Read::read_exact(&mut file, &mut magic).map_err(|e| format!("{}: {e}", path.display()))?;
     let refused = || format!("{}: {}", path.display(), Refusal::NotPacked);
-    if magic != *b"GGUF" {
+    if !lutra_core::gguf::is_gguf(&magic) {
         return Err(refused());
     }
     // refused before anything is imported: the header says what the file is
@@ -92,7 +92,7 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
     let model = load(opts.model, heap.free())?;
     let load = t0.elapsed();
     let loaded = heap.stats();
-    let most = model.engine().info().context_length.min(4096);
+    let most = default_context(model.engine().info().context_length);
     let context = match opts.context {
         // the longest context that fits what is left of the arena
         0 => fitting_context(&model, most, heap.free()).unwrap_or(most),

@@ -164,7 +164,7 @@ impl Model {
 
     /// A session: a KV cache and a thread pool.
     pub fn session(&self, opts: &SessionOptions) -> Result<Session, Error> {
-        let context = if opts.context == 0 { self.info().context_length.min(4096) } else { opts.context };
+        let context = if opts.context == 0 { engine::default_context(self.info().context_length) } else { opts.context };
         self.check_session_memory(context)?;
         let inner = engine::Session::with_values(&self.engine, context, &opts.attention, opts.values)?;
         Ok(Session { inner, pool: Pool::new(opts.threads.max(1)) })
@@ -181,7 +181,7 @@ impl std::ops::Deref for Model {
 /// How to open a session.
 #[derive(Clone)]
 pub struct SessionOptions {
-    /// Positions the session holds (0: the model's, at most 4096).
+    /// Positions the session holds (0: [`engine::default_context`] of the model's).
     pub context: usize,
     /// Threads for matrix products and attention.
     pub threads: usize,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lutra_core::engine::{self, InMemory, Lent, LoadProgress};
-use lutra_core::gguf::Gguf;
+use lutra_core::gguf::{is_gguf, Gguf};
 use lutra_core::model::import::weight_bytes_needed;
 use lutra_core::{pack, Backing};
 use memmap2::Mmap;
@@ -45,7 +45,7 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
     // llama2.c checkpoints have no magic: a file named as GGUF is read as one, so a
     // damaged header is reported as such rather than as a checkpoint without tokenizer
     let named_gguf = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf") || e.eq_ignore_ascii_case("lutra"));
-    if map.starts_with(b"GGUF") || named_gguf {
+    if is_gguf(&map) || named_gguf {
         let file = Arc::new(MappedFile(map));
         let gguf = Gguf::parse(file.bytes()).map_err(|e| in_file(e.into()))?;
         let needed = weight_bytes_needed(&gguf).map_err(|e| in_file(e.into()))?;

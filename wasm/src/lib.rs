@@ -13,8 +13,8 @@
 
 use core::ops::Range;
 
-use lutra_core::engine::{Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
-use lutra_core::gguf::Gguf;
+use lutra_core::engine::{default_context, Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
+use lutra_core::gguf::{is_gguf, Gguf};
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
 use lutra_core::threads::{Split, Workers};
@@ -173,6 +173,40 @@ pub fn kernel_check() -> Result<String, JsError> {
     Ok(format!("{}: GEMV at 1, 2, 3, 4, 8 bits, int8 dot products and PQ scans (16, 256 centroids) equal scalar", isa.name()))
 }
 
+/// Whether a file's first bytes are GGUF's magic (`lutra_core::gguf::is_gguf`): how the
+/// page tells a GGUF picked from disk without its extension from a llama2.c checkpoint.
+#[wasm_bindgen(js_name = is_gguf)]
+pub fn starts_as_gguf(bytes: &[u8]) -> bool {
+    is_gguf(bytes)
+}
+
+/// The engine's sampler defaults ([`SamplerConfig::default`]) for the page's form, as a
+/// plain object the worker can post: `{ temperature, top_k, top_p, min_p, repeat_penalty,
+/// repeat_last_n }`. No seed: the page picks its own.
+#[wasm_bindgen]
+pub fn sampler_defaults() -> Result<js_sys::Object, JsValue> {
+    let object = js_sys::Object::new();
+    for (name, value) in sampler_default_fields() {
+        js_sys::Reflect::set(&object, &name.into(), &value.into())?;
+    }
+    Ok(object)
+}
+
+/// [`sampler_defaults`]' fields. An f32 goes out as the f64 of its shortest decimal form
+/// (0.8, not 0.800000011920929): what the form shows, and it rounds back to the same f32.
+fn sampler_default_fields() -> [(&'static str, f64); 6] {
+    let d = SamplerConfig::default();
+    let decimal = |v: f32| v.to_string().parse().unwrap_or(f64::from(v));
+    [
+        ("temperature", decimal(d.temperature)),
+        ("top_k", d.top_k as f64),
+        ("top_p", decimal(d.top_p)),
+        ("min_p", decimal(d.min_p)),
+        ("repeat_penalty", decimal(d.repeat_penalty)),
+        ("repeat_last_n", d.repeat_last_n as f64),
+    ]
+}
+
 /// Bytes of this module's linear memory (it grows and never shrinks: its peak).
 #[wasm_bindgen]
 pub fn memory_bytes() -> f64 {
@@ -313,7 +347,7 @@ fn complete(file: &ModelFile, what: &str) -> Result<(), JsError> {
 #[wasm_bindgen]
 impl Engine {
     /// A GGUF file (Gemma 3) of `file_len` bytes, with a session of `context` positions
-    /// (0: the model's, at most 4096), read a piece at a time through `read(offset, length)
+    /// (0: [`default_context`] of the model's), read a piece at a time through `read(offset, length)
     /// → `Uint8Array` (a worker reads pieces of a `Blob` with `FileReaderSync`): the header
     /// first, then each tensor (Q8_0 in 4096-row pieces), so wasm memory holds the weights
     /// and one piece, never the file. `progress(done, total)` after each imported tensor.
@@ -326,7 +360,7 @@ impl Engine {
         let file_len = file_len as u64;
         let mut source = JsSource { read, piece: Vec::new() };
         let magic = source.read(0..4.min(file_len)).map_err(js)?;
-        if magic != b"GGUF" {
+        if !is_gguf(magic) {
             return Err(JsError::new("not a GGUF file (it does not start with the GGUF magic)"));
         }
         // the header: a prefix doubled until it parses (the whole file at worst, where the
@@ -372,7 +406,7 @@ impl Engine {
 
     fn new(model: Model, context: usize) -> Result<Engine, JsError> {
         let max = model.info().context_length;
-        let context = if context == 0 { max.min(4096) } else { context.min(max) };
+        let context = if context == 0 { default_context(max) } else { context.min(max) };
         let session = Session::new(&model, context, &Attention::Exact).map_err(js)?;
         Ok(Engine { model, session, generation: None })
     }
@@ -509,6 +543,25 @@ mod tests {
         ] {
             assert!(super::AttentionTimer::new(kind, shape, ctx, scan).is_err(), "{kind} {shape} {ctx} {scan}");
         }
+    }
+
+    /// The page's form gets `SamplerConfig::default()`: each field as written in decimal,
+    /// and the same f32 once the page passes it back to `start`.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn sampler_defaults_are_the_engine_defaults() {
+        let d = lutra_core::sampler::SamplerConfig::default();
+        let fields = super::sampler_default_fields();
+        let got = |name: &str| fields.iter().find(|f| f.0 == name).unwrap_or_else(|| panic!("{name}")).1;
+        assert_eq!(got("temperature") as f32, d.temperature);
+        assert_eq!(got("top_k") as usize, d.top_k);
+        assert_eq!(got("top_p") as f32, d.top_p);
+        assert_eq!(got("min_p") as f32, d.min_p);
+        assert_eq!(got("repeat_penalty") as f32, d.repeat_penalty);
+        assert_eq!(got("repeat_last_n") as usize, d.repeat_last_n);
+        // the shortest decimal, not the f32's exact binary value
+        assert_eq!(got("temperature").to_string(), d.temperature.to_string());
+        assert_eq!(got("top_p").to_string(), d.top_p.to_string());
     }
 
     /// The self-check the browser test runs in Chromium, here under node (and natively).

@@ -33,5 +33,5 @@ pub use error::Error;
 pub use generate::{CancelFlag, Generation, StopReason, Token};
 pub use model::{Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};
 pub use perplexity::{perplexity, Perplexity};
-pub use session::{CacheInfo, Session};
+pub use session::{default_context, CacheInfo, Session, DEFAULT_CONTEXT};
 pub use text::TextStream;

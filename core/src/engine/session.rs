@@ -9,6 +9,18 @@ use crate::arch::NetworkState;
 use crate::model::kv::{KvCache, ValueFormat};
 use crate::model::Gemv;
 
+/// Positions of a session when none are asked for (the CLI's `--ctx` default, `context: 0`
+/// in the library, the page and the Pi), capped by the model's own: [`default_context`].
+/// Not the model's whole context: that is often far longer (Gemma 3: 32k), and a session's
+/// KV cache is allocated for all its positions up front.
+pub const DEFAULT_CONTEXT: usize = 4096;
+
+/// The context of a session that asked for none: [`DEFAULT_CONTEXT`], or the model's own
+/// `context_length` where that is shorter.
+pub fn default_context(context_length: usize) -> usize {
+    context_length.min(DEFAULT_CONTEXT)
+}
+
 /// One sequence of a model: its KV cache, its tokens and its position.
 ///
 /// Tokens are appended first and computed when they are needed — all but the last in

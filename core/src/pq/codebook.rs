@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::scan::MAX_SUBSPACES;
-use crate::gguf::{GgmlType, Gguf, GgufError};
+use crate::gguf::{GgmlType, Gguf, GgufError, MAGIC};
 
 /// Longest key PQ supports (the rotation works in a stack buffer of this size).
 pub const MAX_HEAD_DIM: usize = 1024;
@@ -366,7 +366,7 @@ impl Codebooks {
     pub fn to_gguf(&self) -> Vec<u8> {
         let s = self.shape;
         let mut out = Vec::new();
-        out.extend_from_slice(b"GGUF");
+        out.extend_from_slice(&MAGIC);
         put_u32(&mut out, 3);
         let hd = s.head_dim as u64;
         let heads = (s.layers * s.kv_heads) as u64;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, Session, StopReason};
+use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, Session, StopReason, DEFAULT_CONTEXT};
 use lutra::threads::Pool;
 use lutra::Role;
 
@@ -29,7 +29,7 @@ pub struct ChatArgs {
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Context length (tokens) of the whole conversation, at most the model's own
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = DEFAULT_CONTEXT)]
     ctx: usize,
     #[command(flatten)]
     attention: AttentionArgs,

@@ -159,25 +159,25 @@ impl ModelArgs {
     }
 }
 
-/// Sampling, named and defaulted like llama.cpp's command line.
+/// Sampling, named like llama.cpp's command line; the defaults are [`SamplerConfig::default`]'s.
 #[derive(Args)]
 pub struct SamplingArgs {
     /// 0 = greedy
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = SamplerConfig::default().temperature)]
     temp: f32,
     /// 0 = off
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = SamplerConfig::default().top_k)]
     top_k: usize,
     /// 1.0 = off
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = SamplerConfig::default().top_p)]
     top_p: f32,
     /// 0.0 = off
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = SamplerConfig::default().min_p)]
     min_p: f32,
     /// 1.0 = off
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = SamplerConfig::default().repeat_penalty)]
     repeat_penalty: f32,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = SamplerConfig::default().repeat_last_n)]
     repeat_last_n: usize,
     /// Seed of the sampler (default: from the clock)
     #[arg(long)]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use lutra_core::gguf::is_gguf;
 use lutra_core::pack::Writer;
 
 use super::ModelArgs;
@@ -26,7 +27,7 @@ pub fn pack(a: PackArgs) -> Result<(), String> {
     let map = |p: &Path| lutra::inspect::map_file(p).map_err(|e| e.to_string());
     // what the packed file keeps of its origin: the GGUF's metadata, or the checkpoint's tokenizer
     let file = map(path)?;
-    let origin = if file.starts_with(b"GGUF") {
+    let origin = if is_gguf(&file) {
         file
     } else {
         map(&a.model.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin")))?

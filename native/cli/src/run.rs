@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 use lutra::core::Isa;
-use lutra::engine::{Generation, Session};
+use lutra::engine::{Generation, Session, DEFAULT_CONTEXT};
 use lutra::threads::Pool;
 use lutra::Role;
 
@@ -32,7 +32,7 @@ pub struct RunArgs {
     #[arg(long)]
     chat: bool,
     /// Context length (tokens), at most the model's own
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = DEFAULT_CONTEXT)]
     ctx: usize,
     #[command(flatten)]
     attention: AttentionArgs,

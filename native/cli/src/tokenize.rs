@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use lutra::core::bpe::BpeTokenizer;
-use lutra::core::gguf::Gguf;
+use lutra::core::gguf::{is_gguf, Gguf};
 use lutra::core::spm::SpmTokenizer;
 use lutra::core::tokenizer::{Tokenizer, TokenizerError};
 use lutra::inspect::map_file;
@@ -51,7 +51,7 @@ pub fn tokenize(a: TokenizeArgs) -> Result<(), String> {
     let path = &a.model.model;
     let map = map_file(path).map_err(|e| e.to_string())?;
     let in_file = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let vocab = if map.starts_with(b"GGUF") {
+    let vocab = if is_gguf(&map) {
         let g = Gguf::parse(&map).map_err(|e| in_file(&e))?;
         match g.get_str("tokenizer.ggml.model") {
             Some("llama") => Vocab::Spm(Box::new(SpmTokenizer::from_gguf(&g).map_err(|e| in_file(&e))?)),
