@@ -13,6 +13,9 @@ let worker;
 
 let loaded = false;
 let generating = false;
+// the engine's sampler defaults (lutra-wasm's sampler_defaults), posted by each new worker
+let samplerDefaults = null;
+const SAMPLER_INPUTS = [['temperature', 'temp'], ['top_k', 'top_k'], ['top_p', 'top_p'], ['min_p', 'min_p'], ['repeat_penalty', 'repeat_penalty']];
 let chatTurns = 0;
 const setState = (s) => { document.body.dataset.state = s; };
 
@@ -78,7 +81,7 @@ function generate() {
     prompt,
     chat,
     n: num('n'),
-    sampler: { temperature: num('temp'), top_k: num('top_k'), top_p: num('top_p'), min_p: num('min_p'), repeat_penalty: num('repeat_penalty'), repeat_last_n: 64, seed: num('seed') },
+    sampler: { temperature: num('temp'), top_k: num('top_k'), top_p: num('top_p'), min_p: num('min_p'), repeat_penalty: num('repeat_penalty'), repeat_last_n: samplerDefaults.repeat_last_n, seed: num('seed') },
   });
 }
 
@@ -90,6 +93,13 @@ function onMessage({ data }) {
       status(`${data.phase}: ${amount}`, data.done, data.total);
       break;
     }
+    case 'defaults':
+      // only fields still empty: URL parameters and the user's edits stay
+      samplerDefaults = data.sampler;
+      for (const [key, id] of SAMPLER_INPUTS) {
+        if ($(id).value === '') $(id).value = String(data.sampler[key]);
+      }
+      break;
     case 'note':
       $('stats').textContent = data.message;
       break;

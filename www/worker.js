@@ -66,6 +66,9 @@ const CACHE = 'lutra-models-v1';
 let engine = null;
 let stopRequested = false;
 const post = (m) => self.postMessage(m);
+// the engine's sampler defaults for the page's form; registered before any load's
+// `await wasm`, so posted before its 'ready' (a failed import is load's error to report)
+wasm.then((m) => post({ type: 'defaults', sampler: m.sampler_defaults() }), () => {});
 
 // A macrotask without setTimeout's clamping: lets queued messages (Stop) run.
 const channel = new MessageChannel();
@@ -198,7 +201,7 @@ async function load({ model, files }) {
       next = Engine.from_llama2c(file, tok, 4, 0, importProgress('quantizing to 4 bits'));
     } else if (checkpoint) {
       const bytes = new Uint8Array(await checkpoint.slice(0, 4).arrayBuffer());
-      if (String.fromCharCode(...bytes) === 'GGUF') {
+      if (m.is_gguf(bytes)) {
         next = engineFromGgufBlob(checkpoint);
       } else {
         throw new Error(`${checkpoint.name}: not a GGUF file; a llama2.c checkpoint needs its tokenizer.bin selected with it`);

@@ -72,6 +72,8 @@ function native(args, prompt, n, hostTier = false) {
 async function greedyMatchesNative(model, args, prompt, n, timeout, query = '') {
   const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${query}`);
   await state(page, 'done', timeout);
+  // ?temp=0 wins over the engine's default
+  assert.equal(await page.inputValue('#temp'), '0');
   const text = await page.textContent('#output');
   const tps = Number(await page.textContent('#tps'));
   const stats = await page.textContent('#stats');
@@ -99,6 +101,15 @@ test('the wasm kernels equal the scalar reference inside Chromium', async () => 
     assert.match(result, /^simd128: .* equal scalar$/);
   }
   await state(page, 'ready', 60000);
+  // the form's sampler fields hold the engine's defaults (index.html has none of its own)
+  const defaults = await page.evaluate(async () => {
+    const m = await import('./pkg/lutra_wasm.js');
+    await m.default();
+    return m.sampler_defaults();
+  });
+  for (const [key, id] of [['temperature', 'temp'], ['top_k', 'top_k'], ['top_p', 'top_p'], ['min_p', 'min_p'], ['repeat_penalty', 'repeat_penalty']]) {
+    assert.equal(await page.inputValue(`#${id}`), String(defaults[key]), id);
+  }
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -124,6 +135,16 @@ test('stories15M: greedy text equals the native CLI, a bad file is an error, Sto
   assert.match(message, /Could not load the model/);
   assert.ok(await page.isVisible('#error'));
   fs.rmSync(bad);
+  // without the .gguf name, the magic (the engine's is_gguf) still sends it to the GGUF reader
+  const unnamed = path.join(os.tmpdir(), `not-a-model-${process.pid}.bin`);
+  fs.writeFileSync(unnamed, 'GGUF this is not a real model file at all');
+  await page.evaluate(() => { document.getElementById('error').textContent = ''; });
+  await page.setInputFiles('#file', unnamed);
+  await page.waitForFunction(() => document.body.dataset.state === 'error' && document.getElementById('error').textContent, null, { timeout: 20000 });
+  const unnamedMessage = await page.textContent('#error');
+  assert.match(unnamedMessage, /Could not load the model/);
+  assert.doesNotMatch(unnamedMessage, /tokenizer\.bin/);
+  fs.rmSync(unnamed);
 
   // a long generation (to the end of the context), stopped as soon as it writes: done
   // within 1 s of the click, with fewer tokens than it would have written
