@@ -12,9 +12,9 @@ use core::marker::PhantomData;
 use core::ops::Range;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use crate::int8::{self, Int8Activations, Int8Matrix};
-use crate::lut::Tables;
-use crate::model::kv::{AttentionPiece, Parallel};
+use crate::attention::{AttentionPiece, Parallel};
+use crate::kernels::int8::{self, Int8Activations, Int8Matrix};
+use crate::kernels::lut::Tables;
 use crate::model::Gemv;
 use crate::{gemm_chunk_tiles, gemm_tiles, gemv_tiles, Error, Isa, PackedMatrix, TILE_ROWS};
 

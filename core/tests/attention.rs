@@ -6,7 +6,7 @@
 mod common;
 
 use common::Rng;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
+use lutra_core::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -264,7 +264,7 @@ fn long_spans_attend_in_pieces_as_one_softmax() {
 /// outputs, and unknown names are errors.
 #[test]
 fn synthetic_caches_hold_their_generated_positions() {
-    use lutra_core::model::kv::synthetic;
+    use lutra_core::attention::synthetic;
     let ctx = 70;
     for name in ["gemma3", "llama7b"] {
         let shape = synthetic::shape(name, ctx).unwrap();

@@ -1,4 +1,4 @@
-//! The GGUF byte-level BPE tokenizer (`lutra_core::bpe`) on small hand-built
+//! The GGUF byte-level BPE tokenizer (`lutra_core::tokenizer::bpe`) on small hand-built
 //! vocabularies: merge order by rank with the leftmost tie rule, `ignore_merges`, special
 //! tokens with and without `parse_special`, llama.cpp's attribute overrides, BOS/EOS,
 //! decoding, the pre-tokenizers' word splits, and typed errors for hostile metadata.
@@ -12,9 +12,9 @@ mod common;
 use common::gguf_writer::{write_gguf, Meta};
 use common::tiny_bpe::{bl, Vocab};
 
-use lutra_core::bpe::{BpeTokenizer, PreTokenizer, VocabError};
-use lutra_core::gguf::Gguf;
-use lutra_core::spm::TokenType;
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::bpe::{BpeTokenizer, PreTokenizer, VocabError};
+use lutra_core::tokenizer::spm::TokenType;
 use lutra_core::tokenizer::Tokenizer;
 
 fn encode(t: &BpeTokenizer, text: &str, parse_special: bool) -> Vec<u32> {

@@ -15,7 +15,7 @@ use common::Rng;
 
 use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
 use lutra_core::pq::{Codebooks, PqShape, Rotation};
-use lutra_core::spm::TokenType;
+use lutra_core::tokenizer::spm::TokenType;
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -42,7 +42,7 @@ fn tiny_bpe(pre: &'static str) -> Vec<u8> {
 }
 
 fn packed(model: &Model, origin: &[u8]) -> Vec<u8> {
-    let mut writer = lutra_core::pack::Writer::new();
+    let mut writer = lutra_core::formats::pack::Writer::new();
     model.write_packed(origin, &mut writer).unwrap();
     let mut out = Vec::new();
     writer

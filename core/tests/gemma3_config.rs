@@ -10,8 +10,8 @@ use common::tiny_gemma::*;
 use common::Rng;
 
 use lutra_core::arch::gemma3::{Gemma3, Gemma3Config, Gemma3State};
-use lutra_core::gguf::Gguf;
-use lutra_core::model::import::TensorSource;
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::formats::import::TensorSource;
 use lutra_core::model::{ModelError, SingleThread};
 
 fn import(kvs: &Kvs, tensors: &[Tensor]) -> Result<Gemma3, ModelError> {
@@ -353,7 +353,7 @@ fn a_header_and_pieces_read_on_demand_import_the_same_model() {
 }
 
 fn packed(model: &Gemma3, source: &Gguf<'_>) -> Vec<u8> {
-    let mut w = lutra_core::pack::Writer::new();
+    let mut w = lutra_core::formats::pack::Writer::new();
     model.write_packed(source, &mut w);
     let mut out = Vec::new();
     w.finish(|piece| {
@@ -366,7 +366,7 @@ fn packed(model: &Gemma3, source: &Gguf<'_>) -> Vec<u8> {
 
 fn import_packed(bytes: &[u8]) -> Result<Gemma3, String> {
     let g = Gguf::parse(bytes).map_err(|e| e.to_string())?;
-    lutra_core::pack::check_header(&g)?;
+    lutra_core::formats::pack::check_header(&g)?;
     Gemma3::from_gguf(&g).map_err(|e| e.to_string())
 }
 
@@ -400,7 +400,7 @@ fn a_packed_file_imports_to_the_same_model_and_damage_is_refused() {
     // another format version
     let version_at = lutra.windows(12).position(|w| w == b"lutra.format").unwrap() + 12 + 4;
     let mut newer = lutra.clone();
-    for other in [lutra_core::pack::VERSION - 1, lutra_core::pack::VERSION + 1] {
+    for other in [lutra_core::formats::pack::VERSION - 1, lutra_core::formats::pack::VERSION + 1] {
         newer[version_at..version_at + 4].copy_from_slice(&other.to_le_bytes());
         let refused = import_packed(&newer).err();
         assert!(refused.as_ref().is_some_and(|e| e.contains(&format!("version {other}"))), "{refused:?}");

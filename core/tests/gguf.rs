@@ -6,7 +6,7 @@
 mod common;
 use common::Rng;
 
-use lutra_core::gguf::{GgmlType, Gguf, GgufError, Value, ValueType, MAX_ARRAY_DEPTH};
+use lutra_core::formats::gguf::{GgmlType, Gguf, GgufError, Value, ValueType, MAX_ARRAY_DEPTH};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

@@ -9,7 +9,7 @@
 mod common;
 use common::Rng;
 
-use lutra_core::int8::{gemm_rows, gemv_rows, CodeForm, Int8Activations, Int8Matrix, BLOCK};
+use lutra_core::kernels::int8::{gemm_rows, gemv_rows, CodeForm, Int8Activations, Int8Matrix, BLOCK};
 use lutra_core::{Error, Isa};
 
 #[cfg(target_arch = "wasm32")]
@@ -328,12 +328,12 @@ fn bad_q5_0_input_is_refused() {
 
 #[test]
 fn a_packed_five_bit_matrix_reads_back_unchanged() {
-    use lutra_core::model::import::{weights, InMemory, Weights};
+    use lutra_core::formats::import::{weights, InMemory, Weights};
     let mut rng = Rng(27);
     let (rows, cols) = (6, 96);
     let m = Int8Matrix::from_q5_0(&q5_0_blocks(&mut rng, rows, cols).0, rows, cols).unwrap();
     let w = Weights::Int8(m.clone());
-    let mut writer = lutra_core::pack::Writer::new();
+    let mut writer = lutra_core::formats::pack::Writer::new();
     writer.matrix("w", &w);
     let mut file = Vec::new();
     writer
@@ -342,7 +342,7 @@ fn a_packed_five_bit_matrix_reads_back_unchanged() {
             Ok::<_, ()>(())
         })
         .unwrap();
-    let g = lutra_core::gguf::Gguf::parse(&file).unwrap();
+    let g = lutra_core::formats::gguf::Gguf::parse(&file).unwrap();
     let Weights::Int8(back) = weights(&g, &mut InMemory(&file), "w", Some((rows, cols)), |_| {}).unwrap() else {
         panic!("an int8 matrix read back as bit planes")
     };

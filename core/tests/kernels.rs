@@ -4,7 +4,7 @@
 mod common;
 use common::Rng;
 
-use lutra_core::quant::convert::{
+use lutra_core::kernels::quant::convert::{
     Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_1_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q5_1_BLOCK_BYTES,
     Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
 };
@@ -182,7 +182,7 @@ fn extreme_tables_do_not_overflow_i16() {
     for (bits, group, code) in (1..=8u8).flat_map(|b| [16, 32, 64, 128, 256].into_iter().flat_map(move |g| [(b, g, u8::MAX), (b, g, 0)])) {
         let layout = lutra_core::Layout::new(32, 256, bits, group, Offset::Min).unwrap();
         let mut data = lutra_core::AlignedBytes::zeroed(layout.total_bytes());
-        lutra_core::quant::pack(&layout, data.as_mut(), |_, _, gc| {
+        lutra_core::kernels::quant::pack(&layout, data.as_mut(), |_, _, gc| {
             gc.codes.fill(code);
             gc.scale = 1.0;
             Ok(())
@@ -398,7 +398,7 @@ fn every_table_builder_matches_the_portable_one() {
         let built = t.build(&x).unwrap();
         let mut quads = vec![lutra_core::Block64::default(); cols / 16];
         let (mut scale, mut sum) = (vec![0.0; cols / group], vec![0.0; cols / group]);
-        lutra_core::lut::build_tables_portable(&x, group, &mut quads, &mut scale, &mut sum);
+        lutra_core::kernels::lut::build_tables_portable(&x, group, &mut quads, &mut scale, &mut sum);
         assert_eq!(built.quads, &quads[..]);
         assert_eq!(built.scale, &scale[..]);
         assert_eq!(built.sum, &sum[..]);

@@ -5,7 +5,9 @@ mod common;
 use common::llama2c_files::write_checkpoint_with;
 use common::Rng;
 
-use lutra_core::llama2c::{Checkpoint, Config, Llama2cError, TensorKind, HEADER_BYTES, MAX_DIM, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_VOCAB};
+use lutra_core::formats::llama2c::{
+    Checkpoint, Config, Llama2cError, TensorKind, HEADER_BYTES, MAX_DIM, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_VOCAB,
+};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

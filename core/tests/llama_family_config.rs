@@ -8,7 +8,7 @@ use common::gguf_writer::{Meta, Tensor};
 use common::tiny_llama::VARIANTS;
 
 use lutra_core::arch::llama_family::{LlamaFamily, LlamaFamilyConfig};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_core::model::ModelError;
 
 #[cfg(target_arch = "wasm32")]

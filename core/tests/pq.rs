@@ -4,9 +4,10 @@
 mod common;
 
 use common::Rng;
-use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
+use lutra_core::attention::PqKvCache;
+use lutra_core::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat, PIECE_ROWS};
 use lutra_core::pq::kmeans::kmeans;
-use lutra_core::pq::{Codebooks, PqError, PqKvCache, PqShape, Rotation};
+use lutra_core::pq::{Codebooks, PqError, PqShape, Rotation};
 use lutra_core::Isa;
 
 #[cfg(target_arch = "wasm32")]

@@ -4,8 +4,8 @@
 mod common;
 use common::Rng;
 
-use lutra_core::pq::scan::{block_bytes16, block_bytes256, get_code16, get_code256, set_code16, set_code256};
-use lutra_core::pq::{scan16, scan256, scan256_heads, BLOCK_KEYS, SCAN_HEADS};
+use lutra_core::kernels::pq_scan::{block_bytes16, block_bytes256, get_code16, get_code256, set_code16, set_code256};
+use lutra_core::kernels::pq_scan::{scan16, scan256, scan256_heads, BLOCK_KEYS, SCAN_HEADS};
 use lutra_core::{Error, Isa};
 
 #[cfg(target_arch = "wasm32")]

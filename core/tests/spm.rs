@@ -1,4 +1,4 @@
-//! The GGUF SentencePiece tokenizer (`lutra_core::spm`) on small vocabularies written
+//! The GGUF SentencePiece tokenizer (`lutra_core::tokenizer::spm`) on small vocabularies written
 //! by a test-only GGUF writer: merges by score with the leftmost tie rule, byte
 //! fallback, special tokens with and without `parse_special`, the space prefix,
 //! decoding, the Gemma chat format, and typed errors for inconsistent metadata.
@@ -7,8 +7,8 @@
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
-use lutra_core::gguf::{Gguf, ValueType};
-use lutra_core::spm::{format_gemma_chat, gemma_chat_prompt, ChatRole, SpmTokenizer, TokenType, VocabError};
+use lutra_core::formats::gguf::{Gguf, ValueType};
+use lutra_core::tokenizer::spm::{format_gemma_chat, gemma_chat_prompt, ChatRole, SpmTokenizer, TokenType, VocabError};
 use lutra_core::tokenizer::{Tokenizer, TokenizerError};
 
 // ---------------------------------------------------------------------------------

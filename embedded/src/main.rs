@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use lutra_core::quant::pack;
+use lutra_core::kernels::quant::pack;
 use lutra_core::{gemv, gemv_integer, Block64, Isa, Layout, Offset, PackedMatrix, TablesMut};
 
 const ROWS: usize = 32;

@@ -8,8 +8,9 @@ use core::fmt;
 
 use lutra_core::engine::budget::Shortfall;
 use lutra_core::engine::{Error, Gemv, Generation, Lent, Model, Session};
-use lutra_core::gguf::Gguf;
-use lutra_core::{pack, Backing};
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::formats::pack;
+use lutra_core::Backing;
 
 use crate::budget;
 

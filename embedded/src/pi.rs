@@ -67,12 +67,12 @@ pub fn load(path: &Path, free: usize) -> Result<Model, String> {
     let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     std::io::Read::read_exact(&mut file, &mut magic).map_err(|e| format!("{}: {e}", path.display()))?;
     let refused = || format!("{}: {}", path.display(), Refusal::NotPacked);
-    if !lutra_core::gguf::is_gguf(&magic) {
+    if !lutra_core::formats::gguf::is_gguf(&magic) {
         return Err(refused());
     }
     // refused before anything is imported: the header says what the file is
     let map = lutra::inspect::map_file(path).map_err(|e| e.to_string())?;
-    match lutra_core::gguf::Gguf::parse(&map) {
+    match lutra_core::formats::gguf::Gguf::parse(&map) {
         Ok(g) => check_packed(&g, free).map_err(|r| format!("{}: {r}", path.display()))?,
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }

@@ -77,7 +77,7 @@ fn main() {
         let checkpoint = std::fs::read(dir.join("model.bin")).expect("models/stories15M: run `cargo xtask models stories`");
         let tokenizer = std::fs::read(dir.join("tokenizer.bin")).unwrap();
         let model = lutra_core::engine::Model::from_llama2c(&checkpoint, &tokenizer, 4).unwrap();
-        let mut writer = lutra_core::pack::Writer::new();
+        let mut writer = lutra_core::formats::pack::Writer::new();
         model.write_packed(&tokenizer, &mut writer).unwrap();
         let mut out = std::fs::File::create(&file).unwrap();
         writer.finish(|p| std::io::Write::write_all(&mut out, p)).unwrap();

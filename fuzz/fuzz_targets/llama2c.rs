@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((len, rest)) = rest.split_first_chunk::<4>() else { return };
     let len = (u32::from_le_bytes(*len) as usize).min(rest.len());
     let (checkpoint, tokenizer) = rest.split_at(len);
-    if let Ok(c) = lutra_core::llama2c::Checkpoint::parse(checkpoint) {
+    if let Ok(c) = lutra_core::formats::llama2c::Checkpoint::parse(checkpoint) {
         let _ = c.config();
     }
     if let Ok(model) = Model::from_llama2c(checkpoint, tokenizer, 1 + bits % 8) {

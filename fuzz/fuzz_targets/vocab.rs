@@ -3,9 +3,9 @@
 //! to ids inside the vocabulary that decode again.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lutra_core::bpe::BpeTokenizer;
-use lutra_core::gguf::Gguf;
-use lutra_core::spm::SpmTokenizer;
+use lutra_core::tokenizer::bpe::BpeTokenizer;
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::spm::SpmTokenizer;
 use lutra_core::tokenizer::Tokenizer;
 
 const TEXTS: &[&str] = &["Hello world", " 123  4567\n\n\tend", "<|endoftext|><s>é😀 ab'll", ""];

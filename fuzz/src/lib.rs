@@ -2,7 +2,7 @@
 //! loaded model for a few tokens, so a bad value that parses still has to survive use.
 
 use lutra_core::engine::{Attention, Generation, Model, SamplerConfig, Session, SingleThread};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 
 /// Reads every metadata value (arrays element by element) and every tensor's size,
 /// range and data.

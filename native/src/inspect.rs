@@ -1,14 +1,14 @@
 //! `lutra inspect FILE`: what a GGUF model file holds — format version, architecture,
 //! hyperparameters (every `{arch}.*` key), vocabulary size, and per tensor type the
 //! number of tensors and their bytes. The file is memory-mapped and read by
-//! `lutra_core::gguf`, so only the header pages are touched.
+//! `lutra_core::formats::gguf`, so only the header pages are touched.
 
 use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use lutra_core::gguf::{Array, GgmlType, Gguf, GgufError, Value};
+use lutra_core::formats::gguf::{Array, GgmlType, Gguf, GgufError, Value};
 use memmap2::Mmap;
 
 /// Why a model file could not be inspected.
@@ -375,11 +375,11 @@ impl Report {
     }
 
     /// Which kernel each tensor type's matrices run on with this machine's best kernel
-    /// tier (`lutra_core::model::import::matrix_kernel`).
+    /// tier (`lutra_core::formats::import::matrix_kernel`).
     pub fn kernels_text(&self) -> String {
         let mut s = format!("kernels         {} (the best tier here; LUTRA_MAX_ISA caps it)\n", lutra_core::Isa::best().name());
         for t in &self.types {
-            let kernel = lutra_core::model::import::matrix_kernel(t.ggml_type).unwrap_or("refused");
+            let kernel = lutra_core::formats::import::matrix_kernel(t.ggml_type).unwrap_or("refused");
             let _ = writeln!(s, "  {:<10} {kernel}", t.ggml_type.to_string());
         }
         let _ = writeln!(s, "  (1-D tensors, norms and biases, stay f32)");
@@ -392,7 +392,7 @@ impl Report {
             .types
             .iter()
             .map(|t| {
-                let kernel = lutra_core::model::import::matrix_kernel(t.ggml_type);
+                let kernel = lutra_core::formats::import::matrix_kernel(t.ggml_type);
                 format!("{}:{}", json_string(&t.ggml_type.to_string()), kernel.map_or("null".into(), json_string))
             })
             .collect();

@@ -19,9 +19,9 @@
 #![warn(missing_docs)]
 
 pub use lutra_core as core;
+pub use lutra_core::attention::ValueFormat;
 pub use lutra_core::engine;
 pub use lutra_core::engine::{Attention, CacheInfo, CancelFlag, ModelInfo, Perplexity, PqAttention, Role, StopReason};
-pub use lutra_core::model::kv::ValueFormat;
 pub use lutra_core::sampler::SamplerConfig;
 
 pub mod calibrate;

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lutra_core::engine::{self, InMemory, Lent, LoadProgress};
-use lutra_core::gguf::{is_gguf, Gguf};
-use lutra_core::model::import::weight_bytes_needed;
-use lutra_core::{pack, Backing};
+use lutra_core::formats::gguf::{is_gguf, Gguf};
+use lutra_core::formats::import::weight_bytes_needed;
+use lutra_core::formats::pack;
+use lutra_core::Backing;
 use memmap2::Mmap;
 
 use crate::inspect::map_file;

@@ -17,7 +17,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::path::Path;
 
 use lutra_bench::llamacpp::sys::{llama_chat_apply_template, llama_chat_builtin_templates, llama_chat_message};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_tests::chat::{conversations, Case, ChatGolden, TemplateCases, CHAT_GOLDEN};
 use lutra_tests::golden::golden_path;
 

@@ -41,7 +41,8 @@ fn run() -> Result<(), String> {
         let mut llama = LlamaCppModel::load_with_context(&path, 1, 512)?;
         let tokens = tokens();
         let logits = llama.logits_all(&tokens)?;
-        let golden = FamilyGolden { file_len: gguf.len() as u64, file_checksum: lutra_core::pack::checksum(&gguf), tokens, logits };
+        let golden =
+            FamilyGolden { file_len: gguf.len() as u64, file_checksum: lutra_core::formats::pack::checksum(&gguf), tokens, logits };
         let out = out_dir.join(format!("{}.bin", v.name));
         std::fs::write(&out, golden.to_bytes()).map_err(|e| e.to_string())?;
         println!("{}: {} bytes of GGUF, {} positions × {} logits", out.display(), gguf.len(), golden.logits.len(), llama.n_vocab());

@@ -11,7 +11,7 @@
 //! u32 block bytes, the blocks · unless poisoned: rows × cols f32, llama.cpp's weights
 //! ```
 
-use lutra_core::int8::Int8Matrix;
+use lutra_core::kernels::int8::Int8Matrix;
 use lutra_core::{AlignedBytes, Error, PackedMatrix};
 
 /// The golden file of block-import cases (in this crate).

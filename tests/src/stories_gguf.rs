@@ -15,8 +15,8 @@
 //! The `stories_gguf` example writes them and checks them against the SHA-256 sums of
 //! llama.cpp's own files (tests/golden/stories15M-gguf.sha256).
 
-use lutra_core::gguf::Gguf;
-use lutra_core::llama2c::{Checkpoint, F32Tensor};
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::formats::llama2c::{Checkpoint, F32Tensor};
 
 use crate::gguf_writer::{write_gguf, Meta, Tensor};
 

@@ -1,13 +1,13 @@
-//! The byte-level BPE tokenizer (`lutra_core::bpe`) on llama.cpp's real vocabularies
+//! The byte-level BPE tokenizer (`lutra_core::tokenizer::bpe`) on llama.cpp's real vocabularies
 //! (`models/llama-vocab/ggml-vocab-*.gguf`, `cargo xtask models vocab`), beyond what
 //! llama.cpp's suite (`llama_vocab.rs`) checks: decoding gives back any UTF-8 text, and
 //! control tokens written in the text are found with `parse_special` only.
 
 use std::path::PathBuf;
 
-use lutra_core::bpe::BpeTokenizer;
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_core::rng::SplitMix64;
+use lutra_core::tokenizer::bpe::BpeTokenizer;
 use lutra_core::tokenizer::Tokenizer;
 
 fn vocab_dir() -> PathBuf {

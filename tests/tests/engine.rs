@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use lutra::threads::Pool;
+use lutra_core::attention::ValueFormat;
 use lutra_core::engine::{Attention, CancelFlag, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
-use lutra_core::model::kv::ValueFormat;
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
 
@@ -280,8 +280,8 @@ fn gemma3_block_values_stay_close_to_f16_values() {
 #[test]
 fn weight_estimate_from_the_header_matches_the_loaded_model() {
     let bytes = read("gemma-3-270m-q4_k_m.gguf");
-    let gguf = lutra_core::gguf::Gguf::parse(&bytes).unwrap();
-    let estimate = lutra_core::model::import::weight_bytes_needed(&gguf).unwrap();
+    let gguf = lutra_core::formats::gguf::Gguf::parse(&bytes).unwrap();
+    let estimate = lutra_core::formats::import::weight_bytes_needed(&gguf).unwrap();
     let vectors: u64 = gguf.tensors().filter(|t| t.n_dims == 1).map(|t| t.byte_size().unwrap()).sum();
     let matrices = Model::from_gguf(&bytes).unwrap().info().matrix_bytes as u64;
     assert_eq!(estimate, matrices + vectors, "estimate {estimate}, matrices {matrices}, vectors {vectors}");

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use lutra_core::arch::gemma3::{Gemma3, Gemma3State};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_core::model::SingleThread;
 use lutra_tests::golden::{golden_path, Golden, Tally, GEMMA3_270M_GPL3};
 
@@ -105,8 +105,9 @@ fn gemma3_270m_agrees_with_llama_cpp() {
 #[test]
 #[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
 fn batched_prefill_equals_token_by_token() {
-    use lutra_core::model::kv::KvCache;
-    use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
+    use lutra_core::attention::KvCache;
+    use lutra_core::attention::PqKvCache;
+    use lutra_core::pq::{Codebooks, PqShape, Rotation};
     let golden = Golden::load(&golden_path(GEMMA3_270M_GPL3)).unwrap();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma-3-270m-q4_k_m.gguf");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}\n  run `cargo xtask models gemma` first", path.display()));

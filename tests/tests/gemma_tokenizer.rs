@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use lutra_core::gguf::Gguf;
-use lutra_core::spm::{gemma_chat_prompt, SpmTokenizer, TokenType};
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::spm::{gemma_chat_prompt, SpmTokenizer, TokenType};
 use lutra_core::tokenizer::Tokenizer;
 
 fn tokenizer() -> &'static SpmTokenizer {

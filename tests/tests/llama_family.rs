@@ -12,7 +12,7 @@
 //! wherever llama.cpp's lead is ≥ 0.5.
 
 use lutra_core::arch::llama_family::{LlamaFamily, LlamaFamilyState};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_core::model::SingleThread;
 use lutra_tests::tiny_llama::{FamilyGolden, VARIANTS};
 
@@ -33,7 +33,7 @@ fn tiny_llama_family_files_agree_with_llama_cpp() {
         let golden = FamilyGolden::parse(&std::fs::read(&path).unwrap()).unwrap();
         let gguf = v.gguf();
         assert_eq!(
-            (gguf.len() as u64, lutra_core::pack::checksum(&gguf)),
+            (gguf.len() as u64, lutra_core::formats::pack::checksum(&gguf)),
             (golden.file_len, golden.file_checksum),
             "{}: the rebuilt file is not the one llama.cpp ran",
             v.name

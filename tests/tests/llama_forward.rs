@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use lutra_core::arch::llama::{Llama, State};
-use lutra_core::llama2c::Checkpoint;
+use lutra_core::formats::llama2c::Checkpoint;
 use lutra_core::model::{ModelError, SingleThread};
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
 
@@ -29,10 +29,10 @@ struct Reference {
 
 impl Reference {
     fn new(ck: &Checkpoint<'_>) -> Reference {
-        use lutra_core::llama2c::TensorKind::*;
+        use lutra_core::formats::llama2c::TensorKind::*;
         let c = *ck.config();
         let get = |kind| {
-            let layers = if lutra_core::llama2c::TensorKind::per_layer(kind) { c.n_layers } else { 1 };
+            let layers = if lutra_core::formats::llama2c::TensorKind::per_layer(kind) { c.n_layers } else { 1 };
             let mut all = Vec::new();
             for l in 0..layers {
                 let t = ck.tensor(kind, l).unwrap();

@@ -7,9 +7,9 @@
 
 use std::path::PathBuf;
 
-use lutra_core::bpe::BpeTokenizer;
-use lutra_core::gguf::Gguf;
-use lutra_core::spm::SpmTokenizer;
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::bpe::BpeTokenizer;
+use lutra_core::tokenizer::spm::SpmTokenizer;
 use lutra_core::tokenizer::Tokenizer;
 
 fn vocab_dir() -> PathBuf {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lutra_core::llama2c::{Checkpoint, Config, TensorKind};
+use lutra_core::formats::llama2c::{Checkpoint, Config, TensorKind};
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer, BOS};
 
 fn read(name: &str) -> Vec<u8> {

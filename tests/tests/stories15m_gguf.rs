@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 
 use lutra_core::arch::llama_family::{Arch, LlamaFamily, LlamaFamilyState};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_core::model::SingleThread;
 use lutra_tests::golden::{golden_path, Golden, Tally};
 
@@ -104,7 +104,7 @@ fn weight_estimate_from_the_header_matches_the_loaded_model() {
     for file in ["stories15M-f32.gguf", "stories15M-q8_0.gguf", "stories15M-q4_0.gguf"] {
         let (bytes, model) = load(file);
         let gguf = Gguf::parse(&bytes).unwrap();
-        let estimate = lutra_core::model::import::weight_bytes_needed(&gguf).unwrap();
+        let estimate = lutra_core::formats::import::weight_bytes_needed(&gguf).unwrap();
         let vectors: u64 = gguf.tensors().filter(|t| t.n_dims == 1).map(|t| t.byte_size().unwrap()).sum();
         let matrices = model.matrix_bytes() as u64;
         assert_eq!(estimate, matrices + vectors, "{file}: estimate {estimate}, matrices {matrices}, vectors {vectors}");

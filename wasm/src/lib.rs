@@ -14,7 +14,7 @@
 use core::ops::Range;
 
 use lutra_core::engine::{default_context, Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
-use lutra_core::gguf::{is_gguf, Gguf};
+use lutra_core::formats::gguf::{is_gguf, Gguf};
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
 use lutra_core::threads::{Split, Workers};
@@ -110,8 +110,8 @@ pub fn simd_variant() -> String {
 /// 256 centroids, bit for bit. Returns what was checked, or the first mismatch.
 #[wasm_bindgen]
 pub fn kernel_check() -> Result<String, JsError> {
-    use lutra_core::pq::scan::{block_bytes16, block_bytes256};
-    use lutra_core::pq::{scan16, scan256, BLOCK_KEYS};
+    use lutra_core::kernels::pq_scan::{block_bytes16, block_bytes256};
+    use lutra_core::kernels::pq_scan::{scan16, scan256, BLOCK_KEYS};
     use lutra_core::{gemv_integer, Isa, Offset, OwnedTables, PackedMatrix};
 
     let isa = Isa::best();
@@ -147,12 +147,12 @@ pub fn kernel_check() -> Result<String, JsError> {
         if with_minus_128 {
             blocks[2] = 0x80;
         }
-        let m = lutra_core::int8::Int8Matrix::from_q8_0(&blocks, rows, cols).map_err(js)?;
-        let mut x = lutra_core::int8::Int8Activations::new(cols).map_err(js)?;
+        let m = lutra_core::kernels::int8::Int8Matrix::from_q8_0(&blocks, rows, cols).map_err(js)?;
+        let mut x = lutra_core::kernels::int8::Int8Activations::new(cols).map_err(js)?;
         x.quantize(&(0..cols).map(|_| next() as f32 / u32::MAX as f32 * 4.0 - 2.0).collect::<Vec<_>>()).map_err(js)?;
         let (mut fast, mut reference) = (vec![0f32; rows], vec![0f32; rows]);
-        lutra_core::int8::gemv_rows(isa, &m, &x, 0..rows, &mut fast).map_err(js)?;
-        lutra_core::int8::gemv_rows(Isa::Scalar, &m, &x, 0..rows, &mut reference).map_err(js)?;
+        lutra_core::kernels::int8::gemv_rows(isa, &m, &x, 0..rows, &mut fast).map_err(js)?;
+        lutra_core::kernels::int8::gemv_rows(Isa::Scalar, &m, &x, 0..rows, &mut reference).map_err(js)?;
         if fast.iter().zip(&reference).any(|(a, b)| a.to_bits() != b.to_bits()) {
             return Err(JsError::new(&format!("{}: int8 dot product (−128 codes: {with_minus_128}) differs from scalar", isa.name())));
         }
@@ -173,7 +173,7 @@ pub fn kernel_check() -> Result<String, JsError> {
     Ok(format!("{}: GEMV at 1, 2, 3, 4, 8 bits, int8 dot products and PQ scans (16, 256 centroids) equal scalar", isa.name()))
 }
 
-/// Whether a file's first bytes are GGUF's magic (`lutra_core::gguf::is_gguf`): how the
+/// Whether a file's first bytes are GGUF's magic (`lutra_core::formats::gguf::is_gguf`): how the
 /// page tells a GGUF picked from disk without its extension from a llama2.c checkpoint.
 #[wasm_bindgen(js_name = is_gguf)]
 pub fn starts_as_gguf(bytes: &[u8]) -> bool {
@@ -216,13 +216,13 @@ pub fn memory_bytes() -> f64 {
     0.0
 }
 
-/// One layer's attention cache of a kind (`lutra_core::model::kv::synthetic::KINDS`:
+/// One layer's attention cache of a kind (`lutra_core::attention::synthetic::KINDS`:
 /// exact f16 keys or PQ codes, f16 or block values), every position filled, for timing
 /// one decode token's attention in wasm — `www/bench/attention.mjs` under node, the
 /// native side being `lutra bench attention`.
 #[wasm_bindgen]
 pub struct AttentionTimer {
-    cache: Box<dyn lutra_core::model::kv::KvCache>,
+    cache: Box<dyn lutra_core::attention::KvCache>,
     q: Vec<f32>,
     out: Vec<f32>,
     scale: f32,
@@ -235,7 +235,7 @@ impl AttentionTimer {
     /// build's PQ scan kernels, "scalar" for the reference (to time the one against the other).
     #[wasm_bindgen(constructor)]
     pub fn new(kind: &str, shape: &str, ctx: usize, scan: &str) -> Result<AttentionTimer, JsError> {
-        use lutra_core::model::kv::synthetic;
+        use lutra_core::attention::synthetic;
         let isa = match scan {
             "best" => lutra_core::Isa::best(),
             "scalar" => lutra_core::Isa::Scalar,
@@ -524,7 +524,7 @@ mod tests {
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn attention_timer_runs_every_kind() {
-        for kind in lutra_core::model::kv::synthetic::KINDS {
+        for kind in lutra_core::attention::synthetic::KINDS {
             for scan in ["best", "scalar"] {
                 let mut timer = super::AttentionTimer::new(kind, "gemma3", 40, scan).unwrap_or_else(|_| panic!("{kind} {scan}"));
                 timer.run(2);

@@ -42,18 +42,18 @@
 //! - An `output.weight` tensor (an LM head not tied to the embedding, which llama.cpp
 //!   would use) is refused.
 
-use crate::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
+use crate::formats::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::gguf::{Gguf, Value};
+use crate::attention::kernels::exp;
+use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::formats::gguf::{Gguf, Value};
+pub use crate::formats::import::Imported;
+use crate::formats::import::{Importer, InMemory, TensorSource, Weights};
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
-pub use crate::model::import::Imported;
-use crate::model::import::{Importer, InMemory, TensorSource, Weights};
-use crate::model::kv::kernels::exp;
-use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
 use crate::model::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
@@ -301,11 +301,11 @@ impl Gemma3 {
         }
     }
 
-    /// Writes the model packed (`crate::pack`): `source`'s metadata (hyperparameters,
+    /// Writes the model packed (`crate::formats::pack`): `source`'s metadata (hyperparameters,
     /// tokenizer) as it was, every tensor under its GGUF name as the kernels read it.
-    pub fn write_packed<'a>(&'a self, source: &Gguf<'_>, w: &mut crate::pack::Writer<'a>) {
+    pub fn write_packed<'a>(&'a self, source: &Gguf<'_>, w: &mut crate::formats::pack::Writer<'a>) {
         w.copy_metadata(source);
-        w.str(crate::pack::SOURCE_KEY, "gguf");
+        w.str(crate::formats::pack::SOURCE_KEY, "gguf");
         w.matrix("token_embd.weight", &self.token_embd);
         for (l, layer) in self.layers.iter().enumerate() {
             let name = |t: &str| format!("blk.{l}.{t}.weight");
@@ -542,9 +542,9 @@ impl crate::arch::Architecture for Gemma3 {
     fn layer_windows(&self) -> Vec<usize> {
         self.config.layer_windows()
     }
-    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::pack::Writer<'a>) -> Result<(), ModelError> {
+    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::formats::pack::Writer<'a>) -> Result<(), ModelError> {
         let g = Gguf::parse(origin)?;
-        if crate::pack::is_packed(&g) {
+        if crate::formats::pack::is_packed(&g) {
             return Err(ModelError::BadPackedFile("already packed".into()));
         }
         Gemma3::write_packed(self, &g, writer);

@@ -9,11 +9,11 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::gguf::Gguf;
-use crate::llama2c::{Checkpoint, F32Tensor};
-use crate::lut::Tables;
-use crate::model::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
-use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::formats::gguf::Gguf;
+use crate::formats::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
+use crate::formats::llama2c::{Checkpoint, F32Tensor};
+use crate::kernels::lut::Tables;
 use crate::model::ops::{add, rmsnorm, rope_adjacent, RopeAngles};
 use crate::model::{feed_in_batches, group_for, Gemv, ModelError, PREFILL_BATCH};
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
@@ -165,13 +165,13 @@ impl Llama {
         })
     }
 
-    /// Writes the model packed (`crate::pack`): its hyperparameters as `llama.*` keys,
+    /// Writes the model packed (`crate::formats::pack`): its hyperparameters as `llama.*` keys,
     /// `tokenizer` (the checkpoint's `tokenizer.bin`) as a byte tensor, and every tensor
     /// under its GGUF name as the kernels read it.
-    pub fn write_packed<'a>(&'a self, tokenizer: &'a [u8], w: &mut crate::pack::Writer<'a>) {
+    pub fn write_packed<'a>(&'a self, tokenizer: &'a [u8], w: &mut crate::formats::pack::Writer<'a>) {
         let c = &self.config;
         w.str("general.architecture", "llama");
-        w.str(crate::pack::SOURCE_KEY, "llama2c");
+        w.str(crate::formats::pack::SOURCE_KEY, "llama2c");
         for (key, v) in [
             ("llama.embedding_length", c.dim),
             ("llama.feed_forward_length", c.hidden_dim),
@@ -255,7 +255,7 @@ impl Llama {
             layer.rms_att = vector(g, source, &alloc::format!("blk.{l}.attn_norm.weight"), c.dim)?;
             layer.rms_ffn = vector(g, source, &alloc::format!("blk.{l}.ffn_norm.weight"), c.dim)?;
         }
-        let token_embedding = crate::model::import::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
+        let token_embedding = crate::formats::import::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
         let rms_final = vector(g, source, "output_norm.weight", c.dim)?;
         let (group_dim, group_hidden) = (layers[0].wq.layout().group(), layers[0].w2.layout().group());
         let model = Llama { config, token_embedding, layers, rms_final, classifier, group_dim, group_hidden };
@@ -266,7 +266,7 @@ impl Llama {
         {
             return Err(ModelError::BadPackedFile("matrices of one input width with different group sizes".into()));
         }
-        let tokenizer = crate::model::import::packed_blob(g, source, TOKENIZER_BLOB)?;
+        let tokenizer = crate::formats::import::packed_blob(g, source, TOKENIZER_BLOB)?;
         Ok((model, tokenizer))
     }
 
@@ -496,7 +496,7 @@ impl crate::arch::Architecture for Llama {
     fn from_gguf(
         gguf: &Gguf<'_>,
         _: &mut dyn TensorSource,
-        _: &mut dyn FnMut(crate::model::import::Imported<'_>),
+        _: &mut dyn FnMut(crate::formats::import::Imported<'_>),
     ) -> Result<Self, ModelError> {
         let found = gguf.get_str("general.architecture").unwrap_or("none").into();
         Err(ModelError::WrongArchitecture { expected: "a llama2.c checkpoint", found })
@@ -529,7 +529,7 @@ impl crate::arch::Architecture for Llama {
     }
     /// `origin` is the checkpoint's `tokenizer.bin` (the engine has checked it), kept in
     /// the packed file.
-    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::pack::Writer<'a>) -> Result<(), ModelError> {
+    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::formats::pack::Writer<'a>) -> Result<(), ModelError> {
         Llama::write_packed(self, origin, writer);
         Ok(())
     }

@@ -2,7 +2,7 @@
 //!
 //! An architecture is its hyperparameters, its weights and one forward pass over a batch
 //! of tokens (the [`Architecture`] trait); the engine (`crate::engine`) reaches it only
-//! through that trait, by way of the [`registry!`] list at the bottom of this file. To
+//! through that trait, by way of the `registry!` list at the bottom of this file. To
 //! add one: write `NAME.rs` with a type implementing [`Architecture`] (its
 //! `runs_gguf`/`from_gguf` say which GGUF files it loads), and add one line to that list.
 //!
@@ -19,13 +19,14 @@ mod toy;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+use crate::attention::{AttentionShape, KvCache};
 use crate::chat::ChatTemplate;
-use crate::gguf::Gguf;
+use crate::formats::gguf::Gguf;
+use crate::formats::import::{Imported, TensorSource};
+use crate::formats::pack;
 use crate::model::budget;
-use crate::model::import::{Imported, TensorSource};
-use crate::model::kv::{AttentionShape, KvCache};
 use crate::model::{Gemv, ModelError};
-use crate::{pack, AlignedBytes};
+use crate::AlignedBytes;
 
 /// The sizes every architecture has: what `ModelInfo` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

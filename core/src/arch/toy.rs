@@ -9,10 +9,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::{ArchState, Architecture, Sizes};
-use crate::gguf::Gguf;
+use crate::attention::{AttentionShape, KvCache};
+use crate::formats::gguf::Gguf;
+use crate::formats::import::{meta_u32, vector, Imported, TensorSource};
 use crate::model::budget;
-use crate::model::import::{meta_u32, vector, Imported, TensorSource};
-use crate::model::kv::{AttentionShape, KvCache};
 use crate::model::{Gemv, ModelError};
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
 
@@ -103,8 +103,8 @@ impl ArchState for ToyState {
 mod tests {
     use super::*;
     use crate::arch::Network;
-    use crate::model::import::InMemory;
-    use crate::model::kv::{ExactKvCache, KeyPrecision};
+    use crate::attention::{ExactKvCache, KeyPrecision};
+    use crate::formats::import::InMemory;
     use crate::model::SingleThread;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -118,7 +118,7 @@ mod tests {
     fn a_registered_toy_runs_through_the_engine_seam() {
         let (dim, vocab) = (64, 48);
         let (embedding, head) = (values(vocab * dim, 7), values(vocab * dim, 11));
-        let mut w = crate::pack::Writer::new();
+        let mut w = crate::formats::pack::Writer::new();
         w.str("general.architecture", NAME);
         w.u32("toy-bigram.embedding_length", dim as u32);
         w.u32("toy-bigram.vocab_size", vocab as u32);

@@ -1,13 +1,13 @@
 use alloc::string::String;
 use core::fmt;
 
-use crate::gguf::GgufError;
-use crate::llama2c::Llama2cError;
+use crate::formats::gguf::GgufError;
+use crate::formats::llama2c::Llama2cError;
 use crate::model::ModelError;
 use crate::pq::PqError;
 use crate::sampler::SamplerError;
+use crate::tokenizer::vocab::VocabError;
 use crate::tokenizer::TokenizerError;
-use crate::vocab::VocabError;
 
 /// Every way the engine refuses a model, a prompt or a request, with a message for people.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,7 +25,7 @@ mod perplexity;
 mod session;
 mod text;
 
-pub use crate::model::import::{InMemory, Lent, TensorSource};
+pub use crate::formats::import::{InMemory, Lent, TensorSource};
 pub use crate::model::{Gemv, SingleThread};
 pub use crate::sampler::SamplerConfig;
 pub use chat::{ChatHistory, ChatPrompt};

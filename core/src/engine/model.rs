@@ -8,16 +8,17 @@ use core::ops::Range;
 use super::{budget, Error};
 use crate::arch::llama::Llama;
 use crate::arch::Network;
-use crate::bpe::BpeTokenizer;
+use crate::attention::PqKvCache;
+use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat};
 use crate::chat::ChatTemplate;
-use crate::gguf::Gguf;
-use crate::llama2c::Checkpoint;
-use crate::model::import::{InMemory, TensorSource};
-use crate::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat};
+use crate::formats::gguf::Gguf;
+use crate::formats::import::{InMemory, TensorSource};
+use crate::formats::llama2c::Checkpoint;
+use crate::formats::pack;
 use crate::model::ModelError;
-use crate::pack;
-use crate::pq::{Codebooks, PqKvCache};
-use crate::spm::SpmTokenizer;
+use crate::pq::Codebooks;
+use crate::tokenizer::bpe::BpeTokenizer;
+use crate::tokenizer::spm::SpmTokenizer;
 use crate::tokenizer::{Llama2cTokenizer, Tokenizer};
 use crate::Isa;
 
@@ -43,7 +44,7 @@ enum Vocabulary {
 impl Vocabulary {
     /// A GGUF file's tokenizer: SentencePiece (`llama`) or byte-level BPE (`gpt2`).
     fn from_gguf(g: &Gguf<'_>) -> Result<Vocabulary, Error> {
-        Ok(match g.get_str(crate::vocab::KEY_MODEL) {
+        Ok(match g.get_str(crate::tokenizer::vocab::KEY_MODEL) {
             Some("gpt2") => Vocabulary::Bpe(Box::new(BpeTokenizer::from_gguf(g)?)),
             _ => Vocabulary::Spm(Box::new(SpmTokenizer::from_gguf(g)?)),
         })
@@ -231,7 +232,7 @@ impl Model {
         };
         let data_start = gguf.data_start();
         // a chunk has read `consumed` of its tensor; a finished tensor all of it
-        let mut report = |p: crate::model::import::Imported<'_>| {
+        let mut report = |p: crate::formats::import::Imported<'_>| {
             let file = gguf.tensor(p.tensor).and_then(|info| {
                 let range = p.consumed.clone().or_else(|| info.byte_size().ok().map(|len| 0..len as usize))?;
                 let start = data_start.checked_add(usize::try_from(info.offset).ok()?)?;
@@ -247,7 +248,7 @@ impl Model {
                 None => types.push((name.to_string(), 1)),
             }
         }
-        let file_template = gguf.get_str(crate::spm::KEY_CHAT_TEMPLATE);
+        let file_template = gguf.get_str(crate::tokenizer::spm::KEY_CHAT_TEMPLATE);
         let chat = file_template.and_then(ChatTemplate::detect).or(Network::default_chat(arch));
         let net = Network::from_gguf(arch, gguf, source, &mut report).ok_or_else(|| Error::UnsupportedArchitecture(arch.into()))??;
         let info = ModelInfo::new(&net, types, chat, file_template.is_some(), pack::is_packed(gguf));
@@ -288,7 +289,7 @@ impl Model {
         Model::new(net, Vocabulary::Llama2c(Box::new(tokenizer)), info, None)
     }
 
-    /// Packs the model (`crate::pack`: a `.lutra` file, read in place on load) into
+    /// Packs the model (`crate::formats::pack`: a `.lutra` file, read in place on load) into
     /// `writer`. `origin` is the file the model came from: the GGUF (its metadata and
     /// tokenizer are kept), or for a llama2.c model its `tokenizer.bin`.
     pub fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), Error> {

@@ -1,5 +1,5 @@
 use super::{Attention, Error, Model, Session};
-use crate::model::kv::ValueFormat;
+use crate::attention::ValueFormat;
 use crate::model::Gemv;
 
 /// Perplexity of a text, by llama.cpp's `llama-perplexity` method.

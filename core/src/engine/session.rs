@@ -6,7 +6,7 @@ use core::fmt;
 use super::model::{Attention, Model};
 use super::Error;
 use crate::arch::NetworkState;
-use crate::model::kv::{KvCache, ValueFormat};
+use crate::attention::{KvCache, ValueFormat};
 use crate::model::Gemv;
 
 /// Positions of a session when none are asked for (the CLI's `--ctx` default, `context: 0`

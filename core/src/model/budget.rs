@@ -7,7 +7,7 @@
 //! `Generation::start`), with every block's alignment padding counted;
 //! lutra-embedded's `arena` test measures the real peak against it.
 
-use crate::model::kv::{token_block_rows, PIECE_ROWS, TOKEN_BLOCK};
+use crate::attention::{token_block_rows, PIECE_ROWS, TOKEN_BLOCK};
 use crate::model::PREFILL_BATCH;
 use crate::sampler::scratch_len;
 

@@ -5,7 +5,7 @@
 use alloc::string::ToString;
 
 use super::ModelError;
-use crate::gguf::{Gguf, Value};
+use crate::formats::gguf::{Gguf, Value};
 
 /// `Ok(None)` if `key` is absent, its value if `read` takes it; a per-layer array (which
 /// llama.cpp takes for some keys) is refused, any other type is the wrong one.

@@ -3,21 +3,19 @@
 
 pub mod budget;
 pub(crate) mod hparams;
-pub mod import;
-pub mod kv;
 pub(crate) mod ops;
 pub(crate) mod products;
 
 use core::fmt;
 
-use crate::lut::Tables;
+use crate::kernels::lut::Tables;
 use crate::{Error, PackedMatrix};
 
 /// Why a model could not be built or run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelError {
     /// The GGUF file is malformed.
-    Gguf(crate::gguf::GgufError),
+    Gguf(crate::formats::gguf::GgufError),
     /// A tensor the architecture needs is not in the file.
     MissingTensor(alloc::string::String),
     /// A metadata key the architecture needs is missing or has the wrong type.
@@ -34,7 +32,7 @@ pub enum ModelError {
     /// A kernel or format error.
     Kernel(Error),
     /// The llama2.c checkpoint is malformed.
-    Checkpoint(crate::llama2c::Llama2cError),
+    Checkpoint(crate::formats::llama2c::Llama2cError),
     /// A token id outside the vocabulary.
     TokenOutOfRange { token: u32, vocab_size: usize },
     /// A position at or beyond the context length.
@@ -44,7 +42,7 @@ pub enum ModelError {
     /// Bits per weight outside 1..=8.
     UnsupportedBits(u8),
     /// A KV cache made for another attention shape.
-    CacheShape { expected: kv::AttentionShape, got: kv::AttentionShape },
+    CacheShape { expected: crate::attention::AttentionShape, got: crate::attention::AttentionShape },
     /// PQ codebooks that cannot be read or do not fit the model.
     Codebooks(crate::pq::PqError),
     /// A packed `.lutra` file that is damaged, truncated or of another format version.
@@ -95,14 +93,14 @@ impl From<crate::pq::PqError> for ModelError {
     }
 }
 
-impl From<crate::gguf::GgufError> for ModelError {
-    fn from(e: crate::gguf::GgufError) -> Self {
+impl From<crate::formats::gguf::GgufError> for ModelError {
+    fn from(e: crate::formats::gguf::GgufError) -> Self {
         ModelError::Gguf(e)
     }
 }
 
-impl From<crate::llama2c::Llama2cError> for ModelError {
-    fn from(e: crate::llama2c::Llama2cError) -> Self {
+impl From<crate::formats::llama2c::Llama2cError> for ModelError {
+    fn from(e: crate::formats::llama2c::Llama2cError) -> Self {
         ModelError::Checkpoint(e)
     }
 }
@@ -140,12 +138,22 @@ pub trait Gemv {
     fn gemm<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: &[Tables<'_>], ys: &mut [f32]) -> Result<(), Error> {
         crate::gemm(m, tables, ys)
     }
-    /// `y = m · x` over int8 codes (`crate::int8`).
-    fn int8_gemv(&self, m: &crate::int8::Int8Matrix, x: &crate::int8::Int8Activations, y: &mut [f32]) -> Result<(), Error> {
-        crate::int8::gemv(m, x, y)
+    /// `y = m · x` over int8 codes (`crate::kernels::int8`).
+    fn int8_gemv(
+        &self,
+        m: &crate::kernels::int8::Int8Matrix,
+        x: &crate::kernels::int8::Int8Activations,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
+        crate::kernels::int8::gemv(m, x, y)
     }
     /// A batch of tokens' int8 products, `ys` token-major: each token's `int8_gemv`.
-    fn int8_gemm(&self, m: &crate::int8::Int8Matrix, xs: &[crate::int8::Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
+    fn int8_gemm(
+        &self,
+        m: &crate::kernels::int8::Int8Matrix,
+        xs: &[crate::kernels::int8::Int8Activations],
+        ys: &mut [f32],
+    ) -> Result<(), Error> {
         if ys.len() != xs.len() * m.rows() {
             return Err(Error::BufferSize { what: "output rows × batch", expected: xs.len() * m.rows(), got: ys.len() });
         }
@@ -158,7 +166,7 @@ pub trait Gemv {
         items.iter_mut().enumerate().try_for_each(|(i, item)| job(item, i))
     }
     /// Who runs attention's pieces; the calling thread unless overridden.
-    fn parallel(&self) -> &dyn kv::Parallel {
+    fn parallel(&self) -> &dyn crate::attention::Parallel {
         &SingleThread
     }
 }
@@ -172,13 +180,18 @@ impl Gemv for SingleThread {
         crate::gemv(m, tables, y)
     }
     /// Each token's `int8_gemv`, the weights read once for several tokens where the
-    /// kernel can (`crate::int8::gemm_rows`).
-    fn int8_gemm(&self, m: &crate::int8::Int8Matrix, xs: &[crate::int8::Int8Activations], ys: &mut [f32]) -> Result<(), Error> {
+    /// kernel can (`crate::kernels::int8::gemm_rows`).
+    fn int8_gemm(
+        &self,
+        m: &crate::kernels::int8::Int8Matrix,
+        xs: &[crate::kernels::int8::Int8Activations],
+        ys: &mut [f32],
+    ) -> Result<(), Error> {
         if ys.len() != xs.len() * m.rows() {
             return Err(Error::BufferSize { what: "output rows × batch", expected: xs.len() * m.rows(), got: ys.len() });
         }
         let mut per_token = ys.chunks_exact_mut(m.rows());
-        crate::int8::gemm_rows(crate::Isa::best(), m, xs, 0..m.rows(), |_| per_token.next().unwrap_or_default())
+        crate::kernels::int8::gemm_rows(crate::Isa::best(), m, xs, 0..m.rows(), |_| per_token.next().unwrap_or_default())
     }
 }
 

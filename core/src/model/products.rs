@@ -4,9 +4,9 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::import::Weights;
 use super::{Gemv, ModelError, PREFILL_BATCH};
-use crate::int8::Int8Activations;
+use crate::formats::import::Weights;
+use crate::kernels::int8::Int8Activations;
 use crate::{OwnedTables, Tables};
 
 /// Working memory of up to `PREFILL_BATCH` tokens of a transformer with grouped-query

@@ -7,8 +7,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::scan::MAX_SUBSPACES;
-use crate::gguf::{GgmlType, Gguf, GgufError, MAGIC};
+use crate::formats::gguf::{GgmlType, Gguf, GgufError, MAGIC};
+use crate::kernels::pq_scan::{BLOCK_KEYS, MAX_SUBSPACES};
 
 /// Longest key PQ supports (the rotation works in a stack buffer of this size).
 pub const MAX_HEAD_DIM: usize = 1024;
@@ -136,7 +136,7 @@ impl PqShape {
 
     /// Bytes of one 32-key code block.
     pub fn block_bytes(&self) -> usize {
-        self.code_bytes_per_key() * super::BLOCK_KEYS
+        self.code_bytes_per_key() * BLOCK_KEYS
     }
 
     /// Key compression against f16 keys.
@@ -582,8 +582,8 @@ pub fn apply_matrix(m: &[f32], v: &mut [f32]) {
     let n = v.len();
     let mut copy = [0.0f32; MAX_HEAD_DIM];
     copy[..n].copy_from_slice(v);
-    let rows = crate::model::kv::kernels::Rows { data: m, stride: n, len: n, count: n };
-    crate::model::kv::kernels::scores_f32(rows, &copy[..n], 1.0, v, n);
+    let rows = crate::attention::kernels::Rows { data: m, stride: n, len: n, count: n };
+    crate::attention::kernels::scores_f32(rows, &copy[..n], 1.0, v, n);
 }
 
 /// ggml shape of `pq.codebooks`.

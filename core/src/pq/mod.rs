@@ -8,18 +8,13 @@
 //! shared by every sub-space (`LUT_s[i] ≈ scale · u8 + bias_s`), so a key's score is
 //! `scale · Σ_s u8_s[code_s] + Σ_s bias_s` and the sum is exact integer arithmetic.
 //!
-//! Keys are stored in blocks of `BLOCK_KEYS` (see `scan` for the byte layout).
+//! This module trains and stores the codebooks; the cache is `crate::attention::pq`, the
+//! score scans `crate::kernels::pq_scan` (keys in blocks of `BLOCK_KEYS`, its byte layout).
 
-#[cfg(feature = "alloc")]
-pub mod cache;
 #[cfg(feature = "alloc")]
 pub mod codebook;
 #[cfg(feature = "alloc")]
 pub mod kmeans;
-pub mod scan;
 
 #[cfg(feature = "alloc")]
-pub use cache::PqKvCache;
-#[cfg(feature = "alloc")]
 pub use codebook::{apply_matrix, Codebooks, PqError, PqShape, Rotation, TableScale};
-pub use scan::{scan16, scan256, scan256_heads, scan256_prefers_heads, BLOCK_KEYS, SCAN_HEADS};

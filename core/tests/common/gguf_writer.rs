@@ -18,8 +18,8 @@ pub enum Meta {
 impl Meta {
     /// A value read from a GGUF file, where the writer has its type.
     #[allow(dead_code)] // not every test crate that includes this copies metadata
-    pub fn from_value(v: &lutra_core::gguf::Value<'_>) -> Option<Meta> {
-        use lutra_core::gguf::{Value, ValueType};
+    pub fn from_value(v: &lutra_core::formats::gguf::Value<'_>) -> Option<Meta> {
+        use lutra_core::formats::gguf::{Value, ValueType};
         Some(match v {
             Value::U32(x) => Meta::U32(*x),
             Value::F32(x) => Meta::F32(*x),

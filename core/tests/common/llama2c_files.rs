@@ -1,6 +1,6 @@
 //! llama2.c files written by hand: `tokenizer.bin` and checkpoints of random weights.
 
-use lutra_core::llama2c::{Config, TensorKind};
+use lutra_core::formats::llama2c::{Config, TensorKind};
 
 use super::Rng;
 

@@ -2,9 +2,9 @@
 //! byte alphabet, then chosen tokens and merges. For the BPE tests and the fuzz seeds.
 
 use super::gguf_writer::{write_gguf, Meta};
-use lutra_core::bpe::{BpeTokenizer, VocabError};
-use lutra_core::gguf::Gguf;
-use lutra_core::spm::TokenType;
+use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::bpe::{BpeTokenizer, VocabError};
+use lutra_core::tokenizer::spm::TokenType;
 
 /// GPT-2's `bytes_to_unicode`, written independently of the library's table.
 pub fn byte_char(b: u8) -> char {

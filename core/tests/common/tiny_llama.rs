@@ -249,7 +249,7 @@ impl Variant {
 /// vocabulary's format, with a context of 1024. The embedding and a tied head grow to
 /// the vocabulary.
 pub fn with_vocab(variant: &Variant, vocab_gguf: &[u8]) -> Result<Vec<u8>, String> {
-    let vocab = lutra_core::gguf::Gguf::parse(vocab_gguf).map_err(|e| e.to_string())?;
+    let vocab = lutra_core::formats::gguf::Gguf::parse(vocab_gguf).map_err(|e| e.to_string())?;
     let n = vocab.get_array("tokenizer.ggml.tokens").ok_or("no tokenizer.ggml.tokens")?.len() as usize;
     let mut tokenizer = Vec::new();
     for (key, value) in vocab.metadata() {
@@ -326,7 +326,7 @@ fn spm_vocab() -> Vec<(String, Meta)> {
 }
 
 /// llama.cpp's logits for one variant (`tests/golden/llama-family/NAME.bin`): which file
-/// (its length and `lutra_core::pack::checksum`), the tokens fed, and one row of logits
+/// (its length and `lutra_core::formats::pack::checksum`), the tokens fed, and one row of logits
 /// per position. Layout: `LFG1`, u64 file length, u64 checksum, u32 positions, u32
 /// vocabulary, the token ids (u32), the logits (f32), all little-endian.
 #[derive(Clone, Debug, PartialEq)]

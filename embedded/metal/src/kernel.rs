@@ -5,7 +5,7 @@ extern crate alloc;
 use core::fmt::Write;
 
 use lutra_core::engine::{Attention, Generation, Session, SingleThread};
-use lutra_core::gguf::Gguf;
+use lutra_core::formats::gguf::Gguf;
 use lutra_core::sampler::SamplerConfig;
 use lutra_core::Isa;
 use lutra_embedded::arena::{Heap, StaticArena};

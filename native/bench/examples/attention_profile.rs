@@ -1,13 +1,13 @@
 //! One kind of `lutra bench attention`'s caches, attended over and over, so that a
 //! profiler sees that kind alone (the bench interleaves every kind in one process):
 //! `perf record target/release/examples/attention_profile pq16+q8_0 llama7b 16384 400`.
-//! Kinds: `lutra_core::model::kv::synthetic::KINDS`; shapes gemma3, llama7b.
+//! Kinds: `lutra_core::attention::synthetic::KINDS`; shapes gemma3, llama7b.
 //! `LUTRA_MAX_ISA` caps the kernel tier as for the CLI. Prints the median µs of one
 //! decode token's attention over the layer, 1 thread.
 use std::time::Instant;
 
 use lutra::threads::Pool;
-use lutra_core::model::kv::synthetic;
+use lutra_core::attention::synthetic;
 use lutra_core::Isa;
 
 fn main() -> Result<(), String> {

@@ -157,7 +157,7 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
     let (pp, tg, runs, depth) = (spec.pp, spec.tg, spec.runs, spec.depth);
     let mut magic = [0u8; 4];
     let is_gguf = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok()
-        && lutra_core::gguf::is_gguf(&magic);
+        && lutra_core::formats::gguf::is_gguf(&magic);
     if !is_gguf || model.info().packed {
         return Err(format!(
             "{}: --llamacpp needs a GGUF model (llama.cpp reads neither llama2.c checkpoints nor packed files)",

@@ -9,9 +9,9 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lutra_core::int8::{CodeForm, Int8Activations, Int8Matrix};
-use lutra_core::lut::Tables;
-use lutra_core::model::kv::{AttentionPiece, Parallel};
+use lutra_core::attention::{AttentionPiece, Parallel};
+use lutra_core::kernels::int8::{CodeForm, Int8Activations, Int8Matrix};
+use lutra_core::kernels::lut::Tables;
 use lutra_core::model::Gemv;
 use lutra_core::{Error, PackedMatrix};
 

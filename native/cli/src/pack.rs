@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
-use lutra_core::gguf::is_gguf;
-use lutra_core::pack::Writer;
+use lutra_core::formats::gguf::is_gguf;
+use lutra_core::formats::pack::Writer;
 
 use super::ModelArgs;
 

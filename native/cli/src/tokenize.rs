@@ -6,9 +6,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use lutra::core::bpe::BpeTokenizer;
-use lutra::core::gguf::{is_gguf, Gguf};
-use lutra::core::spm::SpmTokenizer;
+use lutra::core::formats::gguf::{is_gguf, Gguf};
+use lutra::core::tokenizer::bpe::BpeTokenizer;
+use lutra::core::tokenizer::spm::SpmTokenizer;
 use lutra::core::tokenizer::{Tokenizer, TokenizerError};
 use lutra::inspect::map_file;
 

@@ -12,9 +12,9 @@ use std::process::{Command, Output};
 use common::gguf_writer::{write_gguf, Meta};
 use common::tiny_gemma::{meta_270m, tensors, with, with_tokenizer, Kvs};
 use lutra_core::engine::{Error, Model};
-use lutra_core::gguf::GgufError;
+use lutra_core::formats::gguf::GgufError;
 use lutra_core::model::ModelError;
-use lutra_core::spm::VocabError;
+use lutra_core::tokenizer::spm::VocabError;
 
 /// The metadata of a runnable one-layer model; prompts of its tokens ("t0".."t299", no
 /// space or byte tokens) encode as they are.

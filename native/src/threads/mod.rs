@@ -31,7 +31,7 @@ impl Workers for Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lutra_core::int8::{self, Int8Activations, Int8Matrix};
+    use lutra_core::kernels::int8::{self, Int8Activations, Int8Matrix};
     use lutra_core::model::Gemv;
     use lutra_core::threads::TOKEN_SPLIT_BYTES;
     use lutra_core::{gemm_chunk_tiles, gemv_tiles, Error, Isa, Offset, OwnedTables, PackedMatrix, Tables};
@@ -51,9 +51,10 @@ mod tests {
     /// whose window crosses a piece boundary.
     #[test]
     fn threaded_attention_equals_the_single_thread_result() {
-        use lutra_core::model::kv::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
+        use lutra_core::attention::PqKvCache;
+        use lutra_core::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
         use lutra_core::model::SingleThread;
-        use lutra_core::pq::{Codebooks, PqKvCache, PqShape, Rotation};
+        use lutra_core::pq::{Codebooks, PqShape, Rotation};
         let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 3 * PIECE_ROWS + 100 };
         // layer 0: a ring of `window` positions; layer 1: the whole context
         let window = PIECE_ROWS + 70;

@@ -1,0 +1,456 @@
+//! GGUF tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
+//! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
+//! Float matrices (F32, F16, BF16) become their Q8_0 quantization, as `llama-quantize`
+//! would make it.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::model::ModelError;
+use core::ops::Range;
+
+use crate::formats::gguf::{GgmlType, Gguf, GgufError, TensorInfo};
+use crate::formats::pack;
+use crate::kernels::int8::{CodeForm, Int8Matrix};
+use crate::kernels::quant::convert;
+use crate::{AlignedBytes, Error, PackedMatrix};
+
+pub type Matrix = PackedMatrix<AlignedBytes>;
+
+/// An imported weight matrix, in the form its kernel reads: bit planes for the lookup
+/// kernels, or (Q8_0) int8 codes for the int8 dot-product kernels (`crate::kernels::int8`).
+#[derive(Clone, Debug)]
+pub enum Weights {
+    Lookup(Matrix),
+    Int8(Int8Matrix),
+}
+
+impl Weights {
+    /// Its buffers, to move (`AlignedBytes::gather`), appended to `out`.
+    pub(crate) fn buffers_mut<'a>(&'a mut self, out: &mut Vec<&'a mut AlignedBytes>) {
+        match self {
+            Weights::Lookup(m) => out.push(m.data_mut()),
+            Weights::Int8(m) => out.extend(m.buffers_mut()),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        match self {
+            Weights::Lookup(m) => m.layout().rows(),
+            Weights::Int8(m) => m.rows(),
+        }
+    }
+
+    pub fn cols(&self) -> usize {
+        match self {
+            Weights::Lookup(m) => m.layout().cols(),
+            Weights::Int8(m) => m.cols(),
+        }
+    }
+
+    /// Bytes the kernels read.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Weights::Lookup(m) => m.as_bytes().len(),
+            Weights::Int8(m) => m.bytes(),
+        }
+    }
+
+    /// Row `row` as f32, equal to llama.cpp's dequantization of the file's row.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
+        match self {
+            Weights::Lookup(m) => m.dequantize_row(row, out),
+            Weights::Int8(m) => m.dequantize_row(row, out),
+        }
+    }
+}
+
+fn info<'a>(g: &Gguf<'a>, name: &str) -> Result<TensorInfo<'a>, ModelError> {
+    g.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+}
+
+/// `(rows, cols)` of a 2-D tensor (ggml's `ne1`, `ne0`), checked against `expected` when given.
+fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usize, usize), ModelError> {
+    let got = [info.dims[0], info.dims[1]];
+    let bad = || ModelError::BadTensorShape {
+        name: info.name.to_string(),
+        expected: expected.map_or([0, 0], |(r, c)| [c as u64, r as u64]),
+        got,
+    };
+    if info.n_dims != 2 || info.dims[2..].iter().any(|&d| d != 1) {
+        return Err(bad());
+    }
+    let (rows, cols) = (usize::try_from(info.dims[1]).map_err(|_| bad())?, usize::try_from(info.dims[0]).map_err(|_| bad())?);
+    if expected.is_some_and(|e| e != (rows, cols)) {
+        return Err(bad());
+    }
+    Ok((rows, cols))
+}
+
+/// Where an import reads tensor bytes: the parsed file itself ([`InMemory`]), or a
+/// reader that fetches ranges on demand (the browser reads them from a `Blob`, so the
+/// whole file is never in wasm memory next to the imported weights).
+pub trait TensorSource {
+    /// File bytes `range` (absolute offsets, inside the file as `Gguf::tensor_range`
+    /// checked), valid until the next call.
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError>;
+
+    /// Bytes `range` lent for as long as a model lives (a mapped file), so a packed
+    /// `.lutra` matrix is read in place; `None` (the default) copies them from `read`.
+    fn share(&mut self, range: Range<u64>) -> Option<AlignedBytes> {
+        let _ = range;
+        None
+    }
+}
+
+/// A whole file in memory (or mapped).
+pub struct InMemory<'a>(pub &'a [u8]);
+
+impl TensorSource for InMemory<'_> {
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
+        file_range(self.0, range)
+    }
+}
+
+fn file_range(file: &[u8], range: Range<u64>) -> Result<&[u8], ModelError> {
+    let past_end = GgufError::TensorPastEnd { start: range.start, end: range.end, file_len: file.len() as u64 };
+    let start = usize::try_from(range.start).map_err(|_| past_end)?;
+    let end = usize::try_from(range.end).map_err(|_| past_end)?;
+    Ok(file.get(start..end).ok_or(past_end)?)
+}
+
+/// Bytes that outlive the model (a mapped file, a `static` image on bare metal): a
+/// packed file's tensors are lent in place, never copied.
+pub struct Lent(pub alloc::sync::Arc<dyn crate::Backing>);
+
+impl TensorSource for Lent {
+    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
+        file_range(self.0.bytes(), range)
+    }
+    fn share(&mut self, range: Range<u64>) -> Option<AlignedBytes> {
+        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
+        AlignedBytes::shared(self.0.clone(), range)
+    }
+}
+
+/// Rows per piece of a Q8_0 import.
+const CHUNK_ROWS: usize = 4096;
+
+/// Import matrix `name` (`rows × cols` = ggml `ne1 × ne0`) in the form its kernel reads:
+/// Q8_0 keeps its int8 codes for the dot-product kernels (read 4096 rows at a time),
+/// every other type becomes bit planes. `consumed` gets each piece's byte range within
+/// the tensor's data once it is imported, so a caller can release those file pages early.
+pub fn weights(
+    g: &Gguf<'_>,
+    source: &mut dyn TensorSource,
+    name: &str,
+    expected: Option<(usize, usize)>,
+    mut consumed: impl FnMut(Range<usize>),
+) -> Result<Weights, ModelError> {
+    if pack::is_packed(g) {
+        return packed_weights(g, source, name, expected);
+    }
+    let info = info(g, name)?;
+    let (rows, cols) = shape(&info, expected)?;
+    let range = g.tensor_range(&info)?;
+    if info.ggml_type == GgmlType::Q8_0 {
+        let mut m = Int8Matrix::for_q8_0(rows, cols)?;
+        let row_bytes = m.q8_0_row_bytes();
+        for first in (0..rows).step_by(CHUNK_ROWS) {
+            let piece = first * row_bytes..(first + CHUNK_ROWS.min(rows - first)) * row_bytes;
+            m.set_q8_0_rows(first, source.read(range.start + piece.start as u64..range.start + piece.end as u64)?)?;
+            consumed(piece);
+        }
+        return Ok(Weights::Int8(m));
+    }
+    if let Some(reader) = float_reader(info.ggml_type) {
+        return float_as_q8_0(source, range, rows, cols, reader, consumed).map(Weights::Int8);
+    }
+    let data = source.read(range)?;
+    if info.ggml_type == GgmlType::Q5_0 && q5_0_as_int8() {
+        let m = Int8Matrix::from_q5_0(data, rows, cols)?;
+        consumed(0..data.len());
+        return Ok(Weights::Int8(m));
+    }
+    let m = match info.ggml_type {
+        GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
+        GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
+        GgmlType::Q4_1 => PackedMatrix::from_q4_1(data, rows, cols),
+        GgmlType::Q5_1 => PackedMatrix::from_q5_1(data, rows, cols),
+        GgmlType::Q5_K => PackedMatrix::from_q5_k(data, rows, cols),
+        GgmlType::Q4_K => PackedMatrix::from_q4_k(data, rows, cols),
+        GgmlType::Q6_K => PackedMatrix::from_q6_k(data, rows, cols),
+        GgmlType::Q2_K => PackedMatrix::from_q2_k(data, rows, cols),
+        GgmlType::Q3_K => PackedMatrix::from_q3_k(data, rows, cols),
+        GgmlType::TQ2_0 => PackedMatrix::from_tq2_0(data, rows, cols),
+        GgmlType::TQ1_0 => PackedMatrix::from_tq1_0(data, rows, cols),
+        other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
+    }?;
+    consumed(0..data.len());
+    Ok(Weights::Lookup(m))
+}
+
+/// Whether Q5_0 matrices run as five-bit int8 codes (`int8::CodeForm::FiveBit`) rather
+/// than as bit planes, chosen per kernel tier by measurement (BENCHMARKS.md, "Per-tensor
+/// kernel choice"): on AVX2 the int8 kernel (several tokens per weight load) makes
+/// Gemma's prefill 4–9 % faster at equal decode speed, since 5-bit lookups need a
+/// residual table pass; with AVX-512 VBMI's 64-entry lookups the bit planes stay 10–13 %
+/// faster at prefill, and where the tier has no native five-bit kernel they win outright.
+pub fn q5_0_as_int8() -> bool {
+    crate::Isa::best() == crate::Isa::Avx2
+}
+
+/// The form [`weights`] imports a matrix of a GGUF type to here.
+enum ImportedForm {
+    Int8(CodeForm),
+    /// Bit planes, in the layout this function gives a `rows × cols` matrix.
+    Lookup(fn(usize, usize) -> Result<crate::Layout, Error>),
+}
+
+fn imported_form(t: GgmlType) -> Option<ImportedForm> {
+    Some(match t {
+        GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ImportedForm::Int8(CodeForm::Bytes),
+        GgmlType::Q5_0 if q5_0_as_int8() => ImportedForm::Int8(CodeForm::FiveBit),
+        GgmlType::Q4_0 => ImportedForm::Lookup(convert::q4_0_layout),
+        GgmlType::Q5_0 => ImportedForm::Lookup(convert::q5_0_layout),
+        GgmlType::Q4_1 => ImportedForm::Lookup(convert::q4_1_layout),
+        GgmlType::Q5_1 => ImportedForm::Lookup(convert::q5_1_layout),
+        GgmlType::Q5_K => ImportedForm::Lookup(convert::q5_k_layout),
+        GgmlType::Q4_K => ImportedForm::Lookup(convert::q4_k_layout),
+        GgmlType::Q6_K => ImportedForm::Lookup(convert::q6_k_layout),
+        GgmlType::Q2_K => ImportedForm::Lookup(convert::q2_k_layout),
+        GgmlType::Q3_K => ImportedForm::Lookup(convert::q3_k_layout),
+        GgmlType::TQ2_0 | GgmlType::TQ1_0 => ImportedForm::Lookup(convert::tq2_0_layout),
+        _ => return None,
+    })
+}
+
+/// Which kernel a matrix of type `t` runs on here (the tier `Isa::best()` names), as
+/// [`weights`] imports it; `None` for a type it refuses.
+pub fn matrix_kernel(t: GgmlType) -> Option<&'static str> {
+    Some(match imported_form(t)? {
+        ImportedForm::Int8(CodeForm::Bytes) if t == GgmlType::Q8_0 => "int8 dot products (int8 codes)",
+        ImportedForm::Int8(CodeForm::Bytes) => "int8 dot products where 2-D (quantized to Q8_0)",
+        ImportedForm::Int8(CodeForm::FiveBit) => "int8 dot products (5-bit codes)",
+        ImportedForm::Lookup(_) => "table lookups (bit planes)",
+    })
+}
+
+/// How to read one value of a float tensor type (F32, F16, BF16) from its bytes.
+type FloatReader = (usize, fn(&[u8]) -> f32);
+
+/// Bytes per value, and how to read one, for the float tensor types (F32, F16, BF16).
+fn float_reader(t: GgmlType) -> Option<FloatReader> {
+    match t {
+        GgmlType::F32 => Some((4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        GgmlType::F16 => Some((2, |b| crate::f16::f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]])))),
+        GgmlType::BF16 => Some((2, |b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))),
+        _ => None,
+    }
+}
+
+/// A float matrix quantized to Q8_0 as `llama-quantize` does it (ggml's
+/// `quantize_row_q8_0_ref`: scale amax/127 rounded to f16, codes `roundf(x · 127/amax)`
+/// from the f32 scale), so an F32 file runs as its Q8_0 quantization would, on the int8
+/// kernels. A block with a non-finite weight gets a NaN scale, which the import refuses.
+fn float_as_q8_0(
+    source: &mut dyn TensorSource,
+    range: Range<u64>,
+    rows: usize,
+    cols: usize,
+    (value_bytes, to_f32): FloatReader,
+    mut consumed: impl FnMut(Range<usize>),
+) -> Result<Int8Matrix, ModelError> {
+    const BLOCK: usize = 32;
+    let mut m = Int8Matrix::for_q8_0(rows, cols)?;
+    let row_bytes = cols * value_bytes;
+    let chunk = (1 << 20) / row_bytes.max(1) + 1;
+    let mut blocks = Vec::with_capacity(chunk.min(rows) * m.q8_0_row_bytes());
+    for first in (0..rows).step_by(chunk) {
+        let piece = first * row_bytes..(first + chunk.min(rows - first)) * row_bytes;
+        let data = source.read(range.start + piece.start as u64..range.start + piece.end as u64)?;
+        blocks.clear();
+        for values in data.chunks_exact(BLOCK * value_bytes) {
+            let x: [f32; BLOCK] = core::array::from_fn(|j| to_f32(&values[j * value_bytes..]));
+            let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = if x.iter().all(|v| v.is_finite()) { amax / 127.0 } else { f32::NAN };
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            blocks.extend_from_slice(&crate::f16::f32_to_f16_bits(d).to_le_bytes());
+            blocks.extend(x.iter().map(|&v| libm::roundf(v * id) as i8 as u8));
+        }
+        m.set_q8_0_rows(first, &blocks)?;
+        consumed(piece);
+    }
+    Ok(m)
+}
+
+/// Bytes a loaded model of GGUF `g` holds its tensors in, from the header alone: each
+/// tensor in the form [`weights`] imports it to (a packed file's tensors as stored), or
+/// its size in the file. What a caller compares with the memory it has before loading.
+pub fn weight_bytes_needed(g: &Gguf<'_>) -> Result<u64, GgufError> {
+    let packed = pack::is_packed(g);
+    let mut total = 0u64;
+    for t in g.tensors() {
+        let in_file = t.byte_size()?;
+        // a tensor stored as it is (or that the import will refuse) counts at its size in the file
+        let held = if packed { None } else { imported_bytes(&t) };
+        total = total.saturating_add(held.map_or(in_file, |b| b as u64));
+    }
+    Ok(total)
+}
+
+/// Bytes of the form [`weights`] imports matrix `t` to, where it converts it.
+fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
+    if t.n_dims != 2 {
+        return None;
+    }
+    let (rows, cols) = (usize::try_from(t.dims[1]).ok()?, usize::try_from(t.dims[0]).ok()?);
+    match imported_form(t.ggml_type)? {
+        ImportedForm::Int8(form) => Int8Matrix::bytes_for(form, rows, cols),
+        ImportedForm::Lookup(layout) => layout(rows, cols).ok().map(|l| l.total_bytes()),
+    }
+}
+
+/// Import F32 vector `name` of `len` values.
+pub fn vector(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::F32 {
+        return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: info.ggml_type.name() });
+    }
+    if info.n_elements() != Some(len as u64) {
+        return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [len as u64, 1], got: [info.dims[0], info.dims[1]] });
+    }
+    let data = source.read(g.tensor_range(&info)?)?;
+    if pack::is_packed(g) {
+        verify(g, name, data)?;
+    }
+    Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+}
+
+/// A tensor's bytes against its `lutra.checksum.NAME`.
+fn verify(g: &Gguf<'_>, name: &str, data: &[u8]) -> Result<(), ModelError> {
+    let want = g.get_u64(&pack::checksum_key(name)).ok_or_else(|| ModelError::BadPackedFile(format!("no checksum for tensor {name}")))?;
+    if pack::checksum(data) != want {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} fails its checksum (a damaged or truncated file)")));
+    }
+    Ok(())
+}
+
+/// An F32 tensor of `len` values of a packed file, read in place where the source lends
+/// it (the llama2.c token embedding: 37 MiB for stories15M), checked.
+pub fn packed_f32s(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usize) -> Result<AlignedBytes, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::F32 || info.n_elements() != Some(len as u64) {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} is not {len} f32 values")));
+    }
+    lend(g, source, name, &info)
+}
+
+/// One I8 tensor of a packed file, read in place where the source lends it, checked.
+fn packed_tensor(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<AlignedBytes, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::I8 || info.n_dims != 1 {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} is not a byte array")));
+    }
+    lend(g, source, name, &info)
+}
+
+fn lend(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, info: &TensorInfo<'_>) -> Result<AlignedBytes, ModelError> {
+    let range = g.tensor_range(info)?;
+    let bytes = match source.share(range.clone()) {
+        Some(shared) => shared,
+        None => AlignedBytes::copy_of(source.read(range)?),
+    };
+    verify(g, name, bytes.as_ref())?;
+    Ok(bytes)
+}
+
+/// A byte tensor of a packed file, copied out and checked (a tokenizer).
+pub fn packed_blob(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<Vec<u8>, ModelError> {
+    let info = info(g, name)?;
+    let data = source.read(g.tensor_range(&info)?)?;
+    verify(g, name, data)?;
+    Ok(data.to_vec())
+}
+
+/// A matrix of a packed `.lutra` file, as it was stored.
+fn packed_weights(
+    g: &Gguf<'_>,
+    source: &mut dyn TensorSource,
+    name: &str,
+    expected: Option<(usize, usize)>,
+) -> Result<Weights, ModelError> {
+    let key = pack::layout_key(name);
+    let words: Vec<u32> = match g.get(&key).and_then(|v| v.as_array()) {
+        Some(a) => a.iter().map(|v| v.as_u32()).collect::<Option<_>>().unwrap_or_default(),
+        None => return Err(ModelError::MissingTensor(name.to_string())),
+    };
+    let layout =
+        pack::parse_layout(&words).ok_or_else(|| ModelError::BadPackedFile(format!("{key} holds no layout this version reads")))?;
+    let (rows, cols) = match &layout {
+        pack::StoredLayout::Lookup(l) => (l.rows(), l.cols()),
+        pack::StoredLayout::Int8 { rows, cols, .. } => (*rows, *cols),
+    };
+    if expected.is_some_and(|e| e != (rows, cols)) {
+        let [r, c] = expected.map_or([0, 0], |(r, c)| [r as u64, c as u64]);
+        return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [c, r], got: [cols as u64, rows as u64] });
+    }
+    Ok(match layout {
+        pack::StoredLayout::Lookup(l) => Weights::Lookup(PackedMatrix::from_bytes(l, packed_tensor(g, source, name)?)?),
+        pack::StoredLayout::Int8 { rows, cols, form } => {
+            let codes = packed_tensor(g, source, name)?;
+            let scales = packed_tensor(g, source, &pack::scales_name(name))?;
+            Weights::Int8(Int8Matrix::from_parts(rows, cols, form, codes, scales)?)
+        }
+    })
+}
+
+/// A required `u32` metadata value.
+pub fn meta_u32(g: &Gguf<'_>, key: &'static str) -> Result<usize, ModelError> {
+    g.get_u32(key).map(|v| v as usize).ok_or(ModelError::MissingMetadata(key))
+}
+
+/// A required `f32` metadata value.
+pub fn meta_f32(g: &Gguf<'_>, key: &'static str) -> Result<f32, ModelError> {
+    g.get_f32(key).ok_or(ModelError::MissingMetadata(key))
+}
+
+/// Reported after each imported tensor, and after each chunk of a tensor imported in
+/// chunks (`consumed` then holds the byte range of the tensor's data read so far).
+pub struct Imported<'a> {
+    pub done: usize,
+    pub total: usize,
+    /// The tensor just imported (or being imported).
+    pub tensor: &'a str,
+    /// `Some(bytes of the tensor's data)` for a chunk, `None` once the tensor is done.
+    pub consumed: Option<core::ops::Range<usize>>,
+}
+
+pub(crate) struct Importer<'g, 'a, 's, F> {
+    pub(crate) g: &'g Gguf<'a>,
+    pub(crate) source: &'s mut dyn TensorSource,
+    pub(crate) progress: F,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+}
+
+impl<F: FnMut(Imported<'_>)> Importer<'_, '_, '_, F> {
+    pub(crate) fn report(&mut self, tensor: &str) {
+        self.done += 1;
+        (self.progress)(Imported { done: self.done, total: self.total, tensor, consumed: None });
+    }
+    pub(crate) fn matrix(&mut self, name: String, shape: (usize, usize)) -> Result<Weights, ModelError> {
+        let (done, total, progress) = (self.done, self.total, &mut self.progress);
+        let m = weights(self.g, self.source, &name, Some(shape), |range| {
+            progress(Imported { done, total, tensor: &name, consumed: Some(range) });
+        })?;
+        self.report(&name);
+        Ok(m)
+    }
+    pub(crate) fn vector(&mut self, name: String, len: usize) -> Result<Vec<f32>, ModelError> {
+        let v = vector(self.g, self.source, &name, len)?;
+        self.report(&name);
+        Ok(v)
+    }
+}

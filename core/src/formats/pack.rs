@@ -1,0 +1,339 @@
+//! `.lutra`: a model packed exactly as the kernels read it — bit planes, scales and int8
+//! codes in their in-memory layouts, 64-byte aligned — so loading it is no conversion
+//! work: a mapped file (or an image in flash) is read in place.
+//!
+//! The container is GGUF (the reader is already hardened against hostile files): the
+//! source model's metadata (hyperparameters, tokenizer) is kept as it was, and
+//! - `lutra.format` (u32) is the format version, `lutra.source` names where the weights
+//!   came from (`gguf` or `llama2c`);
+//! - each matrix is one `I8` tensor of its packed bytes, its layout in
+//!   `lutra.layout.NAME` (u32 array: kind, rows, cols, then per kind: lookup `bits, group,
+//!   offset kind, zero point, interleave, scale format`; int8 (codes as bytes, or in the
+//!   five-bit form of Q5_0): nothing more — codes then f16 scales);
+//! - `lutra.checksum.NAME` (u64) is each tensor's checksum, checked as it is read, and
+//!   `lutra.header_checksum` (u64, the first entry) covers the header with its own value
+//!   zeroed: a truncated or bit-flipped file is an error, never wrong output.
+
+use alloc::borrow::Cow;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::formats::gguf::{GgmlType, Gguf, Value, MAGIC};
+use crate::formats::import::Weights;
+use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
+
+/// The format version this build writes and reads (2: int8 codes interleaved by groups
+/// of four rows; 3: int8 scales as f16 bits).
+pub const VERSION: u32 = 3;
+pub const FORMAT_KEY: &str = "lutra.format";
+pub const SOURCE_KEY: &str = "lutra.source";
+pub const HEADER_CHECKSUM_KEY: &str = "lutra.header_checksum";
+/// Tensor data alignment: one AVX-512 load never splits a cache line.
+pub const ALIGNMENT: usize = 64;
+
+const LOOKUP: u32 = 0;
+const INT8: u32 = 1;
+const INT8_FIVE_BIT: u32 = 2;
+
+/// Whether `g` is a packed `.lutra` file (it carries a format version).
+pub fn is_packed(g: &Gguf<'_>) -> bool {
+    g.get(FORMAT_KEY).is_some()
+}
+
+/// A packed file's version and header checksum, checked: an error names what is wrong.
+pub fn check_header(g: &Gguf<'_>) -> Result<(), String> {
+    match g.get_u32(FORMAT_KEY) {
+        Some(VERSION) => {}
+        Some(v) => return Err(alloc::format!("packed with format version {v}; this build reads version {VERSION} (pack it again)")),
+        None => return Err("no format version".into()),
+    }
+    let want = g.get_u64(HEADER_CHECKSUM_KEY).ok_or("no header checksum")?;
+    let header = g.bytes().get(..g.data_start()).ok_or("the header is incomplete")?;
+    if header_checksum(header) != want {
+        return Err("the header fails its checksum (a damaged file)".into());
+    }
+    Ok(())
+}
+
+pub fn layout_key(tensor: &str) -> String {
+    alloc::format!("lutra.layout.{tensor}")
+}
+
+pub fn checksum_key(tensor: &str) -> String {
+    alloc::format!("lutra.checksum.{tensor}")
+}
+
+/// A 64-bit checksum, 8 bytes per step (a few GB/s): catches truncation and bit flips,
+/// not an adversary (the reader's bounds checks do that).
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        h = (h ^ v).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(31);
+    }
+    for &b in words.remainder() {
+        h = (h ^ b as u64).wrapping_mul(0xc4ce_b9fe_1a85_ec53).rotate_left(29);
+    }
+    h ^ (h >> 33)
+}
+
+/// A bit-plane matrix's layout as stored in `lutra.layout.NAME` (an int8 matrix's is
+/// `[INT8 or INT8_FIVE_BIT, rows, cols]`).
+fn lookup_words(l: &crate::Layout) -> Vec<u32> {
+    let (offset, zero) = match l.offset() {
+        Offset::Zero(z) => (0, z as u32),
+        Offset::Min => (1, 0),
+        Offset::Symmetric => (2, 0),
+    };
+    let interleave = match l.interleave() {
+        Interleave::Shuffle => 0,
+        Interleave::Permute => 1,
+    };
+    let scales = match l.scales() {
+        ScaleFormat::F16 => 0,
+        ScaleFormat::F32 => 1,
+    };
+    vec![LOOKUP, l.rows() as u32, l.cols() as u32, l.bits() as u32, l.group() as u32, offset, zero, interleave, scales]
+}
+
+/// What `lutra.layout.NAME` describes, read back.
+pub enum StoredLayout {
+    Lookup(crate::Layout),
+    Int8 { rows: usize, cols: usize, form: crate::kernels::int8::CodeForm },
+}
+
+/// Parses `lutra.layout.NAME`; `None` for anything this version did not write.
+pub fn parse_layout(words: &[u32]) -> Option<StoredLayout> {
+    match *words {
+        [LOOKUP, rows, cols, bits, group, offset, zero, interleave, scales] => {
+            let offset = match offset {
+                0 => Offset::Zero(u8::try_from(zero).ok()?),
+                1 => Offset::Min,
+                2 => Offset::Symmetric,
+                _ => return None,
+            };
+            let interleave = match interleave {
+                0 => Interleave::Shuffle,
+                1 => Interleave::Permute,
+                _ => return None,
+            };
+            let scales = match scales {
+                0 => ScaleFormat::F16,
+                1 => ScaleFormat::F32,
+                _ => return None,
+            };
+            let layout = crate::Layout::new(rows as usize, cols as usize, u8::try_from(bits).ok()?, group as usize, offset).ok()?;
+            Some(StoredLayout::Lookup(layout.with_interleave(interleave).with_scales(scales)))
+        }
+        [INT8, rows, cols] => {
+            Some(StoredLayout::Int8 { rows: rows as usize, cols: cols as usize, form: crate::kernels::int8::CodeForm::Bytes })
+        }
+        [INT8_FIVE_BIT, rows, cols] => {
+            Some(StoredLayout::Int8 { rows: rows as usize, cols: cols as usize, form: crate::kernels::int8::CodeForm::FiveBit })
+        }
+        _ => None,
+    }
+}
+
+/// Where the header checksum's value sits: the first metadata entry, right after the
+/// 24-byte file header, its key and its type.
+pub const HEADER_CHECKSUM_AT: usize = 24 + 8 + HEADER_CHECKSUM_KEY.len() + 4;
+
+/// The checksum of a header (`bytes[..data_start]`) with its own value taken as zero.
+pub fn header_checksum(header: &[u8]) -> u64 {
+    let mut copy = header.to_vec();
+    if let Some(value) = copy.get_mut(HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + 8) {
+        value.fill(0);
+    }
+    checksum(&copy)
+}
+
+/// The name of an int8 matrix's scales tensor (its codes are the tensor `name`).
+pub fn scales_name(name: &str) -> String {
+    alloc::format!("{name}.scales")
+}
+
+/// A GGUF file being written: metadata entries, then tensors, data aligned to 64.
+pub struct Writer<'a> {
+    kvs: Vec<u8>,
+    kv_count: u64,
+    tensors: Vec<(String, GgmlType, u64, Cow<'a, [u8]>)>,
+}
+
+impl Default for Writer<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a> Writer<'a> {
+    /// A file that starts with room for the header checksum, then the format version.
+    pub fn new() -> Self {
+        let mut w = Writer { kvs: Vec::new(), kv_count: 0, tensors: Vec::new() };
+        w.u64(HEADER_CHECKSUM_KEY, 0);
+        w.u32(FORMAT_KEY, VERSION);
+        w.u32("general.alignment", ALIGNMENT as u32);
+        w
+    }
+
+    fn key(&mut self, key: &str, type_id: u32) {
+        self.kv_count += 1;
+        self.kvs.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        self.kvs.extend_from_slice(key.as_bytes());
+        self.kvs.extend_from_slice(&type_id.to_le_bytes());
+    }
+
+    pub fn u32(&mut self, key: &str, v: u32) {
+        self.key(key, 4);
+        self.kvs.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn u64(&mut self, key: &str, v: u64) {
+        self.key(key, 10);
+        self.kvs.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn f32(&mut self, key: &str, v: f32) {
+        self.key(key, 6);
+        self.kvs.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn str(&mut self, key: &str, v: &str) {
+        self.key(key, 8);
+        self.kvs.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        self.kvs.extend_from_slice(v.as_bytes());
+    }
+
+    pub fn u32s(&mut self, key: &str, v: &[u32]) {
+        self.key(key, 9);
+        self.kvs.extend_from_slice(&4u32.to_le_bytes());
+        self.kvs.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        v.iter().for_each(|x| self.kvs.extend_from_slice(&x.to_le_bytes()));
+    }
+
+    /// Copies one metadata entry of another GGUF file as it was.
+    pub fn value(&mut self, key: &str, v: &Value<'_>) {
+        self.key(key, v.value_type().id());
+        let out = &mut self.kvs;
+        match *v {
+            Value::U8(x) => out.push(x),
+            Value::I8(x) => out.push(x as u8),
+            Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::Bool(x) => out.push(x as u8),
+            Value::String(s) => {
+                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+                out.extend_from_slice(s);
+            }
+            Value::Array(a) => {
+                out.extend_from_slice(&a.elem_type().id().to_le_bytes());
+                out.extend_from_slice(&a.len().to_le_bytes());
+                out.extend_from_slice(a.bytes());
+            }
+            Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        }
+    }
+
+    /// Every metadata entry of `g` but its alignment and `lutra.*` keys (this file sets
+    /// its own).
+    pub fn copy_metadata(&mut self, g: &Gguf<'_>) {
+        for (key, value) in g.metadata() {
+            if key != "general.alignment" && !key.starts_with("lutra.") {
+                self.value(key, &value);
+            }
+        }
+    }
+
+    /// A matrix: its bytes as I8 tensors (int8: codes as `name`, scales as
+    /// `name.scales`), its layout and checksums as metadata.
+    pub fn matrix(&mut self, name: &str, w: &'a Weights) {
+        match w {
+            Weights::Lookup(m) => self.lookup(name, m),
+            Weights::Int8(m) => {
+                let kind = match m.form() {
+                    crate::kernels::int8::CodeForm::Bytes => INT8,
+                    crate::kernels::int8::CodeForm::FiveBit => INT8_FIVE_BIT,
+                };
+                self.u32s(&layout_key(name), &[kind, m.rows() as u32, m.cols() as u32]);
+                let (codes, scales) = m.parts();
+                self.tensor(name, GgmlType::I8, Cow::Borrowed(codes));
+                self.tensor(&scales_name(name), GgmlType::I8, Cow::Borrowed(scales));
+            }
+        }
+    }
+
+    /// A bit-plane matrix, in the 16-entry-table order every kernel reads (a matrix
+    /// packed for AVX-512 VBMI's 64-entry tables is reordered once, here), so one file
+    /// runs unconverted on x86, ARM and wasm.
+    pub fn lookup(&mut self, name: &str, m: &'a PackedMatrix<AlignedBytes>) {
+        let portable = match m.layout().interleave() {
+            Interleave::Shuffle => None,
+            Interleave::Permute => PackedMatrix::repack(m, Interleave::Shuffle).ok(),
+        };
+        let (layout, bytes) = match portable {
+            Some(p) => (*p.layout(), Cow::Owned(p.as_bytes().to_vec())),
+            None => (*m.layout(), Cow::Borrowed(m.as_bytes())),
+        };
+        self.u32s(&layout_key(name), &lookup_words(&layout));
+        self.tensor(name, GgmlType::I8, bytes);
+    }
+
+    /// An f32 vector as an F32 tensor.
+    pub fn f32s(&mut self, name: &str, v: &[f32]) {
+        self.tensor(name, GgmlType::F32, Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()));
+    }
+
+    /// Raw bytes as an I8 tensor (e.g. a llama2.c `tokenizer.bin`).
+    pub fn blob(&mut self, name: &str, bytes: &'a [u8]) {
+        self.tensor(name, GgmlType::I8, Cow::Borrowed(bytes));
+    }
+
+    fn tensor(&mut self, name: &str, ty: GgmlType, data: Cow<'a, [u8]>) {
+        self.u64(&checksum_key(name), checksum(&data));
+        let elements = match ty {
+            GgmlType::F32 => data.len() as u64 / 4,
+            _ => data.len() as u64,
+        };
+        self.tensors.push((name.to_string(), ty, elements, data));
+    }
+
+    /// Writes the file through `out`, piece by piece; returns its length.
+    pub fn finish<E>(self, mut out: impl FnMut(&[u8]) -> Result<(), E>) -> Result<u64, E> {
+        let mut header = Vec::new();
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&3u32.to_le_bytes());
+        header.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        header.extend_from_slice(&self.kv_count.to_le_bytes());
+        header.extend_from_slice(&self.kvs);
+        let mut offset = 0u64;
+        for (name, ty, elements, data) in &self.tensors {
+            header.extend_from_slice(&(name.len() as u64).to_le_bytes());
+            header.extend_from_slice(name.as_bytes());
+            header.extend_from_slice(&1u32.to_le_bytes());
+            header.extend_from_slice(&elements.to_le_bytes());
+            header.extend_from_slice(&ty.id().to_le_bytes());
+            header.extend_from_slice(&offset.to_le_bytes());
+            offset = (offset + data.len() as u64).next_multiple_of(ALIGNMENT as u64);
+        }
+        header.resize(header.len().next_multiple_of(ALIGNMENT), 0);
+        let sum = header_checksum(&header);
+        header[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
+        out(&header)?;
+        let mut written = header.len() as u64;
+        let zeros = [0u8; ALIGNMENT];
+        for (_, _, _, data) in &self.tensors {
+            out(data)?;
+            let pad = data.len().next_multiple_of(ALIGNMENT) - data.len();
+            out(&zeros[..pad])?;
+            written += (data.len() + pad) as u64;
+        }
+        Ok(written)
+    }
+}

@@ -1,0 +1,287 @@
+//! AVX-512 VBMI + VNNI on `Interleave::Permute` matrices: the four chunk tables of a
+//! quad are one 64-entry `vpermb` table (index = nibble | lane·16), and the four
+//! lookups of a row are adjacent bytes that `vpdpbusd` sums straight into the row's
+//! i32 with the plane weight 2^p. No i16 stage, no lane folding: 7 instructions per
+//! 128 lookups, whatever the bit width.
+
+use core::arch::x86_64::*;
+
+use core::ops::Range;
+
+use crate::kernels::lut::Job;
+use crate::{Block64, Interleave, ScaleFormat, TILE_ROWS};
+
+/// `(a & b) | c` for `vpternlogd`.
+const AND_OR: i32 = 0xea;
+
+/// Integer accumulators of one tile-group: rows 0–16 and 16–32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m512i) {
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads.len() * BITS / 8);
+    let nibble = _mm512_set1_epi8(0x0f);
+    let lane_select = _mm512_set1_epi32(0x3020_1000);
+    // vpdpbusd has 4-5 cycles of latency: one accumulator per row half would make the
+    // add chain, not the lookups, the limit. Four per half, used round-robin over
+    // (quad, plane), keep every chain at most one dpbusd per BITS/2 quads.
+    let mut lo = [_mm512_setzero_si512(); 4];
+    let mut hi = [_mm512_setzero_si512(); 4];
+    let mut p = w.as_ptr();
+    // quads taken in pairs (groups of 16 columns have a single quad)
+    for pair in quads.chunks(2) {
+        for (qi, quad) in pair.iter().enumerate() {
+            // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
+            unsafe {
+                let table = _mm512_load_si512(quad.0.as_ptr().cast());
+                for plane in 0..BITS {
+                    let k = (qi * BITS + plane) % 4;
+                    let weight = _mm512_set1_epi8(1 << plane);
+                    let v = _mm512_loadu_si512(p.cast());
+                    p = p.add(64);
+                    let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
+                    let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
+                    lo[k] = _mm512_dpbusd_epi32(lo[k], weight, _mm512_permutexvar_epi8(i_lo, table));
+                    hi[k] = _mm512_dpbusd_epi32(hi[k], weight, _mm512_permutexvar_epi8(i_hi, table));
+                }
+            }
+        }
+    }
+    let sum4 = |a: [__m512i; 4]| _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3]));
+    let (rows_lo, rows_hi) = (sum4(lo), sum4(hi));
+    (rows_lo, rows_hi)
+}
+
+/// `rows` for two tokens at once: each 64 weight bytes are loaded and split into nibble
+/// indices once, then looked up in both tokens' tables. Integer sums, so the same as two
+/// `rows` calls whatever the accumulator order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+unsafe fn rows_pair<const BITS: usize>(w: &[u8], quads: [&[Block64]; 2]) -> [(__m512i, __m512i); 2] {
+    debug_assert_eq!(w.len(), TILE_ROWS * 16 * quads[0].len() * BITS / 8);
+    debug_assert_eq!(quads[0].len(), quads[1].len());
+    let nibble = _mm512_set1_epi8(0x0f);
+    let lane_select = _mm512_set1_epi32(0x3020_1000);
+    // two accumulators per (token, half): eight dpbusd chains, as `rows` has
+    let mut acc = [[_mm512_setzero_si512(); 4]; 2];
+    let mut p = w.as_ptr();
+    for (q, (quad0, quad1)) in quads[0].iter().zip(quads[1]).enumerate() {
+        // SAFETY: both quads are 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
+        unsafe {
+            let tables = [_mm512_load_si512(quad0.0.as_ptr().cast()), _mm512_load_si512(quad1.0.as_ptr().cast())];
+            for plane in 0..BITS {
+                let k = (q * BITS + plane) % 2;
+                let weight = _mm512_set1_epi8(1 << plane);
+                let v = _mm512_loadu_si512(p.cast());
+                p = p.add(64);
+                let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
+                let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
+                for (a, table) in acc.iter_mut().zip(tables) {
+                    a[k] = _mm512_dpbusd_epi32(a[k], weight, _mm512_permutexvar_epi8(i_lo, table));
+                    a[2 + k] = _mm512_dpbusd_epi32(a[2 + k], weight, _mm512_permutexvar_epi8(i_hi, table));
+                }
+            }
+        }
+    }
+    acc.map(|a| (_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3])))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+unsafe fn tile_group_bits<const BITS: usize>(w: &[u8], quads: &[Block64], acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY: same contract as the caller's.
+    let (lo, hi) = unsafe { rows::<BITS>(w, quads) };
+    let dst = acc.as_mut_ptr().cast::<__m512i>();
+    // SAFETY: `acc` is 32 i32 = two 512-bit vectors.
+    unsafe {
+        _mm512_storeu_si512(dst, _mm512_add_epi32(_mm512_loadu_si512(dst), lo));
+        _mm512_storeu_si512(dst.add(1), _mm512_add_epi32(_mm512_loadu_si512(dst.add(1)), hi));
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VBMI and VNNI; `w` is one tile-group of a
+/// `Permute` layout with `quads.len()` quads.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+#[inline]
+pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interleave, acc: &mut [i32; TILE_ROWS]) {
+    // SAFETY (all arms): same contract as this function. `bits` comes from a `Layout`,
+    // whose private fields hold 1..=8 (only `Layout::new` makes one), so `_` is 8.
+    unsafe {
+        match bits {
+            1 => tile_group_bits::<1>(w, quads, acc),
+            2 => tile_group_bits::<2>(w, quads, acc),
+            3 => tile_group_bits::<3>(w, quads, acc),
+            4 => tile_group_bits::<4>(w, quads, acc),
+            5 => tile_group_bits::<5>(w, quads, acc),
+            6 => tile_group_bits::<6>(w, quads, acc),
+            7 => tile_group_bits::<7>(w, quads, acc),
+            _ => tile_group_bits::<8>(w, quads, acc),
+        }
+    }
+}
+
+crate::kernels::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fma,f16c"; |b| super::avx512::f16x32(b));
+
+/// The float epilogue of one matrix, shared by the one- and two-token kernels: per group
+/// `acc += s·(I·α + β) [+ m·Σa]` as FMAs, so every token gets the same floats either way.
+struct Epilogue<'a> {
+    job: &'a Job<'a>,
+    bytes: *const u8,
+    wide: bool,
+}
+
+impl<'a> Epilogue<'a> {
+    fn new(job: &'a Job<'a>) -> Self {
+        Epilogue { job, bytes: job.bytes.as_ptr(), wide: job.layout.scales() == ScaleFormat::F32 }
+    }
+
+    /// The 32 f32 scales (or minima) of the block at byte `at`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn block(&self, at: usize) -> (__m512, __m512) {
+        // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
+        // `job.bytes` (layout-checked).
+        unsafe {
+            if self.wide {
+                (_mm512_loadu_ps(self.bytes.add(at).cast()), _mm512_loadu_ps(self.bytes.add(at + 64).cast()))
+            } else {
+                let v = _mm512_loadu_si512(self.bytes.add(at).cast());
+                (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+            }
+        }
+    }
+
+    /// Group `g`'s scales, and minima when the layout has them.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn affine(&self, tile: usize, g: usize) -> ((__m512, __m512), Option<(__m512, __m512)>) {
+        let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
+        (self.block(self.job.scale_block_offset(tile, g)), mins)
+    }
+
+    /// Adds group `g`'s integer sums `ints`, over one token's tables (its `job`), to that
+    /// token's `f`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn add(
+        &self,
+        f: &mut (__m512, __m512),
+        ints: (__m512i, __m512i),
+        job: &Job<'_>,
+        g: usize,
+        affine: ((__m512, __m512), Option<(__m512, __m512)>),
+    ) {
+        let (((s_lo, s_hi), mins), (i_lo, i_hi)) = (affine, ints);
+        let sum = job.tables.sum[g];
+        let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
+        let beta = _mm512_set1_ps(job.beta(g));
+        if let Some((m_lo, m_hi)) = mins {
+            let gamma = _mm512_set1_ps(sum);
+            f.0 = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0));
+            f.1 = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1));
+        } else {
+            f.0 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0);
+            f.1 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1);
+        }
+    }
+
+    /// Writes tile `tile`'s rows (of the tiles from `first`) into `y`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[inline]
+    fn store(&self, f: (__m512, __m512), tile: usize, first: usize, y: &mut [f32]) {
+        let start = (tile - first) * TILE_ROWS;
+        let n = (self.job.layout.rows() - tile * TILE_ROWS).min(TILE_ROWS);
+        let out = &mut y[start..start + n];
+        let mask = |k: usize| if k >= 16 { u16::MAX } else { (1u16 << k) - 1 };
+        // SAFETY: masked stores write only the `n` rows of `out`.
+        unsafe {
+            _mm512_mask_storeu_ps(out.as_mut_ptr(), mask(n), f.0);
+            if n > 16 {
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(16), mask(n - 16), f.1);
+            }
+        }
+    }
+}
+
+/// The float GEMV with the epilogue fused in registers: the tile's 32 sums never leave
+/// registers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
+    let e = Epilogue::new(job);
+    let first = tiles.start;
+    for tile in tiles {
+        let mut f = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        for g in 0..job.groups() {
+            // SAFETY: the tile-group and the group's tables have the layout's lengths.
+            let ints = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
+            e.add(&mut f, ints, job, g, e.affine(tile, g));
+        }
+        e.store(f, tile, first, y);
+    }
+}
+
+/// `run_float_bits` for two tokens over the same tiles (`rows_pair`), each token's
+/// epilogue the same FMAs in the same order, so each `y` is what `run_float` writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Range<usize>, mut ys: [&mut [f32]; 2]) {
+    let e = Epilogue::new(jobs[0]);
+    let first = tiles.start;
+    for tile in tiles {
+        let mut f = [(_mm512_setzero_ps(), _mm512_setzero_ps()); 2];
+        for g in 0..jobs[0].groups() {
+            // SAFETY: the tile-group and both tokens' group tables have the layout's lengths.
+            let ints = unsafe { rows_pair::<BITS>(jobs[0].tile_group(tile, g), [jobs[0].quads(g), jobs[1].quads(g)]) };
+            let affine = e.affine(tile, g);
+            for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
+                e.add(f, ints, job, g, affine);
+            }
+        }
+        for (f, y) in f.into_iter().zip(ys.iter_mut()) {
+            e.store(f, tile, first, y);
+        }
+    }
+}
+
+/// `run_float` for two tokens' tables over the same matrix and tiles.
+///
+/// # Safety
+/// As `run_float`, for both jobs, which must share one matrix.
+pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys: [&mut [f32]; 2]) {
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
+    unsafe {
+        match jobs[0].layout.bits() {
+            1 => run_float_pair_bits::<1>(jobs, tiles, ys),
+            2 => run_float_pair_bits::<2>(jobs, tiles, ys),
+            3 => run_float_pair_bits::<3>(jobs, tiles, ys),
+            4 => run_float_pair_bits::<4>(jobs, tiles, ys),
+            5 => run_float_pair_bits::<5>(jobs, tiles, ys),
+            6 => run_float_pair_bits::<6>(jobs, tiles, ys),
+            7 => run_float_pair_bits::<7>(jobs, tiles, ys),
+            _ => run_float_pair_bits::<8>(jobs, tiles, ys),
+        }
+    }
+}
+
+/// `y` rows of `tiles` (see `lut::gemv_tiles`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VBMI, VNNI and FMA; `job` is validated (by
+/// `Job::new`: its bytes are exactly `layout.total_bytes()`) and `y` holds exactly the
+/// rows of `tiles`.
+pub(crate) unsafe fn run_float(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
+    // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
+    // fields, made only by `Layout::new`), so `_` is 8.
+    unsafe {
+        match job.layout.bits() {
+            1 => run_float_bits::<1>(job, tiles, y),
+            2 => run_float_bits::<2>(job, tiles, y),
+            3 => run_float_bits::<3>(job, tiles, y),
+            4 => run_float_bits::<4>(job, tiles, y),
+            5 => run_float_bits::<5>(job, tiles, y),
+            6 => run_float_bits::<6>(job, tiles, y),
+            7 => run_float_bits::<7>(job, tiles, y),
+            _ => run_float_bits::<8>(job, tiles, y),
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The kernels: scalar references and their SIMD twins, bit for bit.
+//!
+//! * [`isa`]: which instruction set each kernel runs on (x86 detected once, at run time;
+//!   aarch64 and wasm32 chosen at compile time), and `LUTRA_MAX_ISA`'s cap.
+//! * [`lut`]: activation tables and the lookup GEMV/GEMM (T-MAC), over [`quant`]'s bit planes.
+//! * [`int8`]: int8 dot products for weights imported as int8 codes (Q8_0, Q5_0).
+//! * [`pq_scan`]: NoMAD attention's score scans over product-quantized keys.
+//!
+//! Each op has one safe entry point that takes an [`isa::Isa`] and validates its
+//! arguments before any `unsafe` arch code runs.
+
+#[cfg(feature = "alloc")]
+pub mod int8;
+pub mod isa;
+pub mod lut;
+pub mod pq_scan;
+pub mod quant;
