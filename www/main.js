@@ -130,7 +130,7 @@ function onMessage({ data }) {
       generating = false;
       const tps = data.genMs > 0 ? data.generated / (data.genMs / 1000) : 0;
       $('tps').textContent = tps.toFixed(1);
-      const reasons = { end: 'end of text', max_tokens: 'token limit', context_full: 'context full', stopped: 'stopped' };
+      const reasons = { end: 'end of text', max_tokens: 'token limit', context_full: 'context full', cancelled: 'stopped' };
       $('stats').textContent = `prompt ${data.promptTokens} tokens in ${data.prefillMs.toFixed(0)} ms; ${data.generated} generated; ${reasons[data.reason] || data.reason}; ${data.position} of ${data.context} positions`;
       if (data.reason === 'context_full') showError('The context is full: start a new conversation.');
       controls();

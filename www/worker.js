@@ -64,7 +64,6 @@ const MODELS = {
 const CACHE = 'lutra-models-v1';
 
 let engine = null;
-let stopRequested = false;
 const post = (m) => self.postMessage(m);
 // the engine's sampler defaults for the page's form; registered before any load's
 // `await wasm`, so posted before its 'ready' (a failed import is load's error to report)
@@ -233,7 +232,6 @@ async function load({ model, files }) {
 
 async function generate({ prompt, chat, n, sampler }) {
   if (!engine) throw new Error('no model loaded');
-  stopRequested = false;
   const s = sampler;
   const t0 = performance.now();
   const promptTokens = engine.start(prompt, chat, n, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n, s.seed);
@@ -241,7 +239,6 @@ async function generate({ prompt, chat, n, sampler }) {
   const t1 = performance.now();
   let lastYield = t1;
   for (;;) {
-    if (stopRequested) break;
     const piece = engine.next_token();
     if (piece === undefined) break;
     const now = performance.now();
@@ -254,7 +251,7 @@ async function generate({ prompt, chat, n, sampler }) {
   const t2 = performance.now();
   post({
     type: 'done',
-    reason: stopRequested ? 'stopped' : engine.stop_reason(),
+    reason: engine.stop_reason(),
     promptTokens,
     prefillMs: t1 - t0,
     generated: engine.generated(),
@@ -266,7 +263,8 @@ async function generate({ prompt, chat, n, sampler }) {
 
 self.onmessage = async ({ data }) => {
   if (data.type === 'stop') {
-    stopRequested = true;
+    // runs between tokens (the loop yields to events); the engine stops before the next
+    engine?.cancel();
     return;
   }
   try {

@@ -126,13 +126,13 @@ pub fn stream<G: Gemv>(
 ) -> Result<usize, Error> {
     seal(true);
     let result = (|| -> Result<(), Error> {
-        while let Some(token) = generation.step(session, gemv)? {
-            emit(token.text);
+        // the text's leftover too: TextStream writes it into memory it already has
+        while let Some(piece) = generation.next_piece(session, gemv)? {
+            emit(piece);
         }
         Ok(())
     })();
     seal(false);
     result?;
-    emit(generation.finish_text());
     Ok(generation.generated())
 }

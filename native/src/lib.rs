@@ -276,15 +276,14 @@ impl Iterator for TextPieces<'_> {
         if self.done {
             return None;
         }
-        let gemv = self.session.pool.split();
+        let (session, gemv) = self.session.parts();
         loop {
-            match self.generation.step(&mut self.session.inner, &gemv) {
-                Ok(Some(token)) if token.text.is_empty() => continue,
-                Ok(Some(token)) => return Some(Ok(token.text.to_string())),
+            match self.generation.next_piece(session, &gemv) {
+                Ok(Some("")) => continue,
+                Ok(Some(piece)) => return Some(Ok(piece.to_string())),
                 Ok(None) => {
                     self.done = true;
-                    let rest = self.generation.finish_text();
-                    return (!rest.is_empty()).then(|| Ok(rest.to_string()));
+                    return None;
                 }
                 Err(e) => {
                     self.done = true;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use lutra::threads::Pool;
 use lutra_core::attention::ValueFormat;
-use lutra_core::engine::{Attention, CancelFlag, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
+use lutra_core::engine::{Attention, CancelFlag, ChatHistory, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
 
@@ -157,6 +157,73 @@ fn gemma3_chat_turns_equal_one_feed() {
     assert!(model.is_end(second[0]));
     pieces_equal_one_feed(&model, 512, &[session.tokens().to_vec(), second.clone()]);
     assert!(after_first > turn.len());
+}
+
+/// `next_piece`, the loop every front-end drives, gives each token's text as `step` does
+/// and then the leftover once, whatever stopped the generation, and nothing after.
+#[test]
+fn next_piece_is_each_step_then_the_leftover() {
+    let model = stories(4);
+    let prompt = model.encode("Once upon a time", true).unwrap();
+    for (max, cancel_after) in [(40, None), (40, Some(7))] {
+        let run = |pieces: bool| {
+            let mut session = Session::new(&model, 256, &Attention::Exact).unwrap();
+            let mut g = Generation::start(&mut session, &prompt, SamplerConfig::greedy(), max).unwrap();
+            let mut out = Vec::new();
+            loop {
+                if Some(out.len()) == cancel_after {
+                    g.cancel_flag().cancel();
+                }
+                let text = if pieces {
+                    g.next_piece(&mut session, &SingleThread).unwrap().map(String::from)
+                } else {
+                    g.step(&mut session, &SingleThread).unwrap().map(|t| t.text.to_string())
+                };
+                match text {
+                    Some(t) => out.push(t),
+                    None => break,
+                }
+            }
+            if pieces {
+                assert!(g.next_piece(&mut session, &SingleThread).unwrap().is_none(), "nothing after the end");
+            } else if !g.finish_text().is_empty() {
+                out.push(g.finish_text().to_string());
+            }
+            (out, g.stop_reason(), session.tokens().to_vec())
+        };
+        let (by_piece, by_step) = (run(true), run(false));
+        assert_eq!(by_piece, by_step);
+        assert_eq!(by_piece.0.len(), cancel_after.unwrap_or(max));
+    }
+}
+
+/// A chat after a plain run starts a fresh conversation (the session cleared), so its
+/// tokens are what a new session is fed, and its second turn is llama.cpp's formatting
+/// of the whole conversation after what the first left, as in `lutra chat`.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn gemma3_chat_after_a_plain_run_is_a_fresh_conversation() {
+    let model = gemma();
+    let mut session = Session::new(&model, 512, &Attention::Exact).unwrap();
+    let story = model.encode("Once upon a time", true).unwrap();
+    let mut g = Generation::start(&mut session, &story, SamplerConfig::greedy(), 4).unwrap();
+    while g.next_piece(&mut session, &SingleThread).unwrap().is_some() {}
+    let mut history = ChatHistory::new();
+    let first = history.next_turn(&mut session, &[(Role::User, "Name a river otter.")]).unwrap();
+    assert_eq!(session.position(), 0, "the story is gone");
+    let fresh = ChatHistory::new().prompt(&model, &[(Role::User, "Name a river otter.")]).unwrap();
+    assert_eq!(first.tokens, fresh.tokens);
+    let mut g = Generation::start(&mut session, &first.tokens, SamplerConfig::greedy(), 12).unwrap();
+    let mut answer = String::new();
+    while let Some(piece) = g.next_piece(&mut session, &SingleThread).unwrap() {
+        answer.push_str(piece);
+    }
+    history.add_answer(&answer);
+    let second = history.next_turn(&mut session, &[(Role::User, "And a sea otter?")]).unwrap();
+    assert!(!second.restart && session.position() > first.tokens.len());
+    // what the session holds then is the whole conversation as the template writes it
+    pieces_equal_one_feed(&model, 512, &[session.tokens().to_vec(), second.tokens.clone()]);
+    assert!(model.decode(&second.tokens).unwrap().contains("And a sea otter?"));
 }
 
 #[test]

@@ -13,7 +13,9 @@
 
 use core::ops::Range;
 
-use lutra_core::engine::{default_context, Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
+use lutra_core::engine::{
+    default_context, Attention, ChatHistory, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource,
+};
 use lutra_core::formats::gguf::{is_gguf, Gguf};
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
@@ -331,6 +333,11 @@ pub struct Engine {
     model: Model,
     session: Session,
     generation: Option<Generation>,
+    /// The conversation while `start` is given chat messages (as `lutra chat` keeps it).
+    history: ChatHistory,
+    /// The answer being generated to the last chat message.
+    answer: String,
+    chatting: bool,
 }
 
 fn js(e: impl core::fmt::Display) -> JsError {
@@ -408,7 +415,7 @@ impl Engine {
         let max = model.info().context_length;
         let context = if context == 0 { default_context(max) } else { context.min(max) };
         let session = Session::new(&model, context, &Attention::Exact).map_err(js)?;
-        Ok(Engine { model, session, generation: None })
+        Ok(Engine { model, session, generation: None, history: ChatHistory::new(), answer: String::new(), chatting: false })
     }
 
     /// What the model is, one line.
@@ -432,8 +439,10 @@ impl Engine {
     }
 
     /// Starts a generation of up to `max_tokens`. Plain text (`chat` false) starts a new
-    /// sequence; a chat message is appended to the conversation as the next user turn.
-    /// Returns the prompt's token count. `seed` is rounded to an integer.
+    /// sequence; a chat message is the conversation's next user turn, fed as llama.cpp
+    /// formats the whole conversation (`ChatHistory`, as `lutra chat` does); a plain run
+    /// ends the conversation. Returns the prompt's token count. `seed` is rounded to an
+    /// integer.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
@@ -448,10 +457,17 @@ impl Engine {
         repeat_last_n: usize,
         seed: f64,
     ) -> Result<usize, JsError> {
-        self.generation = None;
+        // the last answer, whole or stopped, as the session holds it
+        if self.generation.take().is_some() && self.chatting {
+            self.history.add_answer(&core::mem::take(&mut self.answer));
+        }
+        self.answer.clear();
+        if !chat && self.chatting {
+            self.history = ChatHistory::new();
+        }
+        self.chatting = chat;
         let tokens = if chat {
-            let first = self.session.position() == 0;
-            self.model.encode_chat(&[(Role::User, prompt)], first).map_err(js)?
+            self.history.next_turn(&mut self.session, &[(Role::User, prompt)]).map_err(js)?.tokens
         } else {
             self.session.reset();
             self.model.encode(prompt, true).map_err(js)?
@@ -459,6 +475,14 @@ impl Engine {
         let sampler = SamplerConfig { temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed: seed as u64 };
         self.generation = Some(Generation::start(&mut self.session, &tokens, sampler, max_tokens).map_err(js)?);
         Ok(tokens.len())
+    }
+
+    /// Stops the generation before its next token (the Stop button); its answer so far
+    /// stays in the conversation.
+    pub fn cancel(&self) {
+        if let Some(generation) = &self.generation {
+            generation.cancel_flag().cancel();
+        }
     }
 
     /// Computes the prompt but its last token (the first `next_token` computes that one
@@ -471,13 +495,11 @@ impl Engine {
     /// `undefined` once the generation has stopped.
     pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
         let Some(generation) = self.generation.as_mut() else { return Ok(None) };
-        match generation.step(&mut self.session, &products()).map_err(js)? {
-            Some(token) => Ok(Some(token.text.to_string())),
-            None => {
-                let rest = generation.finish_text().to_string();
-                Ok((!rest.is_empty()).then_some(rest))
-            }
+        let piece = generation.next_piece(&mut self.session, &products()).map_err(js)?;
+        if let (Some(piece), true) = (piece, self.chatting) {
+            self.answer.push_str(piece);
         }
+        Ok(piece.map(String::from))
     }
 
     /// Why the generation stopped: "end", "max_tokens", "context_full", "cancelled", or
@@ -503,6 +525,8 @@ impl Engine {
     /// Forgets the conversation.
     pub fn reset(&mut self) {
         self.generation = None;
+        self.history = ChatHistory::new();
+        self.answer.clear();
         self.session.reset();
     }
 }

@@ -5,7 +5,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{Error, Model, Role};
+use super::{Error, Model, Role, Session};
 
 /// The messages so far, the text the session was fed, and llama.cpp's formatting of the
 /// conversation up to the last assistant cue.
@@ -51,6 +51,19 @@ impl ChatHistory {
             self.messages.truncate(before);
         }
         result
+    }
+
+    /// [`ChatHistory::prompt`] for `session`'s model, with the session made ready for its
+    /// tokens: cleared when the conversation starts (a session that ran anything else
+    /// before) or restarts. Every front-end continues a chat this way, so each feeds
+    /// llama.cpp's formatting of the conversation.
+    pub fn next_turn(&mut self, session: &mut Session, turns: &[(Role, &str)]) -> Result<ChatPrompt, Error> {
+        let starts = self.fed.is_empty();
+        let prompt = self.prompt(session.model(), turns)?;
+        if starts || prompt.restart {
+            session.reset();
+        }
+        Ok(prompt)
     }
 
     fn next_prompt(&mut self, model: &Model, before: usize) -> Result<ChatPrompt, Error> {

@@ -68,6 +68,8 @@ pub struct Generation {
     text: TextStream,
     cancel: CancelFlag,
     stopped: Option<StopReason>,
+    /// `next_piece` has given the text's leftover.
+    finished: bool,
 }
 
 impl Generation {
@@ -91,6 +93,7 @@ impl Generation {
             text: TextStream::new(),
             cancel: CancelFlag::new(),
             stopped: None,
+            finished: false,
         })
     }
 
@@ -107,6 +110,27 @@ impl Generation {
 
     /// The next token, or `None` once stopped (see [`Generation::stop_reason`]).
     pub fn step<G: Gemv>(&mut self, session: &mut Session, gemv: &G) -> Result<Option<Token<'_>>, Error> {
+        Ok(self.advance(session, gemv)?.map(|id| Token { id, text: self.text.released() }))
+    }
+
+    /// The loop every front-end drives: each sampled token's whole characters (maybe
+    /// none: `""`), then once what is left of the text if anything is (U+FFFD for a
+    /// character cut short), then `None`. Allocates nothing.
+    pub fn next_piece<G: Gemv>(&mut self, session: &mut Session, gemv: &G) -> Result<Option<&str>, Error> {
+        if self.finished {
+            return Ok(None);
+        }
+        if self.advance(session, gemv)?.is_some() {
+            return Ok(Some(self.text.released()));
+        }
+        self.finished = true;
+        let rest = self.text.finish();
+        Ok((!rest.is_empty()).then_some(rest))
+    }
+
+    /// Samples the next token and appends it, its text left in `self.text`; `None` once
+    /// stopped.
+    fn advance<G: Gemv>(&mut self, session: &mut Session, gemv: &G) -> Result<Option<u32>, Error> {
         if self.stopped.is_some() {
             return Ok(None);
         }
@@ -129,14 +153,14 @@ impl Generation {
             return Ok(None);
         }
         let prev = session.tokens().last().copied();
-        let text = self.text.push(session.model().decode_piece(prev, next)?);
+        self.text.push(session.model().decode_piece(prev, next)?);
         if session.room() == 0 {
             // the token is returned, but there is no position to append it to
             self.stopped = Some(StopReason::ContextFull);
         } else {
             session.append(&[next])?;
         }
-        Ok(Some(Token { id: next, text }))
+        Ok(Some(next))
     }
 
     /// Why the generation stopped, once it has.

@@ -58,6 +58,11 @@ impl TextStream {
         &self.out
     }
 
+    /// What the last `push` released.
+    pub fn released(&self) -> &str {
+        &self.out
+    }
+
     /// Ends the stream: an incomplete character left over comes out as U+FFFD.
     pub fn finish(&mut self) -> &str {
         self.out.clear();

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, Session, StopReason, DEFAULT_CONTEXT};
-use lutra::threads::Pool;
-use lutra::Role;
+use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, StopReason, DEFAULT_CONTEXT};
+use lutra::{Role, SessionOptions};
 
 use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
 
@@ -46,10 +45,9 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
     }
     let context = a.ctx.min(model.info().context_length);
     super::warn_if_codebooks_short(&attention, context);
-    model.check_session_memory(context).map_err(|e| e.to_string())?;
-    let mut session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
-    let pool = Pool::new(a.threads.max(1));
-    let gemv = pool.split();
+    let mut session =
+        model.session(&SessionOptions { context, threads: a.threads.max(1), attention, values }).map_err(|e| e.to_string())?;
+    let (session, gemv) = session.parts();
     let sampler = a.sampling.config();
 
     // Ctrl-C stops an answer; at the prompt it ends the chat
@@ -91,20 +89,17 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
             turns.push((Role::System, system));
         }
         turns.push((Role::User, line.as_str()));
-        let prompt = history.prompt(&model, &turns).map_err(|e| e.to_string())?;
+        // cleared first where the template re-formats earlier turns (`restart`)
+        let prompt = history.next_turn(session, &turns).map_err(|e| e.to_string())?;
         if a.verbose_prompt {
             if prompt.restart {
                 eprintln!("restart: the template formats the earlier turns differently now; the conversation is fed again");
             }
             eprintln!("prompt: {:?}", prompt.text);
         }
-        if prompt.restart {
-            // the template re-formats earlier turns: start the session over
-            session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
-        }
         let tokens = prompt.tokens;
         cancel.reset();
-        let mut generation = match Generation::start(&mut session, &tokens, sampler, a.n_predict) {
+        let mut generation = match Generation::start(session, &tokens, sampler, a.n_predict) {
             Ok(g) => g.with_cancel_flag(cancel.clone()),
             Err(e @ Error::PromptTooLong { .. }) => {
                 eprintln!("{e}: the conversation ends here (--ctx sets the context)");
@@ -116,14 +111,12 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
         answering.store(true, Ordering::SeqCst);
         let t = Instant::now();
         let mut answer = String::new();
-        while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
-            answer.push_str(token.text);
-            out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
+        while let Some(piece) = generation.next_piece(session, &gemv).map_err(|e| e.to_string())? {
+            answer.push_str(piece);
+            out.write_all(piece.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
         }
         answering.store(false, Ordering::SeqCst);
-        let rest = generation.finish_text();
-        answer.push_str(rest);
-        writeln!(out, "{rest}").map_err(io)?;
+        writeln!(out).map_err(io)?;
         if a.verbose_prompt {
             eprintln!("answer: {answer:?}");
         }

@@ -6,9 +6,8 @@ use std::time::Instant;
 
 use clap::Args;
 use lutra::core::Isa;
-use lutra::engine::{Generation, Session, DEFAULT_CONTEXT};
-use lutra::threads::Pool;
-use lutra::Role;
+use lutra::engine::{Generation, DEFAULT_CONTEXT};
+use lutra::{Role, SessionOptions};
 
 use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};
 
@@ -53,10 +52,10 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let context = a.ctx.min(model.info().context_length);
     super::warn_if_codebooks_short(&attention, context);
-    model.check_session_memory(context).map_err(|e| e.to_string())?;
-    let mut session = Session::with_values(&model, context, &attention, values).map_err(|e| e.to_string())?;
-    let pool = Pool::new(a.threads.max(1));
-    let gemv = pool.split();
+    let mut session =
+        model.session(&SessionOptions { context, threads: a.threads.max(1), attention, values }).map_err(|e| e.to_string())?;
+    let cache = session.engine().cache_info();
+    let (session, gemv) = session.parts();
     eprintln!(
         "loaded {} in {:.2} s: {}, {} threads, kernel {}\nKV cache: {}",
         a.model.model.display(),
@@ -64,7 +63,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         model.info().summary(),
         a.threads.max(1),
         Isa::best().name(),
-        session.cache_info()
+        cache
     );
     if a.verbose {
         // a llama2c checkpoint is quantized to bit planes on load; a GGUF file says per type
@@ -75,7 +74,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     }
 
     // refuses a prompt that leaves no room before anything is printed
-    let mut generation = Generation::start(&mut session, &prompt, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
+    let mut generation = Generation::start(session, &prompt, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| e.to_string();
     let mut out = std::io::stdout().lock();
     if !a.chat {
@@ -86,11 +85,11 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     session.prefill(&gemv).map_err(|e| e.to_string())?;
     let prompt_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    while let Some(token) = generation.step(&mut session, &gemv).map_err(|e| e.to_string())? {
-        out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
+    while let Some(piece) = generation.next_piece(session, &gemv).map_err(|e| e.to_string())? {
+        out.write_all(piece.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
     }
     let gen_s = t.elapsed().as_secs_f64();
-    writeln!(out, "{}", generation.finish_text()).map_err(io)?;
+    writeln!(out).map_err(io)?;
     if generation.stop_reason() == Some(lutra::StopReason::ContextFull) {
         let most = model.info().context_length;
         eprintln!(
