@@ -516,10 +516,13 @@ impl crate::arch::Architecture for Gemma3 {
     fn from_gguf(gguf: &Gguf<'_>, source: &mut dyn TensorSource, progress: &mut dyn FnMut(Imported<'_>)) -> Result<Self, ModelError> {
         Gemma3::from_gguf_source(gguf, source, progress)
     }
-    fn sizes(&self) -> crate::arch::Sizes {
+    fn name(&self) -> &'static str {
+        "gemma3"
+    }
+    fn dims(&self) -> crate::model::budget::Dims {
         let c = &self.config;
-        crate::arch::Sizes {
-            name: "gemma3",
+        crate::model::budget::Dims {
+            family: crate::model::budget::Family::Gemma3 { sliding_window: c.sliding_window, global_every: c.swa_period },
             dim: c.dim,
             hidden_dim: c.hidden_dim,
             layers: c.n_layers,
@@ -527,8 +530,11 @@ impl crate::arch::Architecture for Gemma3 {
             kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             vocab_size: c.vocab_size,
-            context: c.context,
+            token_bytes: 0,
         }
+    }
+    fn context_length(&self) -> usize {
+        self.config.context
     }
     fn matrix_bytes(&self) -> usize {
         Gemma3::matrix_bytes(self)
@@ -549,9 +555,6 @@ impl crate::arch::Architecture for Gemma3 {
         }
         Gemma3::write_packed(self, &g, writer);
         Ok(())
-    }
-    fn memory_family(&self) -> crate::model::budget::Family {
-        crate::model::budget::Family::Gemma3 { sliding_window: self.config.sliding_window, global_every: self.config.swa_period }
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
         Gemma3State::with_cache(self, cache)

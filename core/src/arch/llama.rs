@@ -501,10 +501,13 @@ impl crate::arch::Architecture for Llama {
         let found = gguf.get_str("general.architecture").unwrap_or("none").into();
         Err(ModelError::WrongArchitecture { expected: "a llama2.c checkpoint", found })
     }
-    fn sizes(&self) -> crate::arch::Sizes {
+    fn name(&self) -> &'static str {
+        "llama"
+    }
+    fn dims(&self) -> crate::model::budget::Dims {
         let c = &self.config;
-        crate::arch::Sizes {
-            name: "llama",
+        crate::model::budget::Dims {
+            family: crate::model::budget::Family::Llama { residual_tables: self.classifier.layout().bits() >= 5 },
             dim: c.dim,
             hidden_dim: c.hidden_dim,
             layers: c.n_layers,
@@ -512,8 +515,11 @@ impl crate::arch::Architecture for Llama {
             kv_heads: c.n_kv_heads,
             head_dim: c.head_size(),
             vocab_size: c.vocab_size,
-            context: c.seq_len,
+            token_bytes: 0,
         }
+    }
+    fn context_length(&self) -> usize {
+        self.config.seq_len
     }
     fn matrix_bytes(&self) -> usize {
         Llama::matrix_bytes(self)
@@ -532,9 +538,6 @@ impl crate::arch::Architecture for Llama {
     fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::formats::pack::Writer<'a>) -> Result<(), ModelError> {
         Llama::write_packed(self, origin, writer);
         Ok(())
-    }
-    fn memory_family(&self) -> crate::model::budget::Family {
-        crate::model::budget::Family::Llama { residual_tables: self.classifier.layout().bits() >= 5 }
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<State, ModelError> {
         State::with_cache(self, cache)

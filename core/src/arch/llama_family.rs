@@ -627,10 +627,13 @@ impl crate::arch::Architecture for LlamaFamily {
     fn from_gguf(gguf: &Gguf<'_>, source: &mut dyn TensorSource, progress: &mut dyn FnMut(Imported<'_>)) -> Result<Self, ModelError> {
         LlamaFamily::from_gguf_source(gguf, source, progress)
     }
-    fn sizes(&self) -> crate::arch::Sizes {
+    fn name(&self) -> &'static str {
+        self.config.arch.name()
+    }
+    fn dims(&self) -> crate::model::budget::Dims {
         let c = &self.config;
-        crate::arch::Sizes {
-            name: c.arch.name(),
+        crate::model::budget::Dims {
+            family: crate::model::budget::Family::LlamaFamily,
             dim: c.dim,
             hidden_dim: c.hidden_dim,
             layers: c.n_layers,
@@ -638,8 +641,11 @@ impl crate::arch::Architecture for LlamaFamily {
             kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             vocab_size: c.vocab_size,
-            context: c.context,
+            token_bytes: 0,
         }
+    }
+    fn context_length(&self) -> usize {
+        self.config.context
     }
     fn matrix_bytes(&self) -> usize {
         LlamaFamily::matrix_bytes(self)
@@ -652,9 +658,6 @@ impl crate::arch::Architecture for LlamaFamily {
     }
     fn layer_windows(&self) -> Vec<usize> {
         alloc::vec![0; self.config.n_layers]
-    }
-    fn memory_family(&self) -> crate::model::budget::Family {
-        crate::model::budget::Family::LlamaFamily
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
         LlamaFamilyState::with_cache(self, cache)

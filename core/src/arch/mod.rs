@@ -28,29 +28,6 @@ use crate::model::budget;
 use crate::model::{Gemv, ModelError};
 use crate::AlignedBytes;
 
-/// The sizes every architecture has: what `ModelInfo` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sizes {
-    /// The GGUF `general.architecture` it runs as (`llama` for llama2.c checkpoints).
-    pub name: &'static str,
-    /// Width of the residual stream.
-    pub dim: usize,
-    /// Width of the feed-forward layers.
-    pub hidden_dim: usize,
-    /// Transformer blocks.
-    pub layers: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Dimensions per head.
-    pub head_dim: usize,
-    /// Tokens in the vocabulary.
-    pub vocab_size: usize,
-    /// The longest context it was trained for.
-    pub context: usize,
-}
-
 /// A model architecture: hyperparameters, weights, one forward pass.
 pub trait Architecture: Sized + Send + Sync + 'static {
     /// What one sequence keeps between steps: its KV cache, working buffers and logits.
@@ -67,8 +44,15 @@ pub trait Architecture: Sized + Send + Sync + 'static {
     /// The weights of a GGUF file it runs, `progress` told after each tensor.
     fn from_gguf(gguf: &Gguf<'_>, source: &mut dyn TensorSource, progress: &mut dyn FnMut(Imported<'_>)) -> Result<Self, ModelError>;
 
-    /// Its sizes.
-    fn sizes(&self) -> Sizes;
+    /// The GGUF `general.architecture` it runs as (`llama` for llama2.c checkpoints).
+    fn name(&self) -> &'static str;
+
+    /// Its sizes, and which working buffers its forward pass needs (`budget` sizes
+    /// sessions from them); `token_bytes` is the tokenizer's, which the engine fills in.
+    fn dims(&self) -> budget::Dims;
+
+    /// The longest context it was trained for.
+    fn context_length(&self) -> usize;
 
     /// Bytes of its packed weight matrices (what a decode step streams).
     fn matrix_bytes(&self) -> usize;
@@ -86,12 +70,9 @@ pub trait Architecture: Sized + Send + Sync + 'static {
     /// is the file it came from. Architectures that cannot be packed yet say so.
     fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), ModelError> {
         let _ = (origin, writer);
-        let name = self.sizes().name;
+        let name = self.name();
         Err(ModelError::BadPackedFile(alloc::format!("packing {name} models is not implemented yet; run the GGUF file itself")))
     }
-
-    /// Which working buffers its forward pass needs (`budget` sizes sessions from it).
-    fn memory_family(&self) -> budget::Family;
 
     /// A sequence's state over `cache` (made for `attention_shape`).
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Self::State, ModelError>;
@@ -175,8 +156,14 @@ macro_rules! registry {
                 false
             }
 
-            pub(crate) fn sizes(&self) -> Sizes {
-                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::sizes(m),)+ }
+            pub(crate) fn name(&self) -> &'static str {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::name(m),)+ }
+            }
+            pub(crate) fn dims(&self) -> budget::Dims {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::dims(m),)+ }
+            }
+            pub(crate) fn context_length(&self) -> usize {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::context_length(m),)+ }
             }
             pub(crate) fn matrix_bytes(&self) -> usize {
                 match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::matrix_bytes(m),)+ }
@@ -192,9 +179,6 @@ macro_rules! registry {
             }
             pub(crate) fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), ModelError> {
                 match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::write_packed(m, origin, writer),)+ }
-            }
-            pub(crate) fn memory_family(&self) -> budget::Family {
-                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::memory_family(m),)+ }
             }
             pub(crate) fn new_state(&self, cache: Box<dyn KvCache>) -> Result<NetworkState, ModelError> {
                 match self {

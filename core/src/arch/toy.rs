@@ -8,7 +8,7 @@ use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{ArchState, Architecture, Sizes};
+use super::{ArchState, Architecture};
 use crate::attention::{AttentionShape, KvCache};
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_u32, vector, Imported, TensorSource};
@@ -47,9 +47,15 @@ impl Architecture for Toy {
         progress(Imported { done: 2, total: 2, tensor: "output.weight", consumed: None });
         Ok(Toy { dim, vocab, embedding, head })
     }
-    fn sizes(&self) -> Sizes {
-        let (dim, vocab_size) = (self.dim, self.vocab);
-        Sizes { name: NAME, dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, context: 64 }
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn dims(&self) -> budget::Dims {
+        let (dim, vocab_size, family) = (self.dim, self.vocab, budget::Family::LlamaFamily);
+        budget::Dims { family, dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, token_bytes: 0 }
+    }
+    fn context_length(&self) -> usize {
+        64
     }
     fn matrix_bytes(&self) -> usize {
         self.head.as_bytes().len()
@@ -62,9 +68,6 @@ impl Architecture for Toy {
     }
     fn layer_windows(&self) -> Vec<usize> {
         vec![0]
-    }
-    fn memory_family(&self) -> budget::Family {
-        budget::Family::LlamaFamily
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<ToyState, ModelError> {
         Ok(ToyState { cache, tables: OwnedTables::new(self.dim, 32)?, logits: vec![0.0; self.vocab] })
@@ -134,7 +137,7 @@ mod tests {
         assert!(Network::runs_gguf(NAME) && !Network::runs_gguf("toy-trigram"));
         let mut reported = 0;
         let net = Network::from_gguf(NAME, &gguf, &mut InMemory(&file), &mut |_| reported += 1).unwrap().unwrap();
-        assert_eq!((reported, net.sizes().vocab_size, net.layer_windows()), (2, vocab, vec![0]));
+        assert_eq!((reported, net.dims().vocab_size, net.layer_windows()), (2, vocab, vec![0]));
         let shape = net.attention_shape(16);
         let mut state = net.new_state(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))).unwrap();
         net.feed_batch(&SingleThread, &mut state, &[3, 5], 0).unwrap();

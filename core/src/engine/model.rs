@@ -106,17 +106,17 @@ impl ModelInfo {
         chat_template_in_file: bool,
         packed: bool,
     ) -> Self {
-        let s = net.sizes();
+        let d = net.dims();
         ModelInfo {
-            architecture: s.name,
-            dim: s.dim,
-            hidden_dim: s.hidden_dim,
-            layers: s.layers,
-            heads: s.heads,
-            kv_heads: s.kv_heads,
-            head_dim: s.head_dim,
-            vocab_size: s.vocab_size,
-            context_length: s.context,
+            architecture: net.name(),
+            dim: d.dim,
+            hidden_dim: d.hidden_dim,
+            layers: d.layers,
+            heads: d.heads,
+            kv_heads: d.kv_heads,
+            head_dim: d.head_dim,
+            vocab_size: d.vocab_size,
+            context_length: net.context_length(),
             matrix_bytes: net.matrix_bytes(),
             tensor_types,
             chat: chat.is_some(),
@@ -469,19 +469,7 @@ impl Model {
             Vocabulary::Spm(t) => t.text_bytes(),
             Vocabulary::Bpe(t) => t.text_bytes(),
         };
-        let family = self.inner.net.memory_family();
-        let i = &self.info;
-        budget::Dims {
-            family,
-            dim: i.dim,
-            hidden_dim: i.hidden_dim,
-            layers: i.layers,
-            heads: i.heads,
-            kv_heads: i.kv_heads,
-            head_dim: i.head_dim,
-            vocab_size: i.vocab_size,
-            token_bytes,
-        }
+        budget::Dims { token_bytes, ..self.inner.net.dims() }
     }
 
     /// A KV cache of `context` positions reading keys as `attention` says, f16 values.
