@@ -9,8 +9,8 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use lutra_core::tokenizer::bpe::BpeTokenizer;
 use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::bpe::BpeTokenizer;
 use lutra_core::tokenizer::spm::SpmTokenizer;
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
 

@@ -3,8 +3,8 @@
 //! to ids inside the vocabulary that decode again.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lutra_core::tokenizer::bpe::BpeTokenizer;
 use lutra_core::formats::gguf::Gguf;
+use lutra_core::tokenizer::bpe::BpeTokenizer;
 use lutra_core::tokenizer::spm::SpmTokenizer;
 use lutra_core::tokenizer::Tokenizer;
 
