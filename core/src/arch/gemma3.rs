@@ -48,11 +48,11 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::attention::kernels::exp;
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 pub use crate::formats::import::Imported;
 use crate::formats::import::{Importer, InMemory, TensorSource, Weights};
+use crate::kernels::attend::exp;
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};

@@ -40,11 +40,11 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::attention::kernels::exp;
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 use crate::formats::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use crate::formats::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
+use crate::kernels::attend::exp;
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};

@@ -8,19 +8,14 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+use crate::kernels::attend::{self as kernels, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 use crate::model::PREFILL_BATCH;
 use crate::Error;
-use kernels::{BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 
-pub mod kernels;
 pub mod pq;
 
 pub use pq::PqKvCache;
 pub mod synthetic;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod wasm32;
-#[cfg(target_arch = "x86_64")]
-mod x86_64;
 
 /// What a cache holds: `layers` × `context` positions of `n_kv_heads` keys and values of
 /// `head_dim`, read by `n_heads` query heads (`n_heads / n_kv_heads` per KV head).
@@ -555,7 +550,6 @@ impl ValueCache {
     }
 
     /// The f16 value rows `0..count` of `kv_head` in `layer` (None for block formats).
-    #[cfg(target_arch = "x86_64")]
     fn f16_rows(&self, layer: usize, kv_head: usize, count: usize) -> Option<Rows<'_, u16>> {
         match self.value_rows(layer, kv_head, 0..count) {
             ValueRows::F16(rows) => Some(rows),
@@ -617,12 +611,10 @@ impl ExactKvCache {
             KeyPrecision::F16 => (n, 0),
             KeyPrecision::F32 => (0, n),
         };
-        let attends_in_token_blocks = cfg!(target_arch = "x86_64")
-            && shape.group() == 1
-            && shape.head_dim.is_multiple_of(16)
+        let attends_in_token_blocks = shape.group() == 1
             && precision == KeyPrecision::F16
             && values.format() == ValueFormat::F16
-            && crate::Isa::Avx2.is_available();
+            && kernels::attends_tokens_f16(shape.head_dim);
         ExactKvCache {
             shape,
             precision,
@@ -681,7 +673,7 @@ impl ExactKvCache {
     /// Stores the whole batch, then attends it in one parallel run of pieces of
     /// `TOKEN_BLOCK` consecutive tokens × one KV head: each key and value row is converted
     /// once per block instead of once per token. Each token's output is what
-    /// `attend_with` gives it, bit for bit (`x86_64::attend_tokens_f16`).
+    /// `attend_with` gives it, bit for bit (`kernels::attend_tokens_f16`).
     fn attend_tokens(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
         let s = self.shape;
         let n = batch.tokens(&s, out);
@@ -716,14 +708,13 @@ impl ExactKvCache {
             piece.row[j * hd..][..hd].copy_from_slice(&batch.q[t * qd + kvh * hd..][..hd]);
             counts[j] = batch.first_pos + t + 1;
         }
-        #[cfg(target_arch = "x86_64")]
         if let Some(values) = self.values.f16_rows(layer, kvh, piece.rows.len()) {
             let count = piece.rows.len();
             let base = self.values.rows().at(&s, layer, kvh, 0);
             let keys = Rows { data: &self.keys_f16[base..], stride: hd, len: hd, count };
             let (q, out) = (&piece.row[..tokens * hd], &mut piece.out[..tokens * hd]);
             let outputs = (&mut piece.scores[..], out, &mut piece.stats[..]);
-            if x86_64::attend_tokens_f16(keys, values, q, &counts[..tokens], batch.q_scale, token_block_rows(s.context), outputs) {
+            if kernels::attend_tokens_f16(keys, values, q, &counts[..tokens], batch.q_scale, token_block_rows(s.context), outputs) {
                 return;
             }
         }
@@ -900,7 +891,7 @@ mod batch_tests {
                 let batch = PromptBatch { first_pos, window, k: &k, v: &v, q: &q, q_scale: 0.25 };
                 let (mut want, mut got) = (vec![0.0; n * qd], vec![0.0; n * qd]);
                 store_and_attend_each(&mut one, &SingleThread, layer, &batch, &mut want);
-                let token_blocks = shape.group() == 1 && layer == 0 && n >= 2 && crate::Isa::Avx2.is_available();
+                let token_blocks = shape.group() == 1 && layer == 0 && n >= 2 && kernels::attends_tokens_f16(shape.head_dim);
                 assert_eq!(batched.attends_in_token_blocks(layer, &batch, n), token_blocks);
                 batched.store_and_attend(&Reversed, layer, &batch, &mut got);
                 assert!(want.iter().all(|x| x.is_finite()));

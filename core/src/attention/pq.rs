@@ -8,9 +8,9 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::attention::kernels::{dot, f16_row};
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, Parallel, Pieces, ValueCache, ValueFormat, PIECE_ROWS};
 use crate::f16::f16_bits_to_f32;
+use crate::kernels::attend::{dot, f16_row};
 use crate::kernels::pq_scan::{scan16, scan256, scan256_heads, scan256_prefers_heads, set_code16, set_code256, BLOCK_KEYS, SCAN_HEADS};
 use crate::pq::codebook::{Codebooks, PqError, TableScale};
 use crate::Isa;

@@ -5,10 +5,14 @@
 //! * [`lut`]: activation tables and the lookup GEMV/GEMM (T-MAC), over [`quant`]'s bit planes.
 //! * [`int8`]: int8 dot products for weights imported as int8 codes (Q8_0, Q5_0).
 //! * [`pq_scan`]: NoMAD attention's score scans over product-quantized keys.
+//! * [`attend`]: exact attention's f32 halves (scores, softmax, value sums) for the key
+//!   caches in `crate::attention`.
 //!
 //! Each op has one safe entry point that takes an [`isa::Isa`] and validates its
 //! arguments before any `unsafe` arch code runs.
 
+#[cfg(feature = "alloc")]
+pub mod attend;
 #[cfg(feature = "alloc")]
 pub mod int8;
 pub mod isa;

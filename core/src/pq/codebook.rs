@@ -582,8 +582,8 @@ pub fn apply_matrix(m: &[f32], v: &mut [f32]) {
     let n = v.len();
     let mut copy = [0.0f32; MAX_HEAD_DIM];
     copy[..n].copy_from_slice(v);
-    let rows = crate::attention::kernels::Rows { data: m, stride: n, len: n, count: n };
-    crate::attention::kernels::scores_f32(rows, &copy[..n], 1.0, v, n);
+    let rows = crate::kernels::attend::Rows { data: m, stride: n, len: n, count: n };
+    crate::kernels::attend::scores_f32(rows, &copy[..n], 1.0, v, n);
 }
 
 /// ggml shape of `pq.codebooks`.

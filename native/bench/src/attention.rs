@@ -6,9 +6,9 @@
 use std::sync::Mutex;
 
 use lutra::threads::Pool;
-use lutra_core::attention::kernels::{softmax_mix, SoftmaxStats};
 use lutra_core::attention::PqKvCache;
 use lutra_core::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueCache, ValueFormat, PIECE_ROWS};
+use lutra_core::kernels::attend::{softmax_mix, SoftmaxStats};
 use lutra_core::pq::{Codebooks, PqShape, Rotation};
 use lutra_core::Isa;
 
@@ -260,8 +260,8 @@ pub fn table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lutra_core::attention::kernels::{quantize_q4_0, quantize_q8_0, ValueRows, VALUE_BLOCK};
     use lutra_core::f16::f32_to_f16_bits;
+    use lutra_core::kernels::attend::{quantize_q4_0, quantize_q8_0, ValueRows, VALUE_BLOCK};
 
     #[test]
     fn every_kind_is_timed_with_the_bytes_it_reads() {

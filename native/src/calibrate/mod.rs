@@ -479,7 +479,7 @@ fn fidelity(books: &Codebooks, seen: &Recorded, shape: AttentionShape, held: std
                     let h = kvh * group + g;
                     let q = &seen.queries[layer][(pos * shape.n_heads + h) * hd..][..hd];
                     let exact: Vec<f64> =
-                        keys.chunks_exact(hd).map(|k| f64::from(lutra_core::attention::kernels::dot(q, k) * scale)).collect();
+                        keys.chunks_exact(hd).map(|k| f64::from(lutra_core::kernels::attend::dot(q, k) * scale)).collect();
                     let ts = books.query_tables(layer, kvh, q, scale, &mut float, &mut tables);
                     let approx: Vec<f64> = all_codes
                         .chunks_exact(pq.subspaces)

@@ -5,7 +5,7 @@
 
 use core::arch::wasm32::*;
 
-use super::kernels::VALUE_BLOCK;
+use super::VALUE_BLOCK;
 
 /// 16 signed bytes times `d`, into `dst[..16]`.
 #[inline(always)]

@@ -3,10 +3,16 @@
 //! is written once, plainly enough to vectorize, and compiled twice on x86-64: for the
 //! baseline target and (in `x86_64.rs`) with AVX2 + FMA + F16C enabled, chosen at run time.
 //! On wasm simd128 the q8_0 / q4_0 block decode is spelled out (`wasm32.rs`): LLVM left
-//! its int → float conversions scalar there.
+//! its int → float conversions scalar there. The key caches in `crate::attention` call
+//! only these safe entries.
 
 use crate::f16::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::kernels::int8::{max_of, quantize_q8_0_block};
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm32;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
 
 /// Where a run of cached rows lives: row `i` of `count` is `data[i * stride..][..len]`.
 #[derive(Clone, Copy)]
@@ -74,7 +80,7 @@ impl ValueRows<'_> {
                 for ((dst, codes), &d) in dst.chunks_exact_mut(VALUE_BLOCK).zip(codes).zip(&b.scales[i * blocks..][..blocks]) {
                     let d = f16_bits_to_f32(d);
                     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-                    super::wasm32::q8_0_block(codes, d, dst);
+                    wasm32::q8_0_block(codes, d, dst);
                     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
                     for (v, &q) in dst.iter_mut().zip(codes) {
                         *v = d * f32::from(q as i8);
@@ -87,7 +93,7 @@ impl ValueRows<'_> {
                 for ((dst, codes), &d) in dst.chunks_exact_mut(VALUE_BLOCK).zip(codes).zip(&b.scales[i * blocks..][..blocks]) {
                     let d = f16_bits_to_f32(d);
                     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-                    super::wasm32::q4_0_block(codes, d, dst);
+                    wasm32::q4_0_block(codes, d, dst);
                     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
                     {
                         let (lo, hi) = dst.split_at_mut(VALUE_BLOCK / 2);
@@ -133,7 +139,7 @@ pub fn quantize_q4_0(x: &[f32; VALUE_BLOCK], codes: &mut [u8], scale: &mut u16) 
 /// value rows a cache stores, converted by F16C where the CPU has it.
 pub fn f16_row(x: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::f16_row(x, dst) {
+    if x86_64::f16_row(x, dst) {
         return;
     }
     dst.iter_mut().zip(x).for_each(|(d, &v)| *d = f32_to_f16_bits(v));
@@ -143,7 +149,7 @@ pub fn f16_row(x: &[f32], dst: &mut [u16]) {
 /// `keys.len`) against f16 keys; `row` is scratch of at least one key.
 pub fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], scores: &mut [f32], out_stride: usize) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::scores_f16(keys, q, scale, row, scores, out_stride) {
+    if x86_64::scores_f16(keys, q, scale, row, scores, out_stride) {
         return;
     }
     scores_f16_body(keys, q, scale, row, scores, out_stride)
@@ -152,7 +158,7 @@ pub fn scores_f16(keys: Rows<'_, u16>, q: &[f32], scale: f32, row: &mut [f32], s
 /// As `scores_f16` for f32 keys.
 pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32], out_stride: usize) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::scores_f32(keys, q, scale, scores, out_stride) {
+    if x86_64::scores_f32(keys, q, scale, scores, out_stride) {
         return;
     }
     scores_f32_body(keys, q, scale, scores, out_stride)
@@ -163,10 +169,45 @@ pub fn scores_f32(keys: Rows<'_, f32>, q: &[f32], scale: f32, scores: &mut [f32]
 /// `out_g = Σ_i p_g[i] · value_i`; `row` is scratch of at least one row of values.
 pub fn softmax_mix(values: ValueRows<'_>, p: &mut [f32], p_stride: usize, row: &mut [f32], out: &mut [f32], stats: &mut [SoftmaxStats]) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86_64::softmax_mix(values, p, p_stride, out, stats) {
+    if x86_64::softmax_mix(values, p, p_stride, out, stats) {
         return;
     }
     softmax_mix_body(values, p, p_stride, row, out, stats)
+}
+
+/// Whether [`attend_tokens_f16`] runs for rows of `head_dim`: x86-64 with AVX2 + FMA +
+/// F16C and a head_dim multiple of 16. Elsewhere a batch attends token by token.
+pub fn attends_tokens_f16(head_dim: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return x86_64::usable(head_dim);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = head_dim;
+        false
+    }
+}
+
+/// Up to four consecutive tokens against one KV head (no grouped-query attention), each
+/// key and value row converted once for all of them: token j attends to rows
+/// `0..counts[j]`; every output, score row (`stride` apart) and softmax stat is that
+/// token's own `scores_f16` + `softmax_mix` bit for bit. False, doing nothing, where
+/// [`attends_tokens_f16`] is false or the shapes do not fit.
+pub fn attend_tokens_f16(
+    keys: Rows<'_, u16>,
+    values: Rows<'_, u16>,
+    q: &[f32],
+    counts: &[usize],
+    scale: f32,
+    stride: usize,
+    outputs: (&mut [f32], &mut [f32], &mut [SoftmaxStats]),
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return x86_64::attend_tokens_f16(keys, values, q, counts, scale, stride, outputs);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (keys, values, q, counts, scale, stride, outputs);
+        false
+    }
 }
 
 /// What a softmax divided by: the largest score and `Σ e^(score − max)`. Pieces of one

@@ -3,11 +3,11 @@
 //! by `vcvtph2ps` (q8_0 / q4_0 values widened and scaled), products by FMA, the query
 //! heads of a KV head sharing each converted row. Each entry returns false, doing
 //! nothing, where it cannot run (no such CPU, or a head_dim that is not a multiple of
-//! 16); `kernels.rs` then runs the portable loop.
+//! 16); `attend/mod.rs` then runs the portable loop.
 
 use core::arch::x86_64::*;
 
-use super::kernels::{self, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
+use super::{self as kernels, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
 use crate::Isa;
 
 /// Query heads handled per pass over the rows (4 heads × 2 vectors = 8 accumulators).
@@ -34,7 +34,7 @@ fn prefetch_bytes(at: *const u8, len: usize) {
     }
 }
 
-fn usable(rows_len: usize) -> bool {
+pub(super) fn usable(rows_len: usize) -> bool {
     rows_len.is_multiple_of(16) && Isa::Avx2.is_available()
 }
 
