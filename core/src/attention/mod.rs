@@ -9,7 +9,6 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::kernels::attend::{self as kernels, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
-use crate::model::PREFILL_BATCH;
 use crate::Error;
 
 pub mod pq;
@@ -50,7 +49,7 @@ pub trait KvCache: Send {
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]);
     /// `attend_with` on the calling thread.
     fn attend(&mut self, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
-        self.attend_with(&crate::model::SingleThread, layer, first, pos, q, q_scale, out)
+        self.attend_with(&SingleThread, layer, first, pos, q, q_scale, out)
     }
     /// A prompt batch of `layer`: for each token t at `pos = batch.first_pos + t` in turn,
     /// `store` its keys and values and `attend_with` its queries over `first..=pos` into
@@ -151,6 +150,10 @@ pub(crate) const fn token_block_rows(context: usize) -> usize {
 /// and the pieces are merged in order, so thread count never changes a result.
 pub const PIECE_ROWS: usize = 1024;
 
+/// Tokens a batched prefill (`feed_batch`) runs over one pass of the weights: the
+/// largest `PromptBatch` a cache sizes its token-block pieces for.
+pub const PREFILL_BATCH: usize = 32;
+
 /// Runs the pieces of one attention: in order on the calling thread (`SingleThread`), or
 /// spread over threads (`crate::threads::Split`). `job` must see every piece exactly once.
 pub trait Parallel {
@@ -161,7 +164,11 @@ pub trait Parallel {
     }
 }
 
-impl Parallel for crate::model::SingleThread {
+/// Every piece of attention (and, in `crate::model`, every product) on the calling
+/// thread, with the fastest kernels the CPU has.
+pub struct SingleThread;
+
+impl Parallel for SingleThread {
     fn run_pieces(&self, pieces: &mut [AttentionPiece], job: &(dyn Fn(&mut AttentionPiece) + Sync)) {
         pieces.iter_mut().for_each(job);
     }
@@ -833,8 +840,8 @@ impl KvCache for ExactKvCache {
 
 #[cfg(test)]
 mod batch_tests {
+    use super::SingleThread;
     use super::*;
-    use crate::model::SingleThread;
 
     /// Pieces in reverse order, as if on three threads: a batch's outputs must not
     /// depend on which piece runs first.

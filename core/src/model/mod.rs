@@ -11,6 +11,8 @@ use core::fmt;
 use crate::kernels::lut::Tables;
 use crate::{Error, PackedMatrix};
 
+pub use crate::attention::{SingleThread, PREFILL_BATCH};
+
 /// Why a model could not be built or run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelError {
@@ -105,9 +107,6 @@ impl From<crate::formats::llama2c::Llama2cError> for ModelError {
     }
 }
 
-/// Tokens a batched prefill (`feed_batch`) runs over one pass of the weights.
-pub const PREFILL_BATCH: usize = 32;
-
 /// A `feed_batch` request run in pieces of up to `PREFILL_BATCH` tokens, `chunk(piece,
 /// first position)` each, after checking it: every token in the vocabulary, every
 /// position inside the context.
@@ -170,10 +169,6 @@ pub trait Gemv {
         &SingleThread
     }
 }
-
-/// Every product, and every piece of attention, on the calling thread, with the fastest
-/// kernel for the matrix.
-pub struct SingleThread;
 
 impl Gemv for SingleThread {
     fn gemv<B: AsRef<[u8]> + Sync>(&self, m: &PackedMatrix<B>, tables: Tables<'_>, y: &mut [f32]) -> Result<(), Error> {
