@@ -20,6 +20,7 @@
 
 pub use lutra_core as core;
 pub use lutra_core::attention::ValueFormat;
+pub use lutra_core::chat::{ChatHistory, ChatPrompt};
 pub use lutra_core::engine;
 pub use lutra_core::engine::{Attention, CacheInfo, CancelFlag, ModelInfo, Perplexity, PqAttention, Role, StopReason};
 pub use lutra_core::sampler::SamplerConfig;

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use lutra::threads::Pool;
 use lutra_core::attention::ValueFormat;
-use lutra_core::engine::{Attention, CancelFlag, ChatHistory, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
+use lutra_core::chat::ChatHistory;
+use lutra_core::engine::{Attention, CancelFlag, Error, Gemv, Generation, Model, Role, Session, SingleThread, StopReason};
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;
 

@@ -13,9 +13,8 @@
 
 use core::ops::Range;
 
-use lutra_core::engine::{
-    default_context, Attention, ChatHistory, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource,
-};
+use lutra_core::chat::ChatHistory;
+use lutra_core::engine::{default_context, Attention, Generation, Model, Role, Session, SingleThread, StopReason, TensorSource};
 use lutra_core::formats::gguf::{is_gguf, Gguf};
 use lutra_core::model::ModelError;
 use lutra_core::sampler::SamplerConfig;

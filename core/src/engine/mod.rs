@@ -17,7 +17,6 @@
 //! bit.
 
 pub use crate::model::budget;
-mod chat;
 mod error;
 mod generate;
 mod model;
@@ -28,7 +27,6 @@ mod text;
 pub use crate::formats::import::{InMemory, Lent, TensorSource};
 pub use crate::model::{Gemv, SingleThread};
 pub use crate::sampler::SamplerConfig;
-pub use chat::{ChatHistory, ChatPrompt};
 pub use error::Error;
 pub use generate::{CancelFlag, Generation, StopReason, Token};
 pub use model::{Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use lutra::engine::{CancelFlag, ChatHistory, Error, Generation, StopReason, DEFAULT_CONTEXT};
+use lutra::engine::{CancelFlag, Error, Generation, StopReason, DEFAULT_CONTEXT};
+use lutra::ChatHistory;
 use lutra::{Role, SessionOptions};
 
 use super::{default_threads, AttentionArgs, ModelArgs, SamplingArgs};

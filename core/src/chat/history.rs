@@ -5,7 +5,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{Error, Model, Role, Session};
+use crate::engine::{Error, Model, Role, Session};
 
 /// The messages so far, the text the session was fed, and llama.cpp's formatting of the
 /// conversation up to the last assistant cue.
