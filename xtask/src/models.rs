@@ -198,10 +198,10 @@ pub(crate) fn fetch_vocab(root: &Path) -> Result {
     Ok(())
 }
 
-/// A file that starts with the GGUF magic.
+/// A file that starts with the GGUF magic (`lutra_core::formats::gguf::is_gguf`).
 fn is_gguf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
+    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && lutra_core::formats::gguf::is_gguf(&magic)
 }
 
 fn file_size(path: &Path) -> Option<u64> {
