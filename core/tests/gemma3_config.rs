@@ -8,6 +8,7 @@ mod common;
 use common::gguf_writer::{write_gguf, Meta, Tensor};
 use common::tiny_gemma::*;
 use common::Rng;
+use lutra_core::arch::Architecture;
 
 use lutra_core::arch::gemma3::{Gemma3, Gemma3Config, Gemma3State};
 use lutra_core::formats::gguf::Gguf;

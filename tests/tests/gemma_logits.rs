@@ -16,6 +16,7 @@
 //! test host` runs it in release:
 //! `cargo test --release -p lutra-tests --test gemma_logits -- --nocapture` (~10 s).
 
+use lutra_core::arch::Architecture;
 use std::path::PathBuf;
 use std::time::Instant;
 

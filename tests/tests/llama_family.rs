@@ -12,6 +12,7 @@
 //! wherever llama.cpp's lead is ≥ 0.5.
 
 use lutra_core::arch::llama_family::{LlamaFamily, LlamaFamilyState};
+use lutra_core::arch::Architecture;
 use lutra_core::formats::gguf::Gguf;
 use lutra_core::model::SingleThread;
 use lutra_tests::tiny_llama::{FamilyGolden, VARIANTS};

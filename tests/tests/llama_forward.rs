@@ -1,6 +1,7 @@
 //! stories15M end to end: lutra's LUT forward pass against a plain f32 reference
 //! forward pass (llama2.c's run.c, transcribed without any table or quantization).
 
+use lutra_core::arch::Architecture;
 use std::path::PathBuf;
 
 use lutra_core::arch::llama::{Llama, State};

@@ -10,6 +10,7 @@
 //! quantization (as `llama-quantize` rounds), so the F32 and Q8_0 files must also give
 //! lutra bit-identical logits.
 
+use lutra_core::arch::Architecture;
 use std::path::PathBuf;
 
 use lutra_core::arch::llama_family::{Arch, LlamaFamily, LlamaFamilyState};

@@ -48,6 +48,7 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::arch::{ArchState, Architecture};
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 pub use crate::formats::import::Imported;
@@ -289,18 +290,6 @@ impl Gemma3 {
         Ok(Gemma3 { config: c, token_embd, layers, output_norm })
     }
 
-    /// The attention a KV cache for up to `context` positions must serve.
-    pub fn attention_shape(&self, context: usize) -> AttentionShape {
-        let c = &self.config;
-        AttentionShape {
-            layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            context: context.min(c.context).max(1),
-        }
-    }
-
     /// Writes the model packed (`crate::formats::pack`): `source`'s metadata (hyperparameters,
     /// tokenizer) as it was, every tensor under its GGUF name as the kernels read it.
     pub fn write_packed<'a>(&'a self, source: &Gguf<'_>, w: &mut crate::formats::pack::Writer<'a>) {
@@ -326,56 +315,16 @@ impl Gemma3 {
         w.f32s("output_norm.weight", &self.output_norm);
     }
 
-    /// The buffers of every matrix the model multiplies by, in the order a decode step
-    /// reads them (layer by layer, the LM head last).
-    pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
-        let mut out = Vec::new();
-        for l in &mut self.layers {
-            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
-                m.buffers_mut(&mut out);
-            }
-        }
-        self.token_embd.buffers_mut(&mut out);
-        out
-    }
-
     /// Every matrix the model multiplies by, the LM head first.
     pub fn matrices(&self) -> impl Iterator<Item = &Weights> {
         let layers = self.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
         core::iter::once(&self.token_embd).chain(layers)
     }
 
-    /// Bytes of the imported matrices.
-    pub fn matrix_bytes(&self) -> usize {
-        let layer = |l: &Gemma3Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|m| m.bytes()).sum::<usize>();
-        self.token_embd.bytes() + self.layers.iter().map(layer).sum::<usize>()
-    }
-
-    /// Logits for `token` at `pos`; positions fed in order from 0.
-    pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut Gemma3State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
-        self.feed(gemv, s, token, pos)?;
-        let (c, b) = (&self.config, &mut *s.batch);
-        // final norm, tied LM head
-        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
-        batch_product(gemv, &self.token_embd, &mut b.scratch, &b.xb, 1, &mut s.logits)?;
-        if let Some(cap) = c.final_logit_softcap {
-            s.logits.iter_mut().for_each(|l| *l = cap * libm::tanhf(*l / cap));
-        }
-        Ok(&s.logits)
-    }
-
     /// `forward` without the logits: puts `token` at `pos` into the cache, for prompt
     /// tokens whose prediction nobody reads (the LM head is the largest matrix).
     pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, token: u32, pos: usize) -> Result<(), ModelError> {
         self.feed_batch(gemv, s, &[token], pos)
-    }
-
-    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
-    /// one pass of each weight matrix (prefill): the cache and every later logit are what
-    /// feeding them one by one gives, bit for bit.
-    pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let (context, vocab_size) = (s.context, self.config.vocab_size);
-        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
@@ -485,25 +434,12 @@ impl Gemma3State {
         Ok(Gemma3State { context, cache, batch: Box::new(new_batch(model)?), logits: vec![0.0; c.vocab_size] })
     }
 
-    pub fn context(&self) -> usize {
-        self.context
-    }
-
-    /// The logits of the last `forward`.
-    pub fn logits(&self) -> &[f32] {
-        &self.logits
-    }
-
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache.key_bytes() + self.cache.value_bytes()
     }
-
-    pub fn cache(&self) -> &dyn KvCache {
-        &*self.cache
-    }
 }
 
-impl crate::arch::Architecture for Gemma3 {
+impl Architecture for Gemma3 {
     type State = Gemma3State;
 
     /// The 270M's file has no template, and Gemma's turns all the same.
@@ -536,14 +472,33 @@ impl crate::arch::Architecture for Gemma3 {
     fn context_length(&self) -> usize {
         self.config.context
     }
+    /// Bytes of the imported matrices.
     fn matrix_bytes(&self) -> usize {
-        Gemma3::matrix_bytes(self)
+        let layer = |l: &Gemma3Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|m| m.bytes()).sum::<usize>();
+        self.token_embd.bytes() + self.layers.iter().map(layer).sum::<usize>()
     }
+    /// The buffers of every matrix the model multiplies by, in the order a decode step
+    /// reads them (layer by layer, the LM head last).
     fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
-        Gemma3::matrix_buffers_mut(self)
+        let mut out = Vec::new();
+        for l in &mut self.layers {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
+                m.buffers_mut(&mut out);
+            }
+        }
+        self.token_embd.buffers_mut(&mut out);
+        out
     }
+    /// The attention a KV cache for up to `context` positions must serve.
     fn attention_shape(&self, context: usize) -> AttentionShape {
-        Gemma3::attention_shape(self, context)
+        let c = &self.config;
+        AttentionShape {
+            layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            context: context.min(c.context).max(1),
+        }
     }
     fn layer_windows(&self) -> Vec<usize> {
         self.config.layer_windows()
@@ -559,23 +514,37 @@ impl crate::arch::Architecture for Gemma3 {
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
         Gemma3State::with_cache(self, cache)
     }
-    fn forward<G: Gemv>(&self, gemv: &G, state: &mut Gemma3State, token: u32, pos: usize) -> Result<(), ModelError> {
-        Gemma3::forward(self, gemv, state, token, pos).map(drop)
+    /// Logits for `token` at `pos`; positions fed in order from 0.
+    fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut Gemma3State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        self.feed(gemv, s, token, pos)?;
+        let (c, b) = (&self.config, &mut *s.batch);
+        // final norm, tied LM head
+        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
+        batch_product(gemv, &self.token_embd, &mut b.scratch, &b.xb, 1, &mut s.logits)?;
+        if let Some(cap) = c.final_logit_softcap {
+            s.logits.iter_mut().for_each(|l| *l = cap * libm::tanhf(*l / cap));
+        }
+        Ok(&s.logits)
     }
-    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        Gemma3::feed_batch(self, gemv, state, tokens, first_pos)
+    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
+    /// one pass of each weight matrix (prefill): the cache and every later logit are what
+    /// feeding them one by one gives, bit for bit.
+    fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 }
 
-impl crate::arch::ArchState for Gemma3State {
+impl ArchState for Gemma3State {
     fn context(&self) -> usize {
-        Gemma3State::context(self)
+        self.context
     }
     fn cache(&self) -> &dyn KvCache {
-        Gemma3State::cache(self)
+        &*self.cache
     }
+    /// The logits of the last `forward`.
     fn logits(&self) -> &[f32] {
-        Gemma3State::logits(self)
+        &self.logits
     }
 }
 

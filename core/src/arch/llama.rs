@@ -9,6 +9,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::arch::{ArchState, Architecture};
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
@@ -91,13 +92,6 @@ fn quantize(t: &F32Tensor<'_>, bits: u8, group: usize) -> Result<Matrix, ModelEr
 }
 
 impl Llama {
-    /// The buffers of every matrix the model multiplies by, in the order a decode step
-    /// reads them (layer by layer, the classifier last).
-    pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes> {
-        let layers = self.layers.iter_mut().flat_map(|l| [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w1, &mut l.w3, &mut l.w2]);
-        layers.chain([&mut self.classifier]).map(|m| m.data_mut()).collect()
-    }
-
     /// Quantize a llama2.c checkpoint to `bits` per weight (group sizes up to 128).
     pub fn from_llama2c(ckpt: &Checkpoint<'_>, bits: u8) -> Result<Llama, ModelError> {
         Self::from_llama2c_with_progress(ckpt, bits, |_, _| {})
@@ -270,47 +264,10 @@ impl Llama {
         Ok((model, tokenizer))
     }
 
-    /// Bytes of the quantized matrices (the classifier included).
-    pub fn matrix_bytes(&self) -> usize {
-        let layer = |l: &LlamaLayer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3].iter().map(|m| m.as_bytes().len()).sum::<usize>();
-        self.layers.iter().map(layer).sum::<usize>() + self.classifier.as_bytes().len()
-    }
-
-    /// The attention a KV cache for up to `context` positions must serve.
-    pub fn attention_shape(&self, context: usize) -> AttentionShape {
-        let c = &self.config;
-        AttentionShape {
-            layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_size(),
-            context: context.min(c.seq_len).max(1),
-        }
-    }
-
-    /// Logits for `token` at position `pos`; positions must be fed in order from 0.
-    pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
-        self.feed(gemv, s, token, pos)?;
-        let (dim, b) = (self.config.dim, &mut *s.batch);
-        // final norm and classifier
-        rmsnorm(&mut b.xb[..dim], &b.x[..dim], &self.rms_final, self.config.norm_eps);
-        b.dim.build(&b.xb, 1)?;
-        b.dim.product(gemv, &self.classifier, 1, &mut s.logits, &mut b.scratch)?;
-        Ok(&s.logits)
-    }
-
     /// `forward` without the logits: puts `token` at `pos` into the cache, for prompt
     /// tokens whose prediction nobody reads.
     pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut State, token: u32, pos: usize) -> Result<(), ModelError> {
         self.feed_batch(gemv, s, &[token], pos)
-    }
-
-    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
-    /// one pass of each weight matrix (prefill): the cache and every later logit are what
-    /// feeding them one by one gives, bit for bit.
-    pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let (context, vocab_size) = (s.context, self.config.vocab_size);
-        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
@@ -468,26 +425,13 @@ impl State {
         Ok(State { context, cache, batch: Box::new(Batch::new(model, fine)?), logits: vec![0.0; c.vocab_size] })
     }
 
-    pub fn context(&self) -> usize {
-        self.context
-    }
-
-    /// The logits of the last `forward`.
-    pub fn logits(&self) -> &[f32] {
-        &self.logits
-    }
-
     /// Bytes of the KV cache.
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache.key_bytes() + self.cache.value_bytes()
     }
-
-    pub fn cache(&self) -> &dyn KvCache {
-        &*self.cache
-    }
 }
 
-impl crate::arch::Architecture for Llama {
+impl Architecture for Llama {
     type State = State;
 
     fn runs_gguf(_name: &str) -> bool {
@@ -521,14 +465,27 @@ impl crate::arch::Architecture for Llama {
     fn context_length(&self) -> usize {
         self.config.seq_len
     }
+    /// Bytes of the quantized matrices (the classifier included).
     fn matrix_bytes(&self) -> usize {
-        Llama::matrix_bytes(self)
+        let layer = |l: &LlamaLayer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3].iter().map(|m| m.as_bytes().len()).sum::<usize>();
+        self.layers.iter().map(layer).sum::<usize>() + self.classifier.as_bytes().len()
     }
+    /// The buffers of every matrix the model multiplies by, in the order a decode step
+    /// reads them (layer by layer, the classifier last).
     fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes> {
-        Llama::matrix_buffers_mut(self)
+        let layers = self.layers.iter_mut().flat_map(|l| [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w1, &mut l.w3, &mut l.w2]);
+        layers.chain([&mut self.classifier]).map(|m| m.data_mut()).collect()
     }
+    /// The attention a KV cache for up to `context` positions must serve.
     fn attention_shape(&self, context: usize) -> AttentionShape {
-        Llama::attention_shape(self, context)
+        let c = &self.config;
+        AttentionShape {
+            layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_size(),
+            context: context.min(c.seq_len).max(1),
+        }
     }
     fn layer_windows(&self) -> Vec<usize> {
         vec![0; self.config.n_layers]
@@ -542,23 +499,35 @@ impl crate::arch::Architecture for Llama {
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<State, ModelError> {
         State::with_cache(self, cache)
     }
-    fn forward<G: Gemv>(&self, gemv: &G, state: &mut State, token: u32, pos: usize) -> Result<(), ModelError> {
-        Llama::forward(self, gemv, state, token, pos).map(drop)
+    /// Logits for `token` at position `pos`; positions must be fed in order from 0.
+    fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        self.feed(gemv, s, token, pos)?;
+        let (dim, b) = (self.config.dim, &mut *s.batch);
+        // final norm and classifier
+        rmsnorm(&mut b.xb[..dim], &b.x[..dim], &self.rms_final, self.config.norm_eps);
+        b.dim.build(&b.xb, 1)?;
+        b.dim.product(gemv, &self.classifier, 1, &mut s.logits, &mut b.scratch)?;
+        Ok(&s.logits)
     }
-    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        Llama::feed_batch(self, gemv, state, tokens, first_pos)
+    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
+    /// one pass of each weight matrix (prefill): the cache and every later logit are what
+    /// feeding them one by one gives, bit for bit.
+    fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 }
 
-impl crate::arch::ArchState for State {
+impl ArchState for State {
     fn context(&self) -> usize {
-        State::context(self)
+        self.context
     }
     fn cache(&self) -> &dyn KvCache {
-        State::cache(self)
+        &*self.cache
     }
+    /// The logits of the last `forward`.
     fn logits(&self) -> &[f32] {
-        State::logits(self)
+        &self.logits
     }
 }
 

@@ -40,6 +40,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::arch::{ArchState, Architecture};
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 use crate::formats::import::{Imported, Importer, InMemory, TensorSource, Weights};
@@ -389,36 +390,9 @@ impl LlamaFamily {
         Ok(LlamaFamily { config: c, token_embd, layers, output_norm, output, rope_factors })
     }
 
-    /// The attention a KV cache for up to `context` positions must serve.
-    pub fn attention_shape(&self, context: usize) -> AttentionShape {
-        let c = &self.config;
-        AttentionShape {
-            layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            context: context.min(c.context).max(1),
-        }
-    }
-
     /// The LM head: `output.weight`, or the token embedding when they are tied.
     pub fn lm_head(&self) -> &Weights {
         self.output.as_ref().unwrap_or(&self.token_embd)
-    }
-
-    /// The buffers of every matrix the model multiplies by, in the order a decode step
-    /// reads them (layer by layer, the LM head last; an untied token embedding, of which
-    /// a step reads one row, is left out).
-    pub(crate) fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
-        let mut out = Vec::new();
-        for l in &mut self.layers {
-            let (wq, wk, wv, wo) = (&mut l.wq.weights, &mut l.wk.weights, &mut l.wv.weights, &mut l.wo.weights);
-            for m in [wq, wk, wv, wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
-                m.buffers_mut(&mut out);
-            }
-        }
-        self.output.as_mut().unwrap_or(&mut self.token_embd).buffers_mut(&mut out);
-        out
     }
 
     /// Every matrix the model multiplies by, the LM head first.
@@ -428,32 +402,9 @@ impl LlamaFamily {
         core::iter::once(self.lm_head()).chain(layers)
     }
 
-    /// Bytes of the imported matrices, the token embedding included.
-    pub fn matrix_bytes(&self) -> usize {
-        let embedding = if self.output.is_some() { self.token_embd.bytes() } else { 0 };
-        embedding + self.matrices().map(Weights::bytes).sum::<usize>()
-    }
-
-    /// Logits for `token` at `pos`; positions fed in order from 0.
-    pub fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut LlamaFamilyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
-        self.feed(gemv, s, token, pos)?;
-        let (c, b) = (&self.config, &mut *s.batch);
-        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
-        batch_product(gemv, self.lm_head(), &mut b.scratch, &b.xb, 1, &mut s.logits)?;
-        Ok(&s.logits)
-    }
-
     /// `forward` without the logits: puts `token` at `pos` into the cache.
     pub fn feed<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, token: u32, pos: usize) -> Result<(), ModelError> {
         self.feed_batch(gemv, s, &[token], pos)
-    }
-
-    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
-    /// one pass of each weight matrix: the cache and every later logit are what feeding
-    /// them one by one gives, bit for bit.
-    pub fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let (context, vocab_size) = (s.context, self.config.vocab_size);
-        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
@@ -600,25 +551,12 @@ impl LlamaFamilyState {
         Ok(LlamaFamilyState { context, cache, batch: Box::new(new_batch(model)?), logits })
     }
 
-    pub fn context(&self) -> usize {
-        self.context
-    }
-
-    /// The logits of the last `forward`.
-    pub fn logits(&self) -> &[f32] {
-        &self.logits
-    }
-
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache.key_bytes() + self.cache.value_bytes()
     }
-
-    pub fn cache(&self) -> &dyn KvCache {
-        &*self.cache
-    }
 }
 
-impl crate::arch::Architecture for LlamaFamily {
+impl Architecture for LlamaFamily {
     type State = LlamaFamilyState;
 
     fn runs_gguf(name: &str) -> bool {
@@ -647,14 +585,35 @@ impl crate::arch::Architecture for LlamaFamily {
     fn context_length(&self) -> usize {
         self.config.context
     }
+    /// Bytes of the imported matrices, the token embedding included.
     fn matrix_bytes(&self) -> usize {
-        LlamaFamily::matrix_bytes(self)
+        let embedding = if self.output.is_some() { self.token_embd.bytes() } else { 0 };
+        embedding + self.matrices().map(Weights::bytes).sum::<usize>()
     }
+    /// The buffers of every matrix the model multiplies by, in the order a decode step
+    /// reads them (layer by layer, the LM head last; an untied token embedding, of which
+    /// a step reads one row, is left out).
     fn matrix_buffers_mut(&mut self) -> Vec<&mut crate::AlignedBytes> {
-        LlamaFamily::matrix_buffers_mut(self)
+        let mut out = Vec::new();
+        for l in &mut self.layers {
+            let (wq, wk, wv, wo) = (&mut l.wq.weights, &mut l.wk.weights, &mut l.wv.weights, &mut l.wo.weights);
+            for m in [wq, wk, wv, wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
+                m.buffers_mut(&mut out);
+            }
+        }
+        self.output.as_mut().unwrap_or(&mut self.token_embd).buffers_mut(&mut out);
+        out
     }
+    /// The attention a KV cache for up to `context` positions must serve.
     fn attention_shape(&self, context: usize) -> AttentionShape {
-        LlamaFamily::attention_shape(self, context)
+        let c = &self.config;
+        AttentionShape {
+            layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            context: context.min(c.context).max(1),
+        }
     }
     fn layer_windows(&self) -> Vec<usize> {
         alloc::vec![0; self.config.n_layers]
@@ -662,23 +621,33 @@ impl crate::arch::Architecture for LlamaFamily {
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
         LlamaFamilyState::with_cache(self, cache)
     }
-    fn forward<G: Gemv>(&self, gemv: &G, state: &mut LlamaFamilyState, token: u32, pos: usize) -> Result<(), ModelError> {
-        LlamaFamily::forward(self, gemv, state, token, pos).map(drop)
+    /// Logits for `token` at `pos`; positions fed in order from 0.
+    fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut LlamaFamilyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
+        self.feed(gemv, s, token, pos)?;
+        let (c, b) = (&self.config, &mut *s.batch);
+        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
+        batch_product(gemv, self.lm_head(), &mut b.scratch, &b.xb, 1, &mut s.logits)?;
+        Ok(&s.logits)
     }
-    fn feed_batch<G: Gemv>(&self, gemv: &G, state: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        LlamaFamily::feed_batch(self, gemv, state, tokens, first_pos)
+    /// `feed` for `tokens` at positions `first_pos..`, up to `PREFILL_BATCH` at a time over
+    /// one pass of each weight matrix: the cache and every later logit are what feeding
+    /// them one by one gives, bit for bit.
+    fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
+        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 }
 
-impl crate::arch::ArchState for LlamaFamilyState {
+impl ArchState for LlamaFamilyState {
     fn context(&self) -> usize {
-        LlamaFamilyState::context(self)
+        self.context
     }
     fn cache(&self) -> &dyn KvCache {
-        LlamaFamilyState::cache(self)
+        &*self.cache
     }
+    /// The logits of the last `forward`.
     fn logits(&self) -> &[f32] {
-        LlamaFamilyState::logits(self)
+        &self.logits
     }
 }
 

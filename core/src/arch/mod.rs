@@ -77,8 +77,9 @@ pub trait Architecture: Sized + Send + Sync + 'static {
     /// A sequence's state over `cache` (made for `attention_shape`).
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Self::State, ModelError>;
 
-    /// Token `token` at position `pos`, through the LM head: the logits land in `state`.
-    fn forward<G: Gemv>(&self, gemv: &G, state: &mut Self::State, token: u32, pos: usize) -> Result<(), ModelError>;
+    /// Token `token` at position `pos`, through the LM head: its logits (kept in `state`).
+    /// Positions are fed in order from 0.
+    fn forward<'s, G: Gemv>(&self, gemv: &G, state: &'s mut Self::State, token: u32, pos: usize) -> Result<&'s [f32], ModelError>;
 
     /// `tokens` at positions `first_pos..` into the KV cache, without logits, over one
     /// pass of the weights per batch.
@@ -187,7 +188,7 @@ macro_rules! registry {
             }
             pub(crate) fn forward<G: Gemv>(&self, gemv: &G, state: &mut NetworkState, token: u32, pos: usize) -> Result<(), ModelError> {
                 match (self, state) {
-                    $($(#[cfg($cfg)])? (Network::$variant(m), NetworkState::$variant(s)) => <$ty as Architecture>::forward(m, gemv, s, token, pos),)+
+                    $($(#[cfg($cfg)])? (Network::$variant(m), NetworkState::$variant(s)) => <$ty as Architecture>::forward(m, gemv, s, token, pos).map(drop),)+
                     #[allow(unreachable_patterns)]
                     _ => unreachable!("a session's state is made by its own model"),
                 }

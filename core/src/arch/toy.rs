@@ -72,11 +72,12 @@ impl Architecture for Toy {
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<ToyState, ModelError> {
         Ok(ToyState { cache, tables: OwnedTables::new(self.dim, 32)?, logits: vec![0.0; self.vocab] })
     }
-    fn forward<G: Gemv>(&self, gemv: &G, s: &mut ToyState, token: u32, pos: usize) -> Result<(), ModelError> {
+    fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut ToyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
         self.feed_batch(gemv, s, &[token], pos)?;
         let x = &self.embedding[token as usize * self.dim..][..self.dim];
         let tables = s.tables.build(x)?;
-        Ok(gemv.gemv(&self.head, tables, &mut s.logits)?)
+        gemv.gemv(&self.head, tables, &mut s.logits)?;
+        Ok(&s.logits)
     }
     fn feed_batch<G: Gemv>(&self, _: &G, s: &mut ToyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
         // a bigram looks at no earlier position; the cache holds each token's embedding
