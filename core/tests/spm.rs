@@ -11,85 +11,13 @@ use lutra_core::formats::gguf::{Gguf, ValueType};
 use lutra_core::tokenizer::spm::{format_gemma_chat, gemma_chat_prompt, ChatRole, SpmTokenizer, TokenType, VocabError};
 use lutra_core::tokenizer::{Tokenizer, TokenizerError};
 
-// ---------------------------------------------------------------------------------
-// A test-only GGUF writer (metadata only, no tensors)
+mod common;
+use common::gguf_writer::Meta as Val;
 
-#[derive(Clone, Debug)]
-enum Val {
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
-    Str(String),
-    Strs(Vec<Vec<u8>>),
-    F32s(Vec<f32>),
-    I32s(Vec<i32>),
-}
-
-fn put_u32(out: &mut Vec<u8>, v: u32) {
-    out.extend(v.to_le_bytes());
-}
-
-fn put_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend(v.to_le_bytes());
-}
-
-fn put_bytes(out: &mut Vec<u8>, s: &[u8]) {
-    put_u64(out, s.len() as u64);
-    out.extend(s);
-}
-
+/// A metadata-only GGUF file (`common::gguf_writer`).
 fn write_gguf(kvs: &[(&str, Val)]) -> Vec<u8> {
-    let mut out = b"GGUF".to_vec();
-    put_u32(&mut out, 3);
-    put_u64(&mut out, 0);
-    put_u64(&mut out, kvs.len() as u64);
-    for (key, v) in kvs {
-        put_bytes(&mut out, key.as_bytes());
-        match v {
-            Val::U32(x) => {
-                put_u32(&mut out, 4);
-                out.extend(x.to_le_bytes());
-            }
-            Val::I32(x) => {
-                put_u32(&mut out, 5);
-                out.extend(x.to_le_bytes());
-            }
-            Val::F32(x) => {
-                put_u32(&mut out, 6);
-                out.extend(x.to_le_bytes());
-            }
-            Val::Bool(x) => {
-                put_u32(&mut out, 7);
-                out.push(u8::from(*x));
-            }
-            Val::Str(s) => {
-                put_u32(&mut out, 8);
-                put_bytes(&mut out, s.as_bytes());
-            }
-            Val::Strs(items) => {
-                put_u32(&mut out, 9);
-                put_u32(&mut out, 8);
-                put_u64(&mut out, items.len() as u64);
-                for s in items {
-                    put_bytes(&mut out, s);
-                }
-            }
-            Val::F32s(items) => {
-                put_u32(&mut out, 9);
-                put_u32(&mut out, 6);
-                put_u64(&mut out, items.len() as u64);
-                items.iter().for_each(|x| out.extend(x.to_le_bytes()));
-            }
-            Val::I32s(items) => {
-                put_u32(&mut out, 9);
-                put_u32(&mut out, 5);
-                put_u64(&mut out, items.len() as u64);
-                items.iter().for_each(|x| out.extend(x.to_le_bytes()));
-            }
-        }
-    }
-    out
+    let kvs: Vec<(String, Val)> = kvs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    common::gguf_writer::write_gguf(&kvs, &[])
 }
 
 // ---------------------------------------------------------------------------------
@@ -169,7 +97,7 @@ fn kvs_of(v: &[(Vec<u8>, f32, i32)], add_space_prefix: bool) -> Vec<(&'static st
     vec![
         ("general.architecture", Val::Str("gemma3".into())),
         ("tokenizer.ggml.model", Val::Str("llama".into())),
-        ("tokenizer.ggml.tokens", Val::Strs(v.iter().map(|t| t.0.clone()).collect())),
+        ("tokenizer.ggml.tokens", Val::ByteStrs(v.iter().map(|t| t.0.clone()).collect())),
         ("tokenizer.ggml.scores", Val::F32s(v.iter().map(|t| t.1).collect())),
         ("tokenizer.ggml.token_type", Val::I32s(v.iter().map(|t| t.2).collect())),
         ("tokenizer.ggml.bos_token_id", Val::U32(2)),
@@ -503,7 +431,7 @@ fn inconsistent_metadata_is_refused() {
         VocabError::WrongType { key: "tokenizer.ggml.tokens", found: ValueType::I32, expected: "array of strings" }
     );
     assert!(matches!(err(&with(&base, "tokenizer.ggml.scores", Some(Val::F32(0.0)))), VocabError::WrongType { .. }));
-    let str_types = Val::Strs(vec![b"x".to_vec(); v.len()]);
+    let str_types = Val::ByteStrs(vec![b"x".to_vec(); v.len()]);
     assert!(matches!(err(&with(&base, "tokenizer.ggml.token_type", Some(str_types))), VocabError::WrongType { .. }));
     assert!(matches!(err(&with(&base, "tokenizer.ggml.add_bos_token", Some(Val::U32(1)))), VocabError::WrongType { .. }));
     // ids

@@ -5,6 +5,7 @@
 #[derive(Clone, Debug)]
 pub enum Meta {
     U32(u32),
+    I32(i32),
     F32(f32),
     Bool(bool),
     Str(String),
@@ -12,6 +13,8 @@ pub enum Meta {
     I32s(Vec<i32>),
     Bools(Vec<bool>),
     Strs(Vec<String>),
+    /// Strings of any bytes (GGUF does not check UTF-8; tokenizers must).
+    ByteStrs(Vec<Vec<u8>>),
     F32s(Vec<f32>),
 }
 
@@ -40,16 +43,18 @@ impl Meta {
     fn type_id(&self) -> u32 {
         match self {
             Meta::U32(_) => 4,
+            Meta::I32(_) => 5,
             Meta::F32(_) => 6,
             Meta::Bool(_) => 7,
             Meta::Str(_) => 8,
-            Meta::U32s(_) | Meta::I32s(_) | Meta::Bools(_) | Meta::Strs(_) | Meta::F32s(_) => 9,
+            Meta::U32s(_) | Meta::I32s(_) | Meta::Bools(_) | Meta::Strs(_) | Meta::ByteStrs(_) | Meta::F32s(_) => 9,
         }
     }
 
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             Meta::U32(v) => out.extend(v.to_le_bytes()),
+            Meta::I32(v) => out.extend(v.to_le_bytes()),
             Meta::F32(v) => out.extend(v.to_le_bytes()),
             Meta::Bool(v) => out.push(u8::from(*v)),
             Meta::Str(s) => put_str(out, s),
@@ -73,6 +78,11 @@ impl Meta {
                 out.extend((v.len() as u64).to_le_bytes());
                 v.iter().for_each(|s| put_str(out, s));
             }
+            Meta::ByteStrs(v) => {
+                out.extend(8u32.to_le_bytes());
+                out.extend((v.len() as u64).to_le_bytes());
+                v.iter().for_each(|s| put_bytes(out, s));
+            }
             Meta::F32s(v) => {
                 out.extend(6u32.to_le_bytes());
                 out.extend((v.len() as u64).to_le_bytes());
@@ -83,8 +93,12 @@ impl Meta {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_bytes(out, s.as_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, s: &[u8]) {
     out.extend((s.len() as u64).to_le_bytes());
-    out.extend(s.as_bytes());
+    out.extend(s);
 }
 
 /// A tensor: ggml dims (`ne0` first), type id and data.

@@ -5,21 +5,13 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn put_u32(out: &mut Vec<u8>, v: u32) {
-    out.extend(v.to_le_bytes());
-}
+#[path = "../../../core/tests/common/mod.rs"]
+mod common;
 
-fn put_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend(v.to_le_bytes());
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_u64(out, s.len() as u64);
-    out.extend(s.as_bytes());
-}
+use common::gguf_writer::{write_gguf, Meta, Tensor};
 
 /// A tiny llama GGUF v3: a few hyperparameters, a 5-token vocabulary, and tensors of
-/// F32 (1), Q8_0 (1) and Q4_0 (2), data aligned to 32 bytes.
+/// F32 (1), Q8_0 (1) and Q4_0 (2), data aligned to 32 bytes (bytes 0, 1, 2, … each).
 fn tiny_llama() -> Vec<u8> {
     // (name, dims, ggml type id, bytes)
     let tensors: [(&str, &[u64], u32, usize); 4] = [
@@ -28,56 +20,25 @@ fn tiny_llama() -> Vec<u8> {
         ("blk.0.attn_q.weight", &[64, 64], 2, 64 * 2 * 18),
         ("blk.0.attn_k.weight", &[64, 64], 2, 64 * 2 * 18),
     ];
-    let mut out = b"GGUF".to_vec();
-    put_u32(&mut out, 3);
-    put_u64(&mut out, tensors.len() as u64);
-    put_u64(&mut out, 8);
-    let kv_str = |out: &mut Vec<u8>, k: &str, v: &str| {
-        put_str(out, k);
-        put_u32(out, 8);
-        put_str(out, v);
-    };
-    let kv_u32 = |out: &mut Vec<u8>, k: &str, v: u32| {
-        put_str(out, k);
-        put_u32(out, 4);
-        put_u32(out, v);
-    };
-    kv_str(&mut out, "general.architecture", "llama");
-    kv_str(&mut out, "general.name", "tiny \"test\" llama");
-    kv_u32(&mut out, "llama.context_length", 128);
-    kv_u32(&mut out, "llama.embedding_length", 64);
-    kv_u32(&mut out, "llama.block_count", 1);
-    put_str(&mut out, "llama.rope.freq_base");
-    put_u32(&mut out, 6);
-    out.extend(10000.0f32.to_le_bytes());
-    kv_str(&mut out, "tokenizer.ggml.model", "llama");
-    put_str(&mut out, "tokenizer.ggml.tokens");
-    put_u32(&mut out, 9);
-    put_u32(&mut out, 8);
-    put_u64(&mut out, 5);
-    for t in ["<unk>", "<s>", "</s>", "a", "b"] {
-        put_str(&mut out, t);
-    }
-    let mut offset = 0;
-    for (name, dims, ty, bytes) in tensors {
-        put_str(&mut out, name);
-        put_u32(&mut out, dims.len() as u32);
-        for &d in dims {
-            put_u64(&mut out, d);
-        }
-        put_u32(&mut out, ty);
-        put_u64(&mut out, offset as u64);
-        offset = (offset + bytes).next_multiple_of(32);
-    }
-    out.resize(out.len().next_multiple_of(32), 0);
-    let data_start = out.len();
-    let mut offset = 0;
-    for (_, _, _, bytes) in tensors {
-        out.resize(data_start + offset, 0);
-        out.extend((0..bytes).map(|i| i as u8));
-        offset = (offset + bytes).next_multiple_of(32);
-    }
-    out
+    let tensors = tensors.map(|(name, dims, ggml_type, bytes)| Tensor {
+        name: name.into(),
+        dims: dims.to_vec(),
+        ggml_type,
+        data: (0..bytes).map(|i| i as u8).collect(),
+    });
+    let tokens = ["<unk>", "<s>", "</s>", "a", "b"].map(String::from).to_vec();
+    let kvs = [
+        ("general.architecture", Meta::Str("llama".into())),
+        ("general.name", Meta::Str("tiny \"test\" llama".into())),
+        ("llama.context_length", Meta::U32(128)),
+        ("llama.embedding_length", Meta::U32(64)),
+        ("llama.block_count", Meta::U32(1)),
+        ("llama.rope.freq_base", Meta::F32(10000.0)),
+        ("tokenizer.ggml.model", Meta::Str("llama".into())),
+        ("tokenizer.ggml.tokens", Meta::Strs(tokens)),
+    ]
+    .map(|(k, v)| (k.to_string(), v));
+    write_gguf(&kvs, &tensors)
 }
 
 fn write(name: &str, bytes: &[u8]) -> PathBuf {
