@@ -249,7 +249,7 @@ impl Llama {
             layer.rms_att = vector(g, source, &alloc::format!("blk.{l}.attn_norm.weight"), c.dim)?;
             layer.rms_ffn = vector(g, source, &alloc::format!("blk.{l}.ffn_norm.weight"), c.dim)?;
         }
-        let token_embedding = crate::formats::import::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
+        let token_embedding = crate::formats::pack::packed_f32s(g, source, "token_embd.weight", c.vocab_size * c.dim)?;
         let rms_final = vector(g, source, "output_norm.weight", c.dim)?;
         let (group_dim, group_hidden) = (layers[0].wq.layout().group(), layers[0].w2.layout().group());
         let model = Llama { config, token_embedding, layers, rms_final, classifier, group_dim, group_hidden };
@@ -260,7 +260,7 @@ impl Llama {
         {
             return Err(ModelError::BadPackedFile("matrices of one input width with different group sizes".into()));
         }
-        let tokenizer = crate::formats::import::packed_blob(g, source, TOKENIZER_BLOB)?;
+        let tokenizer = crate::formats::pack::packed_blob(g, source, TOKENIZER_BLOB)?;
         Ok((model, tokenizer))
     }
 

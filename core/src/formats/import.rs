@@ -3,7 +3,6 @@
 //! Float matrices (F32, F16, BF16) become their Q8_0 quantization, as `llama-quantize`
 //! would make it.
 
-use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
@@ -12,63 +11,11 @@ use core::ops::Range;
 
 use crate::formats::gguf::{GgmlType, Gguf, GgufError, TensorInfo};
 use crate::formats::pack;
+use crate::formats::weights::info;
+pub use crate::formats::weights::{InMemory, Lent, Matrix, TensorSource, Weights};
 use crate::kernels::int8::{CodeForm, Int8Matrix};
 use crate::kernels::quant::convert;
-use crate::{AlignedBytes, Error, PackedMatrix};
-
-pub type Matrix = PackedMatrix<AlignedBytes>;
-
-/// An imported weight matrix, in the form its kernel reads: bit planes for the lookup
-/// kernels, or (Q8_0) int8 codes for the int8 dot-product kernels (`crate::kernels::int8`).
-#[derive(Clone, Debug)]
-pub enum Weights {
-    Lookup(Matrix),
-    Int8(Int8Matrix),
-}
-
-impl Weights {
-    /// Its buffers, to move (`AlignedBytes::gather`), appended to `out`.
-    pub(crate) fn buffers_mut<'a>(&'a mut self, out: &mut Vec<&'a mut AlignedBytes>) {
-        match self {
-            Weights::Lookup(m) => out.push(m.data_mut()),
-            Weights::Int8(m) => out.extend(m.buffers_mut()),
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        match self {
-            Weights::Lookup(m) => m.layout().rows(),
-            Weights::Int8(m) => m.rows(),
-        }
-    }
-
-    pub fn cols(&self) -> usize {
-        match self {
-            Weights::Lookup(m) => m.layout().cols(),
-            Weights::Int8(m) => m.cols(),
-        }
-    }
-
-    /// Bytes the kernels read.
-    pub fn bytes(&self) -> usize {
-        match self {
-            Weights::Lookup(m) => m.as_bytes().len(),
-            Weights::Int8(m) => m.bytes(),
-        }
-    }
-
-    /// Row `row` as f32, equal to llama.cpp's dequantization of the file's row.
-    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
-        match self {
-            Weights::Lookup(m) => m.dequantize_row(row, out),
-            Weights::Int8(m) => m.dequantize_row(row, out),
-        }
-    }
-}
-
-fn info<'a>(g: &Gguf<'a>, name: &str) -> Result<TensorInfo<'a>, ModelError> {
-    g.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
-}
+use crate::{Error, PackedMatrix};
 
 /// `(rows, cols)` of a 2-D tensor (ggml's `ne1`, `ne0`), checked against `expected` when given.
 fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usize, usize), ModelError> {
@@ -88,52 +35,6 @@ fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usi
     Ok((rows, cols))
 }
 
-/// Where an import reads tensor bytes: the parsed file itself ([`InMemory`]), or a
-/// reader that fetches ranges on demand (the browser reads them from a `Blob`, so the
-/// whole file is never in wasm memory next to the imported weights).
-pub trait TensorSource {
-    /// File bytes `range` (absolute offsets, inside the file as `Gguf::tensor_range`
-    /// checked), valid until the next call.
-    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError>;
-
-    /// Bytes `range` lent for as long as a model lives (a mapped file), so a packed
-    /// `.lutra` matrix is read in place; `None` (the default) copies them from `read`.
-    fn share(&mut self, range: Range<u64>) -> Option<AlignedBytes> {
-        let _ = range;
-        None
-    }
-}
-
-/// A whole file in memory (or mapped).
-pub struct InMemory<'a>(pub &'a [u8]);
-
-impl TensorSource for InMemory<'_> {
-    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
-        file_range(self.0, range)
-    }
-}
-
-fn file_range(file: &[u8], range: Range<u64>) -> Result<&[u8], ModelError> {
-    let past_end = GgufError::TensorPastEnd { start: range.start, end: range.end, file_len: file.len() as u64 };
-    let start = usize::try_from(range.start).map_err(|_| past_end)?;
-    let end = usize::try_from(range.end).map_err(|_| past_end)?;
-    Ok(file.get(start..end).ok_or(past_end)?)
-}
-
-/// Bytes that outlive the model (a mapped file, a `static` image on bare metal): a
-/// packed file's tensors are lent in place, never copied.
-pub struct Lent(pub alloc::sync::Arc<dyn crate::Backing>);
-
-impl TensorSource for Lent {
-    fn read(&mut self, range: Range<u64>) -> Result<&[u8], ModelError> {
-        file_range(self.0.bytes(), range)
-    }
-    fn share(&mut self, range: Range<u64>) -> Option<AlignedBytes> {
-        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
-        AlignedBytes::shared(self.0.clone(), range)
-    }
-}
-
 /// Rows per piece of a Q8_0 import.
 const CHUNK_ROWS: usize = 4096;
 
@@ -149,7 +50,7 @@ pub fn weights(
     mut consumed: impl FnMut(Range<usize>),
 ) -> Result<Weights, ModelError> {
     if pack::is_packed(g) {
-        return packed_weights(g, source, name, expected);
+        return pack::read_matrix(g, source, name, expected);
     }
     let info = info(g, name)?;
     let (rows, cols) = shape(&info, expected)?;
@@ -323,87 +224,9 @@ pub fn vector(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usiz
     }
     let data = source.read(g.tensor_range(&info)?)?;
     if pack::is_packed(g) {
-        verify(g, name, data)?;
+        pack::verify(g, name, data)?;
     }
     Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-}
-
-/// A tensor's bytes against its `lutra.checksum.NAME`.
-fn verify(g: &Gguf<'_>, name: &str, data: &[u8]) -> Result<(), ModelError> {
-    let want = g.get_u64(&pack::checksum_key(name)).ok_or_else(|| ModelError::BadPackedFile(format!("no checksum for tensor {name}")))?;
-    if pack::checksum(data) != want {
-        return Err(ModelError::BadPackedFile(format!("tensor {name} fails its checksum (a damaged or truncated file)")));
-    }
-    Ok(())
-}
-
-/// An F32 tensor of `len` values of a packed file, read in place where the source lends
-/// it (the llama2.c token embedding: 37 MiB for stories15M), checked.
-pub fn packed_f32s(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usize) -> Result<AlignedBytes, ModelError> {
-    let info = info(g, name)?;
-    if info.ggml_type != GgmlType::F32 || info.n_elements() != Some(len as u64) {
-        return Err(ModelError::BadPackedFile(format!("tensor {name} is not {len} f32 values")));
-    }
-    lend(g, source, name, &info)
-}
-
-/// One I8 tensor of a packed file, read in place where the source lends it, checked.
-fn packed_tensor(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<AlignedBytes, ModelError> {
-    let info = info(g, name)?;
-    if info.ggml_type != GgmlType::I8 || info.n_dims != 1 {
-        return Err(ModelError::BadPackedFile(format!("tensor {name} is not a byte array")));
-    }
-    lend(g, source, name, &info)
-}
-
-fn lend(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, info: &TensorInfo<'_>) -> Result<AlignedBytes, ModelError> {
-    let range = g.tensor_range(info)?;
-    let bytes = match source.share(range.clone()) {
-        Some(shared) => shared,
-        None => AlignedBytes::copy_of(source.read(range)?),
-    };
-    verify(g, name, bytes.as_ref())?;
-    Ok(bytes)
-}
-
-/// A byte tensor of a packed file, copied out and checked (a tokenizer).
-pub fn packed_blob(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<Vec<u8>, ModelError> {
-    let info = info(g, name)?;
-    let data = source.read(g.tensor_range(&info)?)?;
-    verify(g, name, data)?;
-    Ok(data.to_vec())
-}
-
-/// A matrix of a packed `.lutra` file, as it was stored.
-fn packed_weights(
-    g: &Gguf<'_>,
-    source: &mut dyn TensorSource,
-    name: &str,
-    expected: Option<(usize, usize)>,
-) -> Result<Weights, ModelError> {
-    let key = pack::layout_key(name);
-    let words: Vec<u32> = match g.get(&key).and_then(|v| v.as_array()) {
-        Some(a) => a.iter().map(|v| v.as_u32()).collect::<Option<_>>().unwrap_or_default(),
-        None => return Err(ModelError::MissingTensor(name.to_string())),
-    };
-    let layout =
-        pack::parse_layout(&words).ok_or_else(|| ModelError::BadPackedFile(format!("{key} holds no layout this version reads")))?;
-    let (rows, cols) = match &layout {
-        pack::StoredLayout::Lookup(l) => (l.rows(), l.cols()),
-        pack::StoredLayout::Int8 { rows, cols, .. } => (*rows, *cols),
-    };
-    if expected.is_some_and(|e| e != (rows, cols)) {
-        let [r, c] = expected.map_or([0, 0], |(r, c)| [r as u64, c as u64]);
-        return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [c, r], got: [cols as u64, rows as u64] });
-    }
-    Ok(match layout {
-        pack::StoredLayout::Lookup(l) => Weights::Lookup(PackedMatrix::from_bytes(l, packed_tensor(g, source, name)?)?),
-        pack::StoredLayout::Int8 { rows, cols, form } => {
-            let codes = packed_tensor(g, source, name)?;
-            let scales = packed_tensor(g, source, &pack::scales_name(name))?;
-            Weights::Int8(Int8Matrix::from_parts(rows, cols, form, codes, scales)?)
-        }
-    })
 }
 
 /// A required `u32` metadata value.

@@ -2,7 +2,9 @@
 //!
 //! * [`gguf`]: llama.cpp's GGUF container (header, metadata, tensor directory), read in place.
 //! * [`import`]: GGUF tensors into the engine's weights (bit planes, int8 codes, f32).
-//! * [`pack`]: lutra's `.lutra` files (a GGUF whose tensors are already bit planes), written.
+//! * [`weights`]: the engine's weights as the kernels read them, and the sources of their bytes.
+//! * [`pack`]: lutra's `.lutra` files (a GGUF whose tensors are already bit planes), written
+//!   and read.
 //! * [`llama2c`]: llama2.c's checkpoints (`model.bin`).
 
 pub mod gguf;
@@ -11,3 +13,5 @@ pub mod import;
 pub mod llama2c;
 #[cfg(feature = "alloc")]
 pub mod pack;
+#[cfg(feature = "alloc")]
+pub mod weights;

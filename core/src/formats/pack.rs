@@ -1,4 +1,4 @@
-//! `.lutra`: a model packed exactly as the kernels read it — bit planes, scales and int8
+//! `.lutra`, written and read: a model packed exactly as the kernels read it — bit planes, scales and int8
 //! codes in their in-memory layouts, 64-byte aligned — so loading it is no conversion
 //! work: a mapped file (or an image in flash) is read in place.
 //!
@@ -15,12 +15,15 @@
 //!   zeroed: a truncated or bit-flipped file is an error, never wrong output.
 
 use alloc::borrow::Cow;
+use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::formats::gguf::{GgmlType, Gguf, Value, MAGIC};
-use crate::formats::import::Weights;
+use crate::formats::gguf::{GgmlType, Gguf, TensorInfo, Value, MAGIC};
+use crate::formats::weights::{info, TensorSource, Weights};
+use crate::kernels::int8::Int8Matrix;
+use crate::model::ModelError;
 use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
 
 /// The format version this build writes and reads (2: int8 codes interleaved by groups
@@ -336,4 +339,83 @@ impl<'a> Writer<'a> {
         }
         Ok(written)
     }
+}
+
+// Reading: every tensor checked against its checksum as it is read.
+
+/// A tensor's bytes against its `lutra.checksum.NAME`.
+pub(crate) fn verify(g: &Gguf<'_>, name: &str, data: &[u8]) -> Result<(), ModelError> {
+    let want = g.get_u64(&checksum_key(name)).ok_or_else(|| ModelError::BadPackedFile(format!("no checksum for tensor {name}")))?;
+    if checksum(data) != want {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} fails its checksum (a damaged or truncated file)")));
+    }
+    Ok(())
+}
+
+/// An F32 tensor of `len` values of a packed file, read in place where the source lends
+/// it (the llama2.c token embedding: 37 MiB for stories15M), checked.
+pub fn packed_f32s(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, len: usize) -> Result<AlignedBytes, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::F32 || info.n_elements() != Some(len as u64) {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} is not {len} f32 values")));
+    }
+    lend(g, source, name, &info)
+}
+
+/// One I8 tensor of a packed file, read in place where the source lends it, checked.
+fn packed_tensor(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<AlignedBytes, ModelError> {
+    let info = info(g, name)?;
+    if info.ggml_type != GgmlType::I8 || info.n_dims != 1 {
+        return Err(ModelError::BadPackedFile(format!("tensor {name} is not a byte array")));
+    }
+    lend(g, source, name, &info)
+}
+
+fn lend(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str, info: &TensorInfo<'_>) -> Result<AlignedBytes, ModelError> {
+    let range = g.tensor_range(info)?;
+    let bytes = match source.share(range.clone()) {
+        Some(shared) => shared,
+        None => AlignedBytes::copy_of(source.read(range)?),
+    };
+    verify(g, name, bytes.as_ref())?;
+    Ok(bytes)
+}
+
+/// A byte tensor of a packed file, copied out and checked (a tokenizer).
+pub fn packed_blob(g: &Gguf<'_>, source: &mut dyn TensorSource, name: &str) -> Result<Vec<u8>, ModelError> {
+    let info = info(g, name)?;
+    let data = source.read(g.tensor_range(&info)?)?;
+    verify(g, name, data)?;
+    Ok(data.to_vec())
+}
+
+/// A matrix of a packed `.lutra` file, as it was stored.
+pub(crate) fn read_matrix(
+    g: &Gguf<'_>,
+    source: &mut dyn TensorSource,
+    name: &str,
+    expected: Option<(usize, usize)>,
+) -> Result<Weights, ModelError> {
+    let key = layout_key(name);
+    let words: Vec<u32> = match g.get(&key).and_then(|v| v.as_array()) {
+        Some(a) => a.iter().map(|v| v.as_u32()).collect::<Option<_>>().unwrap_or_default(),
+        None => return Err(ModelError::MissingTensor(name.to_string())),
+    };
+    let layout = parse_layout(&words).ok_or_else(|| ModelError::BadPackedFile(format!("{key} holds no layout this version reads")))?;
+    let (rows, cols) = match &layout {
+        StoredLayout::Lookup(l) => (l.rows(), l.cols()),
+        StoredLayout::Int8 { rows, cols, .. } => (*rows, *cols),
+    };
+    if expected.is_some_and(|e| e != (rows, cols)) {
+        let [r, c] = expected.map_or([0, 0], |(r, c)| [r as u64, c as u64]);
+        return Err(ModelError::BadTensorShape { name: name.to_string(), expected: [c, r], got: [cols as u64, rows as u64] });
+    }
+    Ok(match layout {
+        StoredLayout::Lookup(l) => Weights::Lookup(PackedMatrix::from_bytes(l, packed_tensor(g, source, name)?)?),
+        StoredLayout::Int8 { rows, cols, form } => {
+            let codes = packed_tensor(g, source, name)?;
+            let scales = packed_tensor(g, source, &scales_name(name))?;
+            Weights::Int8(Int8Matrix::from_parts(rows, cols, form, codes, scales)?)
+        }
+    })
 }
