@@ -3,11 +3,11 @@
 //! model's structure; matrices are read in place) plus what a session and a generation
 //! allocate ([`Dims::session_bytes`], next to the engine code it bounds).
 
-pub use lutra_core::engine::budget::{Dims, Family};
+pub use lutra_core::engine::budget::{Buffers, Dims};
 
 /// stories15M (llama2.c), packed at 2–4 bits: `lutra pack -m models/stories15M/model.bin`.
 pub const STORIES15M: Dims = Dims {
-    family: Family::Llama { residual_tables: false },
+    buffers: Buffers::llama(1, 0),
     dim: 288,
     hidden_dim: 768,
     layers: 6,
@@ -20,7 +20,7 @@ pub const STORIES15M: Dims = Dims {
 
 /// Gemma 3 270M (Q4_K_M GGUF, packed as imported).
 pub const GEMMA3_270M: Dims = Dims {
-    family: Family::Gemma3 { sliding_window: 512, global_every: 6 },
+    buffers: Buffers { sliding_window: 512, global_every: 6, rope_sets: 2, groups_per_width: 2, int8_widths: 3, residual_tables: false },
     dim: 640,
     hidden_dim: 2048,
     layers: 18,

@@ -4,7 +4,8 @@
 use lutra_core::arch::Architecture;
 use std::path::PathBuf;
 
-use lutra_core::arch::llama::{Llama, State};
+use lutra_core::arch::llama;
+use lutra_core::arch::llama_family::LlamaFamilyState as State;
 use lutra_core::formats::llama2c::Checkpoint;
 use lutra_core::model::{ModelError, SingleThread};
 use lutra_core::tokenizer::{Llama2cTokenizer, Tokenizer};
@@ -161,7 +162,7 @@ fn lut_forward_at_8_bits_agrees_with_the_f32_reference() {
     let bytes = read("model.bin");
     let ck = Checkpoint::parse(&bytes).unwrap();
     let tok = Llama2cTokenizer::from_bytes(&read("tokenizer.bin"), 32000).unwrap();
-    let model = Llama::from_llama2c(&ck, 8).unwrap();
+    let model = llama::from_llama2c(&ck, 8).unwrap();
     let mut state = State::new(&model, 256).unwrap();
     let mut reference = Reference::new(&ck);
     let mut prompt = Vec::new();
@@ -205,7 +206,7 @@ fn feeding_a_prompt_without_logits_changes_nothing_after_it() {
     .unwrap();
     assert!(prompt.len() > 33, "the prompt must cross a batch boundary: {} tokens", prompt.len());
     for bits in [4, 8] {
-        let model = Llama::from_llama2c(&Checkpoint::parse(&bytes).unwrap(), bits).unwrap();
+        let model = llama::from_llama2c(&Checkpoint::parse(&bytes).unwrap(), bits).unwrap();
         let state = || State::new(&model, 64).unwrap();
         let (mut fed, mut batched, mut forwarded) = (state(), state(), state());
         let (last, head) = prompt.split_last().unwrap();
@@ -229,7 +230,7 @@ fn default_bits_write_a_coherent_story() {
     let bytes = read("model.bin");
     let ck = Checkpoint::parse(&bytes).unwrap();
     let tok = Llama2cTokenizer::from_bytes(&read("tokenizer.bin"), 32000).unwrap();
-    let model = Llama::from_llama2c(&ck, 4).unwrap();
+    let model = llama::from_llama2c(&ck, 4).unwrap();
     for prompt_text in ["Once upon a time", "The little dog", "Lily and Ben went to the park"] {
         let mut state = State::new(&model, 256).unwrap();
         let mut tokens = Vec::new();

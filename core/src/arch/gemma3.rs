@@ -458,7 +458,16 @@ impl Architecture for Gemma3 {
     fn dims(&self) -> crate::model::budget::Dims {
         let c = &self.config;
         crate::model::budget::Dims {
-            family: crate::model::budget::Family::Gemma3 { sliding_window: c.sliding_window, global_every: c.swa_period },
+            // a local and a global RoPE set; table sets and int8 buffers counted for
+            // Q4_K_M files (two group sizes per width, int8 at every width)
+            buffers: crate::model::budget::Buffers {
+                sliding_window: c.sliding_window,
+                global_every: c.swa_period,
+                rope_sets: 2,
+                groups_per_width: 2,
+                int8_widths: 3,
+                residual_tables: false,
+            },
             dim: c.dim,
             hidden_dim: c.hidden_dim,
             layers: c.n_layers,

@@ -9,6 +9,10 @@
 //! - Biases on the query, key, value and output projections are added where the file has
 //!   them (`qwen2` has q/k/v biases).
 //!
+//! llama2.c checkpoints run on this graph too (`crate::arch::llama` maps them onto it),
+//! with [`Numerics::Llama2c`]: llama2.c's own RoPE frequencies and SiLU, f32 token
+//! embedding rows, and residual tables for 5–8-bit matrices.
+//!
 //! Everything else is shared: RMSNorm, grouped-query attention scaled by 1/√head_dim, a
 //! SiLU-gated FFN, an LM head that is `output.weight` or, when the file has none, the
 //! token embedding (tied). Every product is a LUT GEMV (or an int8 dot product for Q8_0
@@ -143,9 +147,21 @@ macro_rules! keys {
 }
 use keys;
 
+/// Whose float arithmetic the few places that round differently follow, so a model's
+/// outputs stay what its own reference computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numerics {
+    /// ggml's (GGUF files): RoPE frequency `base^(−2i/d)`, SiLU by lutra's vectorized `exp`.
+    Ggml,
+    /// llama2.c's `run.c` (its checkpoints): frequency `1 / θ^(2i/d)`, SiLU by libm's
+    /// `expf`; matrices of 5 bits and more add residual tables to their products.
+    Llama2c,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LlamaFamilyConfig {
     pub arch: Arch,
+    pub numerics: Numerics,
     pub dim: usize,
     pub hidden_dim: usize,
     pub n_layers: usize,
@@ -251,6 +267,7 @@ impl LlamaFamilyConfig {
         }
         Ok(LlamaFamilyConfig {
             arch,
+            numerics: Numerics::Ggml,
             dim,
             hidden_dim,
             n_layers,
@@ -277,9 +294,13 @@ impl LlamaFamilyConfig {
     /// `f[i] = scale · base^(−2i/head_dim) / factor[i]` (`factors`: Llama 3's `rope_freqs`).
     pub fn rope_frequencies(&self, factors: Option<&[f32]>) -> Vec<f32> {
         let d = self.head_dim as f32;
-        (0..self.head_dim / 2)
-            .map(|i| libm::powf(self.rope_base, -2.0 * i as f32 / d) * self.rope_scale / factors.map_or(1.0, |f| f[i]))
-            .collect()
+        let pairs = 0..self.head_dim / 2;
+        match self.numerics {
+            Numerics::Ggml => {
+                pairs.map(|i| libm::powf(self.rope_base, -2.0 * i as f32 / d) * self.rope_scale / factors.map_or(1.0, |f| f[i])).collect()
+            }
+            Numerics::Llama2c => pairs.map(|i| 1.0 / libm::powf(self.rope_base, (2 * i) as f32 / d)).collect(),
+        }
     }
 }
 
@@ -303,12 +324,38 @@ pub struct LlamaFamilyLayer {
     pub w_down: Weights,
 }
 
+/// The token embedding.
+pub enum Embedding {
+    /// A GGUF file's imported weights: the LM head too where the file has no `output`.
+    Weights(Weights),
+    /// A llama2.c checkpoint's f32 rows, looked up exactly, and its LM head (the
+    /// checkpoint's classifier, quantized on load).
+    F32 { rows: crate::AlignedBytes, head: Weights },
+}
+
+impl Embedding {
+    /// Row `token` (checked by the caller against the vocabulary) into `out`.
+    fn row(&self, token: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        match self {
+            Embedding::Weights(w) => Ok(w.dequantize_row(token, out)?),
+            Embedding::F32 { rows, .. } => {
+                let dim = out.len();
+                let row = rows.as_f32s().get(token * dim..(token + 1) * dim);
+                out.copy_from_slice(
+                    row.ok_or(ModelError::TokenOutOfRange { token: token as u32, vocab_size: rows.len() / 4 / dim.max(1) })?,
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
 pub struct LlamaFamily {
     pub config: LlamaFamilyConfig,
-    pub token_embd: Weights,
+    pub token_embd: Embedding,
     pub layers: Vec<LlamaFamilyLayer>,
     pub output_norm: Vec<f32>,
-    /// `None`: the LM head is tied to the token embedding.
+    /// `None`: the LM head is the token embedding's (tied, or a llama2.c classifier).
     pub output: Option<Weights>,
     /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`).
     pub rope_factors: Option<Vec<f32>>,
@@ -342,7 +389,7 @@ impl LlamaFamily {
         }
 
         let mut imp = Importer { g, source, progress, done: 0, total };
-        let token_embd = imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?;
+        let token_embd = Embedding::Weights(imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?);
         let rope_factors = match rope_freqs {
             Some(name) => {
                 let f = imp.vector(name, c.head_dim / 2)?;
@@ -390,9 +437,25 @@ impl LlamaFamily {
         Ok(LlamaFamily { config: c, token_embd, layers, output_norm, output, rope_factors })
     }
 
+    /// Bits per weight of the LM head's bit planes (8 for int8 codes).
+    pub fn lm_head_bits(&self) -> u8 {
+        match self.lm_head() {
+            Weights::Lookup(m) => m.layout().bits(),
+            Weights::Int8(_) => 8,
+        }
+    }
+
+    /// Whether products add residual tables: llama2.c's numerics at 5 bits and more, where
+    /// the int8 tables' rounding would dominate the weights' error.
+    pub fn residual_tables(&self) -> bool {
+        self.config.numerics == Numerics::Llama2c && matches!(self.lm_head(), Weights::Lookup(m) if m.layout().bits() >= 5)
+    }
+
     /// The LM head: `output.weight`, or the token embedding when they are tied.
     pub fn lm_head(&self) -> &Weights {
-        self.output.as_ref().unwrap_or(&self.token_embd)
+        match (&self.output, &self.token_embd) {
+            (Some(head), _) | (None, Embedding::Weights(head) | Embedding::F32 { head, .. }) => head,
+        }
     }
 
     /// Every matrix the model multiplies by, the LM head first.
@@ -412,7 +475,7 @@ impl LlamaFamily {
         let (n, dim, hd, qd, kvd) = (tokens.len(), c.dim, c.head_dim, c.q_dim(), c.kv_dim());
         let query_scale = 1.0 / libm::sqrtf(hd as f32);
         for (i, &token) in tokens.iter().enumerate() {
-            self.token_embd.dequantize_row(token as usize, &mut b.x[i * dim..(i + 1) * dim])?;
+            self.token_embd.row(token as usize, &mut b.x[i * dim..(i + 1) * dim])?;
             b.rope[i].set_position(first_pos + i);
         }
 
@@ -460,8 +523,13 @@ impl LlamaFamily {
             // ffn: SiLU-gated up, down, residual
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
             let hidden = c.hidden_dim;
+            let llama2c = c.numerics == Numerics::Llama2c;
             for_each_row_pair(gemv, (&mut b.hb, hidden), (&mut b.hb2, hidden), n, &|(g, u), _| {
-                g.iter_mut().zip(u.iter()).for_each(|(g, &u)| *g = silu(*g) * u);
+                if llama2c {
+                    g.iter_mut().zip(u.iter()).for_each(|(g, &u)| *g = *g / (1.0 + libm::expf(-*g)) * u);
+                } else {
+                    g.iter_mut().zip(u.iter()).for_each(|(g, &u)| *g = silu(*g) * u);
+                }
                 Ok(())
             })?;
             batch_product(gemv, &layer.w_down, &mut b.scratch, &b.hb, n, &mut b.xb)?;
@@ -524,7 +592,13 @@ fn new_batch(model: &LlamaFamily) -> Result<Batch, ModelError> {
     let c = &model.config;
     let freqs = c.rope_frequencies(model.rope_factors.as_deref());
     let rope = (0..PREFILL_BATCH).map(|_| RopeAngles::new(freqs.clone())).collect();
-    Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
+    let mut scratch = Scratch::for_matrices(model.matrices())?;
+    if model.residual_tables() {
+        // the residual products of a batch, or of one token's logits
+        let widest = c.dim.max(c.hidden_dim).max(c.q_dim());
+        scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(c.vocab_size))?;
+    }
+    Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, scratch, rope))
 }
 
 /// Working memory of one sequence, allocated once.
@@ -571,7 +645,11 @@ impl Architecture for LlamaFamily {
     fn dims(&self) -> crate::model::budget::Dims {
         let c = &self.config;
         crate::model::budget::Dims {
-            family: crate::model::budget::Family::LlamaFamily,
+            buffers: {
+                let (groups_per_width, int8_widths) = products::scratch_sets(self.matrices());
+                let buffers = crate::model::budget::Buffers::llama(groups_per_width, int8_widths);
+                crate::model::budget::Buffers { residual_tables: self.residual_tables(), ..buffers }
+            },
             dim: c.dim,
             hidden_dim: c.hidden_dim,
             layers: c.n_layers,
@@ -587,7 +665,10 @@ impl Architecture for LlamaFamily {
     }
     /// Bytes of the imported matrices, the token embedding included.
     fn matrix_bytes(&self) -> usize {
-        let embedding = if self.output.is_some() { self.token_embd.bytes() } else { 0 };
+        let embedding = match (&self.output, &self.token_embd) {
+            (Some(_), Embedding::Weights(w)) => w.bytes(),
+            _ => 0,
+        };
         embedding + self.matrices().map(Weights::bytes).sum::<usize>()
     }
     /// The buffers of every matrix the model multiplies by, in the order a decode step
@@ -601,7 +682,9 @@ impl Architecture for LlamaFamily {
                 m.buffers_mut(&mut out);
             }
         }
-        self.output.as_mut().unwrap_or(&mut self.token_embd).buffers_mut(&mut out);
+        match (&mut self.output, &mut self.token_embd) {
+            (Some(head), _) | (None, Embedding::Weights(head) | Embedding::F32 { head, .. }) => head.buffers_mut(&mut out),
+        }
         out
     }
     /// The attention a KV cache for up to `context` positions must serve.
@@ -617,6 +700,10 @@ impl Architecture for LlamaFamily {
     }
     fn layer_windows(&self) -> Vec<usize> {
         alloc::vec![0; self.config.n_layers]
+    }
+    /// llama2.c models only (their `origin` is the checkpoint's `tokenizer.bin`).
+    fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::formats::pack::Writer<'a>) -> Result<(), ModelError> {
+        super::llama::write_packed(self, origin, writer)
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
         LlamaFamilyState::with_cache(self, cache)

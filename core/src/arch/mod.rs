@@ -6,8 +6,9 @@
 //! add one: write `NAME.rs` with a type implementing [`Architecture`] (its
 //! `runs_gguf`/`from_gguf` say which GGUF files it loads), and add one line to that list.
 //!
-//! * [`llama`]: llama2.c checkpoints (and their packed `.lutra` files), bit planes only.
-//! * [`llama_family`]: GGUF `llama`, `qwen2`, `qwen3` (Llama 2/3, Mistral, TinyLlama, Qwen).
+//! * [`llama_family`]: the Llama graph: GGUF `llama`, `qwen2`, `qwen3` (Llama 2/3, Mistral,
+//!   TinyLlama, Qwen), and llama2.c checkpoints mapped onto it by [`llama`] (with their
+//!   packed `.lutra` files).
 //! * [`gemma3`]: GGUF `gemma3`.
 
 pub mod gemma3;
@@ -217,8 +218,6 @@ macro_rules! registry {
 }
 
 registry! {
-    /// llama2.c checkpoints, converted to bit planes at load (or read packed).
-    Llama(llama::Llama),
     Gemma3(gemma3::Gemma3),
     LlamaFamily(llama_family::LlamaFamily),
     /// A two-matrix toy that proves the seam: its own file plus this line (tests only).

@@ -51,8 +51,8 @@ impl Architecture for Toy {
         NAME
     }
     fn dims(&self) -> budget::Dims {
-        let (dim, vocab_size, family) = (self.dim, self.vocab, budget::Family::LlamaFamily);
-        budget::Dims { family, dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, token_bytes: 0 }
+        let (dim, vocab_size, buffers) = (self.dim, self.vocab, budget::Buffers::llama(1, 0));
+        budget::Dims { buffers, dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, token_bytes: 0 }
     }
     fn context_length(&self) -> usize {
         64

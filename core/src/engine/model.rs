@@ -6,7 +6,8 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use super::{budget, Error};
-use crate::arch::llama::Llama;
+use crate::arch::llama;
+use crate::arch::llama_family::LlamaFamily;
 use crate::arch::Network;
 use crate::attention::PqKvCache;
 use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, ValueFormat};
@@ -216,9 +217,9 @@ impl Model {
         if pack::is_packed(gguf) {
             pack::check_header(gguf).map_err(|why| Error::Model(ModelError::BadPackedFile(why)))?;
             if arch == "llama" && gguf.get_str(pack::SOURCE_KEY) == Some("llama2c") {
-                let (net, tokenizer) = Llama::from_packed(gguf, source)?;
+                let (net, tokenizer) = llama::from_packed(gguf, source)?;
                 let tokenizer = Llama2cTokenizer::from_bytes(&tokenizer, net.config.vocab_size)?;
-                let bits = net.classifier.layout().bits();
+                let bits = net.lm_head_bits();
                 return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed"), true));
             }
         }
@@ -276,15 +277,15 @@ impl Model {
     ) -> Result<Model, Error> {
         let ckpt = Checkpoint::parse(checkpoint)?;
         let tokenizer = Llama2cTokenizer::from_bytes(tokenizer, ckpt.config().vocab_size)?;
-        let net = Llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
+        let net = llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
             progress(LoadProgress { done, total, tensor: "matrices", consumed: None });
         })?;
         Ok(Self::llama(net, tokenizer, format!("f32 quantized to {bits} bits"), false))
     }
 
-    fn llama(net: Llama, tokenizer: Llama2cTokenizer, kind: String, packed: bool) -> Model {
+    fn llama(net: LlamaFamily, tokenizer: Llama2cTokenizer, kind: String, packed: bool) -> Model {
         let types = alloc::vec![(kind, 7 * net.config.n_layers + 1)];
-        let net = Network::Llama(Box::new(net));
+        let net = Network::LlamaFamily(Box::new(net));
         let info = ModelInfo::new(&net, types, None, false, packed);
         Model::new(net, Vocabulary::Llama2c(Box::new(tokenizer)), info, None)
     }

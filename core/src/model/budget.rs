@@ -11,30 +11,40 @@ use crate::attention::{token_block_rows, PIECE_ROWS, TOKEN_BLOCK};
 use crate::model::PREFILL_BATCH;
 use crate::sampler::scratch_len;
 
-/// The architecture's forward pass, which decides the working buffers.
+/// The working buffers a forward pass keeps beyond those every architecture here has
+/// (token-major activations, KV cache): described by an architecture's `dims`, so a new
+/// one with the same kinds of buffers edits nothing here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
-    /// llama2.c checkpoints: lookup matrices.
-    Llama {
-        /// Weights of ≥ 5 bits add residual tables.
-        residual_tables: bool,
-    },
-    /// Gemma 3.
-    Gemma3 {
-        /// Positions a sliding-window layer keeps (0: every layer global).
-        sliding_window: usize,
-        /// Every `global_every`-th layer keeps all positions.
-        global_every: usize,
-    },
-    /// GGUF `llama`, `qwen2`, `qwen3`: Gemma 3's buffers without its second RoPE set.
-    LlamaFamily,
+pub struct Buffers {
+    /// Positions a sliding-window layer keeps (0: every layer keeps them all).
+    pub sliding_window: usize,
+    /// With a sliding window: every `global_every`-th layer keeps all positions.
+    pub global_every: usize,
+    /// Rotary angle sets per token (Gemma 3: global and local layers).
+    pub rope_sets: usize,
+    /// Most group sizes among the lookup matrices of any one input width (Q4_K_M: 2, for
+    /// Q4_K's 32 and Q6_K's 16; llama2.c: 1): a table set per (width, group).
+    pub groups_per_width: usize,
+    /// Input widths of int8 matrices (Q8_0, float): an activation buffer per token each.
+    pub int8_widths: usize,
+    /// Residual tables for every table set, and room for their products (llama2.c at
+    /// 5–8 bits).
+    pub residual_tables: bool,
+}
+
+impl Buffers {
+    /// One RoPE set, no sliding window, no residual tables: the Llama graph's buffers for
+    /// matrices of `groups_per_width` group sizes per width and `int8_widths` int8 widths.
+    pub const fn llama(groups_per_width: usize, int8_widths: usize) -> Buffers {
+        Buffers { sliding_window: 0, global_every: 0, rope_sets: 1, groups_per_width, int8_widths, residual_tables: false }
+    }
 }
 
 /// The hyperparameters memory depends on, and the tokenizer's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dims {
-    /// Which forward pass.
-    pub family: Family,
+    /// Which working buffers its forward pass keeps.
+    pub buffers: Buffers,
     /// Width of the residual stream.
     pub dim: usize,
     /// Width of the feed-forward layer.
@@ -83,8 +93,8 @@ impl Dims {
 
     /// Positions of all layers' KV rows: sliding-window layers keep a ring.
     pub const fn kv_rows(&self, context: usize) -> usize {
-        match self.family {
-            Family::Gemma3 { sliding_window, global_every } if sliding_window > 0 => {
+        match self.buffers {
+            Buffers { sliding_window, global_every, .. } if sliding_window > 0 => {
                 let global = match self.layers.checked_div(global_every) {
                     Some(g) => g,
                     None => 0,
@@ -122,27 +132,31 @@ impl Dims {
     pub const fn state_bytes(&self) -> usize {
         let n = PREFILL_BATCH;
         let (dim, hidden, kv) = (self.dim, self.hidden_dim, self.kv_dim());
-        let batch = match self.family {
-            Family::Llama { residual_tables } => {
-                let floats = 4 * block(4 * n * dim) + 2 * block(4 * n * hidden) + 2 * block(4 * n * kv);
-                let sets = if residual_tables { 2 } else { 1 };
-                let table_sets = sets * (2 * block(n * 96) + n * (tables(dim) + tables(hidden)));
-                let big = if hidden > dim { hidden } else { dim };
-                let scratch =
-                    if residual_tables { block(4 * if n * big > self.vocab_size { n * big } else { self.vocab_size }) } else { 0 };
-                floats + table_sets + scratch + block(n * 72) + n * rope(self.head_dim)
-            }
-            Family::Gemma3 { .. } | Family::LlamaFamily => {
-                let q = self.q_dim();
-                let floats = 2 * block(4 * n * dim) + 2 * block(4 * n * q) + 2 * block(4 * n * kv) + 2 * block(4 * n * hidden);
-                // a table set per distinct (column count, group): inputs of dim, q_dim or
-                // hidden columns, each in at most two group sizes (Q4_K's 32, Q6_K's 16)
-                let table_sets = 6 * block(n * 96) + 2 * n * (tables(dim) + tables(q) + tables(hidden)) + block(6 * 80);
-                // an int8 activation buffer per token for each int8 matrix's column count
-                let int8 = 3 * (n * 2 * block(hidden + hidden / 32 * 4) + block(n * 64)) + block(3 * 48);
-                floats + table_sets + int8 + 2 * (block(n * 72) + n * rope(self.head_dim))
-            }
+        let (q, b) = (self.q_dim(), self.buffers);
+        let floats = 2 * block(4 * n * dim) + 2 * block(4 * n * q) + 2 * block(4 * n * kv) + 2 * block(4 * n * hidden);
+        // a table set per distinct (column count, group): inputs of dim, q_dim (where it
+        // differs) or hidden columns; each token's entry holds its tables and an optional
+        // residual set (176 bytes)
+        let (widths, width_tables) =
+            if q == dim { (2, tables(dim) + tables(hidden)) } else { (3, tables(dim) + tables(q) + tables(hidden)) };
+        let sets = widths * b.groups_per_width;
+        let table_sets = sets * block(n * 176) + b.groups_per_width * n * width_tables + block(sets * 80);
+        // residual tables: a second set of tables per set, and the residual products
+        let residual = if b.residual_tables {
+            let widest = if hidden > dim { hidden } else { dim };
+            let widest = if q > widest { q } else { widest };
+            let out = if n * widest > self.vocab_size { n * widest } else { self.vocab_size };
+            b.groups_per_width * n * width_tables + block(4 * out)
+        } else {
+            0
         };
+        // an int8 activation buffer per token for each int8 matrix's column count
+        let int8 = if b.int8_widths > 0 {
+            b.int8_widths * (n * 2 * block(hidden + hidden / 32 * 4) + block(n * 64)) + block(b.int8_widths * 48)
+        } else {
+            0
+        };
+        let batch = floats + table_sets + residual + int8 + b.rope_sets * (block(n * 72) + n * rope(self.head_dim));
         block(batch) + block(4 * self.vocab_size) + 512
     }
 

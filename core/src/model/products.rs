@@ -4,6 +4,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::ops::add;
 use super::{Gemv, ModelError, PREFILL_BATCH};
 use crate::formats::import::Weights;
 use crate::kernels::int8::Int8Activations;
@@ -99,14 +100,42 @@ pub(crate) fn batch_products<G: Gemv, const K: usize>(
         let (rows, cols) = (m.rows(), m.cols());
         match m {
             Weights::Lookup(m) => {
-                let set = scratch.tables(cols, m.layout().group())?;
-                let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].view());
-                gemv.gemm(m, &views[..n], &mut ys[..n * rows])?;
+                let set = &scratch.tables[scratch.table_set(cols, m.layout().group())?].1;
+                let views: [Tables<'_>; PREFILL_BATCH] = core::array::from_fn(|i| set[i].tables.view());
+                let ys = &mut ys[..n * rows];
+                gemv.gemm(m, &views[..n], ys)?;
+                if set[0].residual.is_some() {
+                    let views: [Tables<'_>; PREFILL_BATCH] =
+                        core::array::from_fn(|i| set[i].residual.as_ref().unwrap_or(&set[i].tables).view());
+                    let out = &mut scratch.residual_out[..n * rows];
+                    gemv.gemm(m, &views[..n], out)?;
+                    add(ys, out);
+                }
             }
             Weights::Int8(m) => gemv.int8_gemm(m, &scratch.int8(cols)?[..n], &mut ys[..n * rows])?,
         }
     }
     Ok(())
+}
+
+/// What [`Scratch::for_matrices`] allocates for `matrices`, as `budget` counts it: the most
+/// group sizes of lookup matrices on one input width, and the int8 matrices' input widths.
+pub(crate) fn scratch_sets<'m>(matrices: impl Iterator<Item = &'m Weights>) -> (usize, usize) {
+    let (mut lookup, mut int8): (Vec<(usize, usize)>, Vec<usize>) = (Vec::new(), Vec::new());
+    for m in matrices {
+        match m {
+            Weights::Lookup(m) => {
+                let key = (m.layout().cols(), m.layout().group());
+                if !lookup.contains(&key) {
+                    lookup.push(key);
+                }
+            }
+            Weights::Int8(m) if !int8.contains(&m.cols()) => int8.push(m.cols()),
+            Weights::Int8(_) => {}
+        }
+    }
+    let groups_per_width = lookup.iter().map(|(cols, _)| lookup.iter().filter(|(c, _)| c == cols).count()).max().unwrap_or(0);
+    (groups_per_width, int8.len())
 }
 
 /// What a matrix's kernel reads of its input: tables of (columns, group), or int8
@@ -122,8 +151,18 @@ fn input_form(m: &Weights) -> (bool, usize, usize) {
 /// each (columns, group) of lookup matrices, one int8 activation vector per token for
 /// each column count of int8 matrices.
 pub(crate) struct Scratch {
-    tables: Vec<((usize, usize), Vec<OwnedTables>)>,
+    tables: Vec<((usize, usize), Vec<TokenTables>)>,
+    /// The residual products before they are added (empty without residual tables).
+    residual_out: Vec<f32>,
     int8: Vec<Vec<Int8Activations>>,
+}
+
+/// One token's tables for matrices of one (columns, group), and its residual tables where
+/// the model uses them: what the int8 tables rounded off, for a second product added to
+/// the first (`Scratch::with_residual_tables`).
+struct TokenTables {
+    tables: OwnedTables,
+    residual: Option<OwnedTables>,
 }
 
 impl Scratch {
@@ -137,10 +176,6 @@ impl Scratch {
     fn int8_set(&self, cols: usize) -> Result<usize, ModelError> {
         let at = self.int8.iter().position(|a| a.first().is_some_and(|a| a.cols() == cols));
         at.ok_or(ModelError::Kernel(crate::Error::BufferSize { what: "int8 activations", expected: cols, got: 0 }))
-    }
-
-    fn tables(&self, cols: usize, group: usize) -> Result<&[OwnedTables], ModelError> {
-        Ok(&self.tables[self.table_set(cols, group)?].1)
     }
 
     fn int8(&self, cols: usize) -> Result<&[Int8Activations], ModelError> {
@@ -158,7 +193,13 @@ impl Scratch {
         match m {
             Weights::Lookup(m) => {
                 let at = self.table_set(cols, m.layout().group())?;
-                gemv.for_each_token(&mut self.tables[at].1[..n], &|t: &mut OwnedTables, i| t.build(input(i)).map(|_| ()))?;
+                gemv.for_each_token(&mut self.tables[at].1[..n], &|t: &mut TokenTables, i| {
+                    let first = t.tables.build(input(i))?;
+                    match &mut t.residual {
+                        Some(r) => r.build_residual(input(i), first).map(|_| ()),
+                        None => Ok(()),
+                    }
+                })?;
             }
             Weights::Int8(_) => {
                 let at = self.int8_set(cols)?;
@@ -177,7 +218,9 @@ impl Scratch {
                 Weights::Lookup(m) => {
                     let key = (m.layout().cols(), m.layout().group());
                     if !tables.iter().any(|(k, _)| *k == key) {
-                        let set = (0..PREFILL_BATCH).map(|_| OwnedTables::new(key.0, key.1)).collect::<Result<Vec<_>, _>>()?;
+                        let set = (0..PREFILL_BATCH)
+                            .map(|_| OwnedTables::new(key.0, key.1).map(|tables| TokenTables { tables, residual: None }))
+                            .collect::<Result<Vec<_>, _>>()?;
                         tables.push((key, set));
                     }
                 }
@@ -187,6 +230,20 @@ impl Scratch {
                 Weights::Int8(_) => {}
             }
         }
-        Ok(Scratch { tables, int8 })
+        Ok(Scratch { tables, residual_out: Vec::new(), int8 })
+    }
+
+    /// With residual tables for every table set, and room for residual products of up to
+    /// `out_len` values: each lookup product becomes the product over a token's int8
+    /// tables plus the product over what they rounded off (llama2.c checkpoints at 5–8
+    /// bits, where the tables' rounding would dominate the weights' error).
+    pub(crate) fn with_residual_tables(mut self, out_len: usize) -> Result<Scratch, ModelError> {
+        for ((cols, group), set) in &mut self.tables {
+            for t in set {
+                t.residual = Some(OwnedTables::new(*cols, *group)?);
+            }
+        }
+        self.residual_out = vec![0.0; out_len];
+        Ok(self)
     }
 }
