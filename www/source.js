@@ -1,0 +1,106 @@
+// Model bytes for the engine worker: same-origin files through the Cache API (downloaded
+// once, progress reported), GGUFs kept as Blobs outside wasm memory, llama2.c files
+// streamed into wasm memory chunk by chunk. `io` is `{ post, ModelFile }`: how progress
+// and notes reach the page, and the wasm build's ModelFile.
+
+export const CACHE = 'lutra-models-v1';
+
+/** Reads `stream` (of `size` bytes) into an `io.ModelFile` in wasm memory, reporting progress by `io.post`. */
+export async function intoWasm(stream, size, label, io) {
+  if (!Number.isFinite(size) || size <= 0) throw new Error(`${label}: unknown size`);
+  const file = new io.ModelFile(size);
+  const reader = stream.getReader();
+  let received = 0;
+  let reported = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    file.push(value);
+    received += value.length;
+    if (received - reported >= size / 100 || received === size) {
+      reported = received;
+      io.post({ type: 'progress', phase: label, done: received, total: size });
+    }
+  }
+  return file;
+}
+
+/**
+ * A same-origin GGUF as a Blob: the cached one, else downloaded (progress reported) into
+ * the cache and read back from it — a Blob the browser keeps outside wasm memory.
+ */
+export async function fetchModelBlob(url, label, io) {
+  const cache = await caches.open(CACHE).catch(() => {
+    io.post({ type: 'note', message: 'This browser offers no Cache Storage here: the model will be downloaded again next time.' });
+    return null;
+  });
+  const cached = cache ? await cache.match(url) : undefined;
+  if (cached) return cached.blob();
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
+  const size = Number(response.headers.get('Content-Length'));
+  const [forCache, forCount] = cache ? response.body.tee() : [null, response.body];
+  const storing = cache
+    ? cache.put(url, new Response(forCache, { headers: response.headers })).then(() => true, (e) => {
+      io.post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
+      return false;
+    })
+    : Promise.resolve(false);
+  // without a cache the chunks make the Blob; with one they are only counted
+  const chunks = [];
+  const reader = forCount.getReader();
+  let received = 0;
+  let reported = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!cache) chunks.push(value);
+    received += value.length;
+    if (received - reported >= size / 100 || received === size) {
+      reported = received;
+      io.post({ type: 'progress', phase: `downloading ${label}`, done: received, total: size });
+    }
+  }
+  if (await storing) return (await cache.match(url)).blob();
+  if (!chunks.length) throw new Error(`${url}: the download could not be kept (cache refused it); reload to retry`);
+  return new Blob(chunks);
+}
+
+
+/** A same-origin model file: from the cache when it is there, else downloaded (and cached). */
+export async function fetchModelFile(url, label, io) {
+  let cache = null;
+  try {
+    cache = await caches.open(CACHE);
+  } catch {
+    io.post({ type: 'note', message: 'This browser offers no Cache Storage here: the model will be downloaded again next time.' });
+  }
+  let response = cache ? await cache.match(url) : undefined;
+  const cached = Boolean(response);
+  let storing = Promise.resolve();
+  if (!response) {
+    response = await fetch(url);
+    if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
+    if (cache) {
+      storing = cache.put(url, response.clone()).catch((e) => {
+        io.post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
+      });
+    }
+  }
+  const size = Number(response.headers.get('Content-Length'));
+  const file = await intoWasm(response.body, size, `${cached ? 'reading the cached' : 'downloading'} ${label}`, io);
+  await storing;
+  return file;
+}
+
+/** A small same-origin file (a tokenizer), through the cache. */
+export async function fetchSmall(url) {
+  const cache = await caches.open(CACHE).catch(() => null);
+  let response = cache ? await cache.match(url) : undefined;
+  if (!response) {
+    response = await fetch(url);
+    if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
+    if (cache) await cache.put(url, response.clone()).catch(() => {});
+  }
+  return new Uint8Array(await response.arrayBuffer());
+}
