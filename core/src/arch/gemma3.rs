@@ -49,7 +49,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::arch::{ArchState, Architecture};
-use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::attention::{ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 pub use crate::formats::import::Imported;
 use crate::formats::import::{Importer, InMemory, TensorSource, Weights};
@@ -497,17 +497,6 @@ impl Architecture for Gemma3 {
         }
         self.token_embd.buffers_mut(&mut out);
         out
-    }
-    /// The attention a KV cache for up to `context` positions must serve.
-    fn attention_shape(&self, context: usize) -> AttentionShape {
-        let c = &self.config;
-        AttentionShape {
-            layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            context: context.min(c.context).max(1),
-        }
     }
     fn layer_windows(&self) -> Vec<usize> {
         self.config.layer_windows()

@@ -45,7 +45,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::arch::{ArchState, Architecture};
-use crate::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PromptBatch};
+use crate::attention::{ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 use crate::formats::import::{Imported, Importer, InMemory, TensorSource, Weights};
 use crate::formats::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
@@ -686,17 +686,6 @@ impl Architecture for LlamaFamily {
             (Some(head), _) | (None, Embedding::Weights(head) | Embedding::F32 { head, .. }) => head.buffers_mut(&mut out),
         }
         out
-    }
-    /// The attention a KV cache for up to `context` positions must serve.
-    fn attention_shape(&self, context: usize) -> AttentionShape {
-        let c = &self.config;
-        AttentionShape {
-            layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            context: context.min(c.context).max(1),
-        }
     }
     fn layer_windows(&self) -> Vec<usize> {
         alloc::vec![0; self.config.n_layers]

@@ -61,8 +61,13 @@ pub trait Architecture: Sized + Send + Sync + 'static {
     /// The buffers of its matrices, for gathering them into one allocation.
     fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes>;
 
-    /// The attention a KV cache of `context` positions must serve.
-    fn attention_shape(&self, context: usize) -> AttentionShape;
+    /// The attention a KV cache of `context` positions (at least 1, at most
+    /// `context_length`) must serve: one KV row per layer and position, from `dims`.
+    fn attention_shape(&self, context: usize) -> AttentionShape {
+        let d = self.dims();
+        let context = context.min(self.context_length()).max(1);
+        AttentionShape { layers: d.layers, n_heads: d.heads, n_kv_heads: d.kv_heads, head_dim: d.head_dim, context }
+    }
 
     /// Each layer's sliding window, 0 where it attends to every position.
     fn layer_windows(&self) -> Vec<usize>;

@@ -9,7 +9,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::{ArchState, Architecture};
-use crate::attention::{AttentionShape, KvCache};
+use crate::attention::KvCache;
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_u32, vector, Imported, TensorSource};
 use crate::model::budget;
@@ -62,9 +62,6 @@ impl Architecture for Toy {
     }
     fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes> {
         vec![self.head.data_mut()]
-    }
-    fn attention_shape(&self, context: usize) -> AttentionShape {
-        AttentionShape { layers: 1, n_heads: 1, n_kv_heads: 1, head_dim: self.dim, context }
     }
     fn layer_windows(&self) -> Vec<usize> {
         vec![0]
