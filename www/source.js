@@ -9,20 +9,25 @@ export const CACHE = 'lutra-models-v1';
 export async function intoWasm(stream, size, label, io) {
   if (!Number.isFinite(size) || size <= 0) throw new Error(`${label}: unknown size`);
   const file = new io.ModelFile(size);
+  await eachChunk(stream, size, label, io, (chunk) => file.push(chunk));
+  return file;
+}
+
+/** `onChunk` for each chunk of `stream` (of `size` bytes), progress posted every 1 %. */
+async function eachChunk(stream, size, label, io, onChunk) {
   const reader = stream.getReader();
   let received = 0;
   let reported = 0;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    file.push(value);
+    onChunk(value);
     received += value.length;
     if (received - reported >= size / 100 || received === size) {
       reported = received;
       io.post({ type: 'progress', phase: label, done: received, total: size });
     }
   }
-  return file;
 }
 
 /**
@@ -48,24 +53,13 @@ export async function fetchModelBlob(url, label, io) {
     : Promise.resolve(false);
   // without a cache the chunks make the Blob; with one they are only counted
   const chunks = [];
-  const reader = forCount.getReader();
-  let received = 0;
-  let reported = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    if (!cache) chunks.push(value);
-    received += value.length;
-    if (received - reported >= size / 100 || received === size) {
-      reported = received;
-      io.post({ type: 'progress', phase: `downloading ${label}`, done: received, total: size });
-    }
-  }
+  await eachChunk(forCount, size, `downloading ${label}`, io, (chunk) => {
+    if (!cache) chunks.push(chunk);
+  });
   if (await storing) return (await cache.match(url)).blob();
   if (!chunks.length) throw new Error(`${url}: the download could not be kept (cache refused it); reload to retry`);
   return new Blob(chunks);
 }
-
 
 /** A same-origin model file: from the cache when it is there, else downloaded (and cached). */
 export async function fetchModelFile(url, label, io) {
