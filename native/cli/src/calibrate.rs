@@ -21,7 +21,7 @@ pub struct CalibrateArgs {
     #[arg(long, default_value = "none")]
     rotation: String,
     /// Chunk length: the text runs in chunks of this many tokens, each from position 0. Codebooks serve the positions they saw: calibrate at least as long a context as you will run (BENCHMARKS.md, NoMAD quality)
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = lutra::engine::DEFAULT_CONTEXT)]
     ctx: usize,
     /// Keys collected per layer and KV head (at most); three quarters train k-means, one is held out to measure
     #[arg(long, default_value_t = 16384)]
