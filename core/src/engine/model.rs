@@ -409,7 +409,7 @@ impl Model {
     /// answer that stopped at (and without feeding) its end-of-turn token, which these
     /// tokens then close: the text that ends an assistant turn in this template, then
     /// the new turns. (A caller that keeps the whole conversation gets llama.cpp's
-    /// formatting of it exactly from [`ChatHistory`](super::ChatHistory).)
+    /// formatting of it exactly from [`ChatHistory`](crate::chat::ChatHistory).)
     pub fn encode_chat(&self, turns: &[(Role, &str)], first: bool) -> Result<Vec<u32>, Error> {
         let mut text = if first { String::new() } else { self.turn_end()? };
         text.push_str(&self.format_chat(turns, true)?);
