@@ -45,10 +45,9 @@
 use crate::formats::llama2c::{MAX_DIM, MAX_HEADS, MAX_HIDDEN_DIM, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB};
 use alloc::boxed::Box;
 use alloc::format;
-use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::arch::{ArchState, Architecture};
+use crate::arch::{Architecture, State};
 use crate::attention::{ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 pub use crate::formats::import::Imported;
@@ -392,7 +391,7 @@ impl Gemma3 {
 }
 
 /// Rotary angles per token: global layers' and sliding-window layers' frequencies.
-struct Angles {
+pub struct Angles {
     global: Vec<RopeAngles>,
     local: Vec<RopeAngles>,
 }
@@ -407,17 +406,11 @@ fn new_batch(model: &Gemma3) -> Result<Batch, ModelError> {
     Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
 }
 
-/// Working memory of one sequence, allocated once.
-pub struct Gemma3State {
-    context: usize,
-    cache: Box<dyn KvCache>,
-    /// Activations, tables and angles of up to `PREFILL_BATCH` tokens; one token's
-    /// `forward` is a batch of one.
-    batch: Box<Batch>,
-    logits: Vec<f32>,
-}
+/// Working memory of one sequence, allocated once: activations, tables and angles of up
+/// to `PREFILL_BATCH` tokens (one token's `forward` is a batch of one).
+pub type Gemma3State = State<Batch>;
 
-impl Gemma3State {
+impl State<Batch> {
     /// For up to `context` positions (at most the model's trained context), exact f16 keys.
     pub fn new(model: &Gemma3, context: usize) -> Result<Gemma3State, ModelError> {
         let shape = model.attention_shape(context);
@@ -426,16 +419,7 @@ impl Gemma3State {
 
     /// With a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &Gemma3, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
-        let c = &model.config;
-        let context = cache.shape().context;
-        if cache.shape() != model.attention_shape(context) {
-            return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
-        }
-        Ok(Gemma3State { context, cache, batch: Box::new(new_batch(model)?), logits: vec![0.0; c.vocab_size] })
-    }
-
-    pub fn kv_cache_bytes(&self) -> usize {
-        self.cache.key_bytes() + self.cache.value_bytes()
+        State::for_model(model, cache, || new_batch(model))
     }
 }
 
@@ -530,19 +514,6 @@ impl Architecture for Gemma3 {
     fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
         let (context, vocab_size) = (s.context, self.config.vocab_size);
         feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
-    }
-}
-
-impl ArchState for Gemma3State {
-    fn context(&self) -> usize {
-        self.context
-    }
-    fn cache(&self) -> &dyn KvCache {
-        &*self.cache
-    }
-    /// The logits of the last `forward`.
-    fn logits(&self) -> &[f32] {
-        &self.logits
     }
 }
 

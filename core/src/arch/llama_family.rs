@@ -41,10 +41,9 @@
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
-use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::arch::{ArchState, Architecture};
+use crate::arch::{Architecture, State};
 use crate::attention::{ExactKvCache, KeyPrecision, KvCache, PromptBatch};
 use crate::formats::gguf::{Gguf, Value};
 use crate::formats::import::{Imported, Importer, InMemory, TensorSource, Weights};
@@ -602,14 +601,9 @@ fn new_batch(model: &LlamaFamily) -> Result<Batch, ModelError> {
 }
 
 /// Working memory of one sequence, allocated once.
-pub struct LlamaFamilyState {
-    context: usize,
-    cache: Box<dyn KvCache>,
-    batch: Box<Batch>,
-    logits: Vec<f32>,
-}
+pub type LlamaFamilyState = State<Batch>;
 
-impl LlamaFamilyState {
+impl State<Batch> {
     /// For up to `context` positions (at most the model's trained context), exact f16 keys.
     pub fn new(model: &LlamaFamily, context: usize) -> Result<LlamaFamilyState, ModelError> {
         Self::with_cache(model, Box::new(ExactKvCache::new(model.attention_shape(context), KeyPrecision::F16)))
@@ -617,16 +611,7 @@ impl LlamaFamilyState {
 
     /// With a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &LlamaFamily, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
-        let context = cache.shape().context;
-        if cache.shape() != model.attention_shape(context) {
-            return Err(ModelError::CacheShape { expected: model.attention_shape(context), got: cache.shape() });
-        }
-        let logits = vec![0.0; model.config.vocab_size];
-        Ok(LlamaFamilyState { context, cache, batch: Box::new(new_batch(model)?), logits })
-    }
-
-    pub fn kv_cache_bytes(&self) -> usize {
-        self.cache.key_bytes() + self.cache.value_bytes()
+        State::for_model(model, cache, || new_batch(model))
     }
 }
 
@@ -711,19 +696,6 @@ impl Architecture for LlamaFamily {
     fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
         let (context, vocab_size) = (s.context, self.config.vocab_size);
         feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
-    }
-}
-
-impl ArchState for LlamaFamilyState {
-    fn context(&self) -> usize {
-        self.context
-    }
-    fn cache(&self) -> &dyn KvCache {
-        &*self.cache
-    }
-    /// The logits of the last `forward`.
-    fn logits(&self) -> &[f32] {
-        &self.logits
     }
 }
 

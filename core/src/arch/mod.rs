@@ -102,6 +102,51 @@ pub trait ArchState: Send {
     fn logits(&self) -> &[f32];
 }
 
+/// One sequence's state, for an architecture whose forward pass keeps its working
+/// buffers in a `B`: the KV cache, `B` (allocated once) and the logits of the last
+/// `forward`.
+pub struct State<B> {
+    pub(crate) context: usize,
+    pub(crate) cache: Box<dyn KvCache>,
+    pub(crate) batch: Box<B>,
+    pub(crate) logits: Vec<f32>,
+}
+
+impl<B> State<B> {
+    /// Over `cache`, which must be made for `model.attention_shape` of its context (else
+    /// `CacheShape`); `batch` makes the working buffers once it fits.
+    pub(crate) fn for_model<A: Architecture>(
+        model: &A,
+        cache: Box<dyn KvCache>,
+        batch: impl FnOnce() -> Result<B, ModelError>,
+    ) -> Result<State<B>, ModelError> {
+        let context = cache.shape().context;
+        let expected = model.attention_shape(context);
+        if cache.shape() != expected {
+            return Err(ModelError::CacheShape { expected, got: cache.shape() });
+        }
+        let logits = alloc::vec![0.0; model.dims().vocab_size];
+        Ok(State { context, cache, batch: Box::new(batch()?), logits })
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.cache.key_bytes() + self.cache.value_bytes()
+    }
+}
+
+impl<B: Send> ArchState for State<B> {
+    fn context(&self) -> usize {
+        self.context
+    }
+    fn cache(&self) -> &dyn KvCache {
+        &*self.cache
+    }
+    fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+}
+
 /// Declares every architecture once: the model and state enums the engine holds, and
 /// their forwarding to [`Architecture`]. One line per architecture: `Variant(Type)`.
 macro_rules! registry {

@@ -8,7 +8,7 @@ use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{ArchState, Architecture};
+use super::{ArchState, Architecture, State};
 use crate::attention::KvCache;
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_u32, vector, Imported, TensorSource};
@@ -26,11 +26,8 @@ pub(crate) struct Toy {
     head: PackedMatrix<AlignedBytes>,
 }
 
-pub(crate) struct ToyState {
-    cache: Box<dyn KvCache>,
-    tables: OwnedTables,
-    logits: Vec<f32>,
-}
+/// A sequence's state: the generic one, with one token's tables as its working buffers.
+pub(crate) type ToyState = State<OwnedTables>;
 
 impl Architecture for Toy {
     type State = ToyState;
@@ -67,12 +64,12 @@ impl Architecture for Toy {
         vec![0]
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<ToyState, ModelError> {
-        Ok(ToyState { cache, tables: OwnedTables::new(self.dim, 32)?, logits: vec![0.0; self.vocab] })
+        State::for_model(self, cache, || Ok(OwnedTables::new(self.dim, 32)?))
     }
     fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut ToyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
         self.feed_batch(gemv, s, &[token], pos)?;
         let x = &self.embedding[token as usize * self.dim..][..self.dim];
-        let tables = s.tables.build(x)?;
+        let tables = s.batch.build(x)?;
         gemv.gemv(&self.head, tables, &mut s.logits)?;
         Ok(&s.logits)
     }
@@ -85,18 +82,6 @@ impl Architecture for Toy {
             }
             Ok(())
         })
-    }
-}
-
-impl ArchState for ToyState {
-    fn context(&self) -> usize {
-        self.cache.shape().context
-    }
-    fn cache(&self) -> &dyn KvCache {
-        &*self.cache
-    }
-    fn logits(&self) -> &[f32] {
-        &self.logits
     }
 }
 

@@ -28,7 +28,7 @@ pub(crate) fn add(x: &mut [f32], y: &[f32]) {
 /// Rotary-embedding angles for one frequency set: the frequencies computed once, and the
 /// cos / sin of one position at a time, shared by every head and layer that rotates with
 /// them (a `powf` and a `sincosf` per pair per head per layer cost more than the rotation).
-pub(crate) struct RopeAngles {
+pub struct RopeAngles {
     freq: alloc::vec::Vec<f32>,
     pub(crate) cos: alloc::vec::Vec<f32>,
     pub(crate) sin: alloc::vec::Vec<f32>,

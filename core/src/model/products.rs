@@ -13,7 +13,7 @@ use crate::{OwnedTables, Tables};
 /// Working memory of up to `PREFILL_BATCH` tokens of a transformer with grouped-query
 /// attention and a gated feed-forward: activations (token-major), the products' scratch,
 /// and each model's rotary angles `R`.
-pub(crate) struct Batch<R> {
+pub struct Batch<R> {
     pub x: Vec<f32>,
     pub xb: Vec<f32>,
     pub q: Vec<f32>,
@@ -150,7 +150,7 @@ fn input_form(m: &Weights) -> (bool, usize, usize) {
 /// Per-token working memory of the products: one table set per token of a batch for
 /// each (columns, group) of lookup matrices, one int8 activation vector per token for
 /// each column count of int8 matrices.
-pub(crate) struct Scratch {
+pub struct Scratch {
     tables: Vec<((usize, usize), Vec<TokenTables>)>,
     /// The residual products before they are added (empty without residual tables).
     residual_out: Vec<f32>,
