@@ -3,6 +3,8 @@
 //! * [`isa`]: which instruction set each kernel runs on (x86 detected once, at run time;
 //!   aarch64 and wasm32 chosen at compile time), and `LUTRA_MAX_ISA`'s cap.
 //! * [`lut`]: activation tables and the lookup GEMV/GEMM (T-MAC), over [`quant`]'s bit planes.
+//! * `v128`: the 128-bit byte shuffle that SSSE3, NEON and simd128 share, as a trait the
+//!   128-bit kernels are written over once.
 //! * [`int8`]: int8 dot products for weights imported as int8 codes (Q8_0, Q5_0).
 //! * [`pq_scan`]: NoMAD attention's score scans over product-quantized keys.
 //! * [`attend`]: exact attention's f32 halves (scores, softmax, value sums) for the key
@@ -19,3 +21,4 @@ pub mod isa;
 pub mod lut;
 pub mod pq_scan;
 pub mod quant;
+pub(crate) mod v128;

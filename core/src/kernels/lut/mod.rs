@@ -34,6 +34,8 @@
 //! only by rounding: the tests hold them to 1e-5 relative.
 
 pub(crate) mod scalar;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "wasm32"))]
+pub(crate) mod shuffle128;
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod aarch64;
