@@ -25,6 +25,8 @@
 //! another; the even-byte sums are then `a − (b << 8)`, exact modulo 2^16, so exact.
 
 pub(crate) mod scalar;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "wasm32"))]
+pub(crate) mod shuffle128;
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod aarch64;

@@ -1,5 +1,5 @@
 //! NEON: `tbl` (vqtbl1q); a plane pair folds with a pairwise add-accumulate plus a
-//! shift-right-accumulate of the odd bytes (even + 2·odd); bytes widen with `saddw`.
+//! shift-right-accumulate of the odd bytes (even + 2·odd); bytes widen with `saddw` (`uaddw` into unsigned sums).
 
 use core::arch::aarch64::*;
 
@@ -69,5 +69,31 @@ impl Shuffle128 for Neon {
         // SAFETY: `lanes` holds 8 i16.
         unsafe { vst1q_s16(lanes.as_mut_ptr(), v) };
         lanes
+    }
+
+    type KeySums = [uint16x8_t; 2];
+
+    #[inline(always)]
+    unsafe fn key_sums_zero() -> [uint16x8_t; 2] {
+        // SAFETY: NEON (the trait's contract).
+        unsafe { [vdupq_n_u16(0); 2] }
+    }
+
+    #[inline(always)]
+    unsafe fn add_key_bytes([lo, hi]: [uint16x8_t; 2], x: int8x16_t) -> [uint16x8_t; 2] {
+        // SAFETY: NEON (the trait's contract).
+        unsafe {
+            let x = vreinterpretq_u8_s8(x);
+            [vaddw_u8(lo, vget_low_u8(x)), vaddw_high_u8(hi, x)]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_key_sums(sums: [uint16x8_t; 2], out: &mut [u16; 16]) {
+        // SAFETY: NEON (the trait's contract); each store writes 8 u16 inside `out`.
+        unsafe {
+            vst1q_u16(out.as_mut_ptr(), sums[0]);
+            vst1q_u16(out.as_mut_ptr().add(8), sums[1]);
+        }
     }
 }

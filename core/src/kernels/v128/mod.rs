@@ -53,4 +53,14 @@ pub(crate) trait Shuffle128 {
     unsafe fn add_high_i8(acc: Self::I16x8, x: Self::Bytes) -> Self::I16x8;
     /// The lanes in order.
     unsafe fn i16_lanes(v: Self::I16x8) -> [i16; 8];
+
+    /// 16 unsigned 16-bit sums, one per byte position, in whatever form the ISA adds bytes
+    /// into fastest.
+    type KeySums: Copy;
+    /// Sixteen zero sums.
+    unsafe fn key_sums_zero() -> Self::KeySums;
+    /// `sums[i] + x[i]` for the 16 unsigned bytes of `x`, modulo 2^16.
+    unsafe fn add_key_bytes(sums: Self::KeySums, x: Self::Bytes) -> Self::KeySums;
+    /// The 16 sums in byte order.
+    unsafe fn store_key_sums(sums: Self::KeySums, out: &mut [u16; 16]);
 }

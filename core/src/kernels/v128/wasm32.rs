@@ -2,7 +2,8 @@
 //! `pshufb`/`tbl`); built with `relaxed-simd`, `i8x16.relaxed_swizzle`, which engines lower
 //! to a bare `pshufb`/`tbl` (plain swizzle adds an instruction to zero indices ≥ 16): the
 //! same result, as indices are < 16. A plane pair folds as pairwise extend-add plus the
-//! odd bytes again (even + 2·odd).
+//! odd bytes again (even + 2·odd). Bytes add into u16 sums as SSSE3's do (pairs in one
+//! register, odd bytes in another).
 
 use core::arch::wasm32::*;
 
@@ -71,5 +72,27 @@ impl Shuffle128 for Simd128 {
             i16x8_extract_lane::<6>(v),
             i16x8_extract_lane::<7>(v),
         ]
+    }
+
+    type KeySums = (v128, v128);
+
+    #[inline(always)]
+    unsafe fn key_sums_zero() -> (v128, v128) {
+        (u8x16_splat(0), u8x16_splat(0))
+    }
+
+    #[inline(always)]
+    unsafe fn add_key_bytes((a, b): (v128, v128), x: v128) -> (v128, v128) {
+        (i16x8_add(a, x), i16x8_add(b, u16x8_shr(x, 8)))
+    }
+
+    #[inline(always)]
+    unsafe fn store_key_sums((a, b): (v128, v128), out: &mut [u16; 16]) {
+        let even = i16x8_sub(a, i16x8_shl(b, 8));
+        // SAFETY: each store writes 8 u16 inside `out` (v128_store takes unaligned pointers).
+        unsafe {
+            v128_store(out.as_mut_ptr().cast(), i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(even, b));
+            v128_store(out.as_mut_ptr().add(8).cast(), i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(even, b));
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! SSSE3: `pshufb`; a plane pair folds with `pmaddubsw` against bytes 1, 2; bytes widen
 //! by duplicating them into both halves of a lane and shifting back (no `pmovsx`
-//! before SSE4.1).
+//! before SSE4.1). Bytes add into u16 sums as pairs (even + 256·odd) in one register and
+//! the odd bytes alone in another; the even bytes' sums are then `a − (b << 8)`, exact
+//! modulo 2^16.
 
 use core::arch::x86_64::*;
 
@@ -67,5 +69,29 @@ impl Shuffle128 for Ssse3 {
     unsafe fn i16_lanes(v: __m128i) -> [i16; 8] {
         // SAFETY: __m128i and [i16; 8] have the same size; every bit pattern is valid.
         unsafe { core::mem::transmute(v) }
+    }
+
+    type KeySums = (__m128i, __m128i);
+
+    #[inline(always)]
+    unsafe fn key_sums_zero() -> (__m128i, __m128i) {
+        // SAFETY: SSE2 (the trait's contract).
+        unsafe { (_mm_setzero_si128(), _mm_setzero_si128()) }
+    }
+
+    #[inline(always)]
+    unsafe fn add_key_bytes((a, b): (__m128i, __m128i), x: __m128i) -> (__m128i, __m128i) {
+        // SAFETY: SSE2 (the trait's contract).
+        unsafe { (_mm_add_epi16(a, x), _mm_add_epi16(b, _mm_srli_epi16(x, 8))) }
+    }
+
+    #[inline(always)]
+    unsafe fn store_key_sums((a, b): (__m128i, __m128i), out: &mut [u16; 16]) {
+        // SAFETY: SSE2 (the trait's contract); each store writes 8 u16 inside `out`.
+        unsafe {
+            let even = _mm_sub_epi16(a, _mm_slli_epi16(b, 8));
+            _mm_storeu_si128(out.as_mut_ptr().cast(), _mm_unpacklo_epi16(even, b));
+            _mm_storeu_si128(out.as_mut_ptr().add(8).cast(), _mm_unpackhi_epi16(even, b));
+        }
     }
 }
