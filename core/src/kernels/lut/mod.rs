@@ -47,7 +47,7 @@ pub(crate) mod x86_64;
 use core::ops::Range;
 
 use crate::f16::f16_bits_to_f32;
-use crate::{Block64, Error, Isa, Layout, Offset, PackedMatrix, ScaleFormat, TILE_ROWS};
+use crate::{Block64, Error, Interleave, Isa, Layout, Offset, PackedMatrix, ScaleFormat, TILE_ROWS};
 
 /// Borrowed activation tables for one activation vector.
 #[derive(Clone, Copy, Debug)]
@@ -603,13 +603,22 @@ pub fn gemm_tokens(isa: Isa) -> usize {
     }
 }
 
-fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut E) -> Result<(), Error> {
+/// What every lookup entry checks before its one `match isa`: the ISA runs on this CPU
+/// (`is_available` is what makes each arm's `unsafe` call sound) and reads the matrix's
+/// code order.
+fn usable(isa: Isa, matrix: Interleave) -> Result<(), Error> {
     if !isa.is_available() {
         return Err(Error::IsaUnavailable(isa));
     }
-    if !isa.accepts(job.layout.interleave()) {
-        return Err(Error::InterleaveMismatch { isa, matrix: job.layout.interleave() });
+    if !isa.accepts(matrix) {
+        return Err(Error::InterleaveMismatch { isa, matrix });
     }
+    Ok(())
+}
+
+/// Runs `job` over `tiles` through epilogue `epi` on `isa`'s `tile_group` kernel.
+fn dispatch<E: Epilogue>(isa: Isa, job: &Job<'_>, tiles: Range<usize>, epi: &mut E) -> Result<(), Error> {
+    usable(isa, job.layout.interleave())?;
     match isa {
         // SAFETY: the scalar kernel has no CPU requirement.
         Isa::Scalar => unsafe { scalar::run(job, tiles, epi) },
@@ -660,20 +669,21 @@ pub fn gemv_tiles<B: AsRef<[u8]>>(
     if y.len() != rows {
         return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
     }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vbmi && isa.is_available() && isa.accepts(l.interleave()) {
-        // SAFETY: the ISA is available; job and `y` were validated above.
-        unsafe { x86_64::avx512vbmi::run_float(&job, tiles, y) };
-        return Ok(());
+    usable(isa, l.interleave())?;
+    match isa {
+        // the tiers whose float epilogue is fused into the kernel
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `usable` confirmed the ISA; job and `y` were validated above.
+        Isa::Avx512Vbmi => unsafe { x86_64::avx512vbmi::run_float(&job, tiles, y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `usable` confirmed AVX2, FMA and F16C; job and `y` were validated above.
+        Isa::Avx2 => unsafe { x86_64::avx2::run_float([&job], tiles, [y]) },
+        _ => {
+            let mut epi = FloatOut::new(y, tiles.start);
+            dispatch(isa, &job, tiles, &mut epi)?;
+        }
     }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.is_available() && isa.accepts(l.interleave()) {
-        // SAFETY: AVX2, FMA and F16C are available; job and `y` were validated above.
-        unsafe { x86_64::avx2::run_float([&job], tiles, [y]) };
-        return Ok(());
-    }
-    let mut epi = FloatOut::new(y, tiles.start);
-    dispatch(isa, &job, tiles, &mut epi)
+    Ok(())
 }
 
 /// Bytes of weights a batched product reads per chunk of tiles: small enough that the
@@ -784,51 +794,37 @@ pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
     if let Some(y) = ys.iter().find(|y| y.len() != rows) {
         return Err(Error::BufferSize { what: "output rows", expected: rows, got: y.len() });
     }
-    if !isa.is_available() {
-        return Err(Error::IsaUnavailable(isa));
-    }
-    if !isa.accepts(l.interleave()) {
-        return Err(Error::InterleaveMismatch { isa, matrix: l.interleave() });
-    }
+    usable(isa, l.interleave())?;
     let jobs_ref = jobs.each_ref();
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vbmi && N == 2 {
-        let mut ys = ys.into_iter();
-        let (Some(y0), Some(y1)) = (ys.next(), ys.next()) else { unreachable!("N == 2") };
-        // SAFETY: the ISA is available; both jobs are validated against the one matrix,
-        // and each `y` holds exactly the rows of `tiles`.
-        unsafe { x86_64::avx512vbmi::run_float_pair([jobs_ref[0], jobs_ref[1]], tiles, [y0, y1]) };
-        return Ok(());
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: the ISA is available; every job is validated against the one matrix,
-        // and each `y` holds exactly the rows of `tiles`.
-        unsafe { x86_64::avx2::run_float(jobs_ref, tiles, ys) };
-        return Ok(());
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Ssse3 {
-        // SAFETY: SSSE3 is available (checked above); every job is validated against the
-        // one matrix, and each `y` holds exactly the rows of `tiles`.
-        unsafe { x86_64::ssse3::run_float_n(jobs_ref, tiles, ys) };
-        return Ok(());
-    }
-    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-    if isa == Isa::Neon {
-        // SAFETY: NEON is enabled for this build; jobs and `ys` as above.
-        unsafe { aarch64::neon::run_float_n(jobs_ref, tiles, ys) };
-        return Ok(());
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if isa == Isa::Simd128 {
-        // SAFETY: simd128 is enabled for this build; jobs and `ys` as above.
-        unsafe { wasm32::simd128::run_float_n(jobs_ref, tiles, ys) };
-        return Ok(());
-    }
-    let _ = jobs_ref; // read by the SIMD kernels above only
-    for (t, y) in tables.into_iter().zip(ys) {
-        gemv_tiles(isa, m, t, tiles.clone(), y)?;
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vbmi if N == 2 => {
+            let mut ys = ys.into_iter();
+            let (Some(y0), Some(y1)) = (ys.next(), ys.next()) else { unreachable!("N == 2") };
+            // SAFETY: `usable` confirmed the ISA; both jobs are validated against the one
+            // matrix, and each `y` holds exactly the rows of `tiles`.
+            unsafe { x86_64::avx512vbmi::run_float_pair([jobs_ref[0], jobs_ref[1]], tiles, [y0, y1]) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `usable` confirmed the ISA; every job is validated against the one
+        // matrix, and each `y` holds exactly the rows of `tiles`.
+        Isa::Avx2 => unsafe { x86_64::avx2::run_float(jobs_ref, tiles, ys) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as for AVX2.
+        Isa::Ssse3 => unsafe { x86_64::ssse3::run_float_n(jobs_ref, tiles, ys) },
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        // SAFETY: NEON is enabled for this build; jobs and `ys` as for AVX2.
+        Isa::Neon => unsafe { aarch64::neon::run_float_n(jobs_ref, tiles, ys) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        // SAFETY: simd128 is enabled for this build; jobs and `ys` as for AVX2.
+        Isa::Simd128 => unsafe { wasm32::simd128::run_float_n(jobs_ref, tiles, ys) },
+        // no multi-token kernel: one token at a time
+        _ => {
+            let _ = jobs_ref;
+            for (t, y) in tables.into_iter().zip(ys) {
+                gemv_tiles(isa, m, t, tiles.clone(), y)?;
+            }
+        }
     }
     Ok(())
 }
