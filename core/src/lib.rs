@@ -24,7 +24,7 @@ pub mod chat;
 #[cfg(feature = "alloc")]
 #[warn(missing_docs)]
 pub mod engine;
-mod error;
+pub(crate) mod error;
 pub mod f16;
 pub mod formats;
 pub mod kernels;

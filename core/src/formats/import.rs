@@ -6,7 +6,7 @@
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use crate::model::ModelError;
+use crate::error::ModelError;
 use core::ops::Range;
 
 use crate::formats::gguf::{GgmlType, Gguf, GgufError, TensorInfo};

@@ -20,10 +20,10 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::error::ModelError;
 use crate::formats::gguf::{GgmlType, Gguf, TensorInfo, Value, MAGIC};
 use crate::formats::weights::{info, TensorSource, Weights};
 use crate::kernels::int8::Int8Matrix;
-use crate::model::ModelError;
 use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
 
 /// The format version this build writes and reads (2: int8 codes interleaved by groups

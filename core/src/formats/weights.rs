@@ -6,9 +6,9 @@ use alloc::string::ToString;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+use crate::error::ModelError;
 use crate::formats::gguf::{Gguf, GgufError, TensorInfo};
 use crate::kernels::int8::Int8Matrix;
-use crate::model::ModelError;
 use crate::{AlignedBytes, Error, PackedMatrix};
 
 pub type Matrix = PackedMatrix<AlignedBytes>;
