@@ -64,7 +64,7 @@ fn reference(
     first: usize,
     pos: usize,
 ) -> Vec<f64> {
-    let (hd, group) = (shape.head_dim, shape.n_heads / shape.n_kv_heads);
+    let (hd, group) = (shape.head_dim, shape.heads / shape.kv_heads);
     let mut out = vec![0.0; q.len()];
     for (h, qh) in q.chunks_exact(hd).enumerate() {
         let kv = (h / group) * hd..(h / group + 1) * hd;
@@ -85,9 +85,9 @@ fn reference(
 fn exact_attention_matches_an_f64_reference() {
     let mut rng = Rng(11);
     let shapes = [(4, 1, 256), (6, 6, 48), (8, 2, 40), (5, 1, 16), (9, 3, 128), (2, 2, 64), (4, 2, 128), (5, 1, 64)];
-    for (n_heads, n_kv_heads, head_dim) in shapes {
+    for (heads, kv_heads, head_dim) in shapes {
         for precision in [KeyPrecision::F16, KeyPrecision::F32] {
-            let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context: 75 };
+            let shape = AttentionShape { layers: 2, heads, kv_heads, head_dim, context: 75 };
             let mut cache = ExactKvCache::new(shape, precision);
             let kv_dim = shape.kv_dim();
             let (mut keys, mut values) = (Vec::new(), Vec::new());
@@ -98,7 +98,7 @@ fn exact_attention_matches_an_f64_reference() {
                 values.push(v);
             }
             for (first, pos) in [(0, 0), (0, 74), (10, 50), (33, 33)] {
-                let q = rng.vec(n_heads * head_dim, 1.0);
+                let q = rng.vec(heads * head_dim, 1.0);
                 let mut out = vec![0.0; q.len()];
                 let scale = 1.0 / (head_dim as f32).sqrt();
                 cache.attend(1, first, pos, &q, scale, &mut out);
@@ -107,7 +107,7 @@ fn exact_attention_matches_an_f64_reference() {
                 for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
                     let (h, d) = (i / head_dim, i % head_dim);
                     let got = f64::from(got);
-                    assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {precision:?} h{h} d{d}: {got} vs {want}");
+                    assert!((got - want).abs() < 2e-5, "{heads}/{kv_heads}×{head_dim} {precision:?} h{h} d{d}: {got} vs {want}");
                 }
             }
         }
@@ -122,14 +122,14 @@ fn exact_attention_matches_an_f64_reference() {
 fn block_values_match_an_f64_reference_of_llama_cpp_blocks() {
     let mut rng = Rng(15);
     for format in [ValueFormat::Q8_0, ValueFormat::Q4_0] {
-        for (n_heads, n_kv_heads, head_dim, context) in
+        for (heads, kv_heads, head_dim, context) in
             [(4, 1, 256, 75), (6, 6, 96, 75), (5, 1, 64, 75), (3, 3, 32, 75), (4, 2, 64, PIECE_ROWS + 40)]
         {
-            let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context };
+            let shape = AttentionShape { layers: 2, heads, kv_heads, head_dim, context };
             let window = context / 2;
             let mut cache = ExactKvCache::with_value_format(shape, KeyPrecision::F16, &[window, 0], format).unwrap();
             assert_eq!(cache.value_format(), format);
-            let blocks = (window + context) * n_kv_heads * head_dim / 32;
+            let blocks = (window + context) * kv_heads * head_dim / 32;
             assert_eq!(cache.value_bytes(), blocks * if format == ValueFormat::Q8_0 { 34 } else { 18 });
             let kv_dim = shape.kv_dim();
             let (mut keys, mut values) = (Vec::new(), Vec::new());
@@ -149,7 +149,7 @@ fn block_values_match_an_f64_reference_of_llama_cpp_blocks() {
             let quantized = block_values(&values, format);
             let last = context - 1;
             for (layer, first, pos) in [(1, 0, 0), (1, 0, last), (1, 10, 50), (0, last + 1 - window, last), (0, last - 10, last)] {
-                let q = rng.vec(n_heads * head_dim, 1.0);
+                let q = rng.vec(heads * head_dim, 1.0);
                 let mut out = vec![0.0; q.len()];
                 let scale = 1.0 / (head_dim as f32).sqrt();
                 cache.attend(layer, first, pos, &q, scale, &mut out);
@@ -158,20 +158,20 @@ fn block_values_match_an_f64_reference_of_llama_cpp_blocks() {
                     let got = f64::from(got);
                     assert!(
                         (got - want).abs() < 2e-5,
-                        "{} {n_heads}/{n_kv_heads}×{head_dim} layer {layer} {first}..={pos} [{i}]: {got} vs {want}",
+                        "{} {heads}/{kv_heads}×{head_dim} layer {layer} {first}..={pos} [{i}]: {got} vs {want}",
                         format.name()
                     );
                 }
             }
         }
         // a row of subnormal values: its scale is 0 in f16, and 1/d overflows in f32
-        let tiny = AttentionShape { layers: 1, n_heads: 1, n_kv_heads: 1, head_dim: 32, context: 2 };
+        let tiny = AttentionShape { layers: 1, heads: 1, kv_heads: 1, head_dim: 32, context: 2 };
         let mut cache = ExactKvCache::with_value_format(tiny, KeyPrecision::F16, &[], format).unwrap();
         cache.store(0, 0, &[1.0; 32], &[1e-41; 32]);
         let mut out = [1.0; 32];
         cache.attend(0, 0, 0, &[1.0; 32], 1.0, &mut out);
         assert_eq!(out, [0.0; 32], "{}", format.name());
-        let odd = AttentionShape { layers: 1, n_heads: 2, n_kv_heads: 1, head_dim: 48, context: 8 };
+        let odd = AttentionShape { layers: 1, heads: 2, kv_heads: 1, head_dim: 48, context: 8 };
         let refused = ExactKvCache::with_value_format(odd, KeyPrecision::F16, &[], format).err();
         assert_eq!(refused, Some(lutra_core::Error::ValueFormat { format: format.name(), head_dim: 48 }));
     }
@@ -185,7 +185,7 @@ fn windowed_layers_keep_a_ring_and_attend_as_the_full_cache() {
     let mut rng = Rng(12);
     let (window, context) = (24, 100);
     for precision in [KeyPrecision::F16, KeyPrecision::F32] {
-        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context };
+        let shape = AttentionShape { layers: 2, heads: 4, kv_heads: 2, head_dim: 32, context };
         let mut ring = ExactKvCache::with_windows(shape, precision, &[window, 0]);
         let mut full = ExactKvCache::new(shape, precision);
         let width = if precision == KeyPrecision::F16 { 2 } else { 4 };
@@ -218,8 +218,8 @@ fn windowed_layers_keep_a_ring_and_attend_as_the_full_cache() {
 fn long_spans_attend_in_pieces_as_one_softmax() {
     let mut rng = Rng(14);
     let context = 2 * PIECE_ROWS + 300;
-    for (n_heads, n_kv_heads, head_dim) in [(4, 1, 32), (3, 3, 24)] {
-        let shape = AttentionShape { layers: 2, n_heads, n_kv_heads, head_dim, context };
+    for (heads, kv_heads, head_dim) in [(4, 1, 32), (3, 3, 24)] {
+        let shape = AttentionShape { layers: 2, heads, kv_heads, head_dim, context };
         let window = PIECE_ROWS + 77;
         let mut full = ExactKvCache::new(shape, KeyPrecision::F16);
         let mut ring = ExactKvCache::with_windows(shape, KeyPrecision::F16, &[window, 0]);
@@ -240,14 +240,14 @@ fn long_spans_attend_in_pieces_as_one_softmax() {
         let values_f64 = f16_values(&values);
         let last = context - 1;
         for (first, pos) in [(0, last), (5, PIECE_ROWS), (PIECE_ROWS - 3, 2 * PIECE_ROWS + 9), (last + 1 - window, last)] {
-            let q = rng.vec(n_heads * head_dim, 1.0);
+            let q = rng.vec(heads * head_dim, 1.0);
             let (mut out, mut windowed) = (vec![0.0; q.len()], vec![0.0; q.len()]);
             full.attend(1, first, pos, &q, scale, &mut out);
             let want = reference(shape, &keys, &values_f64, f16_round, &q, scale, first, pos);
             for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
                 let (h, d) = (i / head_dim, i % head_dim);
                 let got = f64::from(got);
-                assert!((got - want).abs() < 2e-5, "{n_heads}/{n_kv_heads}×{head_dim} {first}..={pos} h{h} d{d}: {got} vs {want}");
+                assert!((got - want).abs() < 2e-5, "{heads}/{kv_heads}×{head_dim} {first}..={pos} h{h} d{d}: {got} vs {want}");
             }
             if pos + 1 - first <= window && pos == last {
                 ring.attend(0, first, pos, &q, scale, &mut windowed);
@@ -271,7 +271,7 @@ fn synthetic_caches_hold_their_generated_positions() {
         let kv_dim = shape.kv_dim();
         let keys: Vec<Vec<f32>> = (0..ctx).map(|p| synthetic::values(kv_dim, 2 * p as u64 + 7)).collect();
         let values: Vec<Vec<f32>> = (0..ctx).map(|p| synthetic::values(kv_dim, 2 * p as u64 + 8)).collect();
-        let q = synthetic::values(shape.n_heads * shape.head_dim, 3);
+        let q = synthetic::values(shape.heads * shape.head_dim, 3);
         let scale = 1.0 / (shape.head_dim as f32).sqrt();
         for kind in synthetic::KINDS {
             let mut cache = synthetic::cache(kind, shape, lutra_core::Isa::best()).unwrap();

@@ -47,8 +47,9 @@ fn the_270m_metadata_imports_with_the_defaults() {
     let model = import(&meta_270m(7), &tensors(7, 1)).expect("a 270M-style file imports");
     let c = model.config;
     assert_eq!(c, config(&meta_270m(7)).unwrap(), "the model's configuration is the file's");
-    assert_eq!((c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim), (DIM, HIDDEN, 7, HEADS, KV_HEADS, HEAD_DIM));
-    assert_eq!((c.vocab_size, c.context, c.norm_eps), (VOCAB, CONTEXT, 1e-6));
+    let h = c.hparams;
+    assert_eq!((h.dim, h.hidden_dim, h.layers, h.heads, h.kv_heads, h.head_dim), (DIM, HIDDEN, 7, HEADS, KV_HEADS, HEAD_DIM));
+    assert_eq!((h.vocab_size, h.context_length, c.norm_eps), (VOCAB, CONTEXT, 1e-6));
     assert_eq!((c.rope_global, c.rope_global_scale, c.rope_local), (1_000_000.0, 1.0, 10_000.0));
     assert_eq!((c.sliding_window, c.swa_period), (WINDOW, 6));
     assert_eq!(c.query_scale.to_bits(), (1.0 / (HEAD_DIM as f32).sqrt()).to_bits());
@@ -304,7 +305,7 @@ fn required_keys_and_types() {
         kvs = with(kvs, key, None);
     }
     let c = config(&kvs).unwrap();
-    assert_eq!((c.n_kv_heads, c.head_dim, c.rope_global), (HEADS, DIM / HEADS, 10_000.0));
+    assert_eq!((c.hparams.kv_heads, c.hparams.head_dim, c.rope_global), (HEADS, DIM / HEADS, 10_000.0));
     assert_eq!(
         config(&with(meta_270m(7), "general.architecture", Some(Meta::Str("llama".into())))).unwrap_err().to_string(),
         "the file holds a llama model, not gemma3"

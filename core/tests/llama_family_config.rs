@@ -96,7 +96,8 @@ fn tensors_the_graph_does_not_read_are_refused_by_name() {
 #[test]
 fn hyperparameters_are_read_as_llama_cpp_reads_them() {
     let c = LlamaFamilyConfig::from_gguf(&Gguf::parse(&VARIANTS[3].gguf()).unwrap()).unwrap();
-    assert_eq!((c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.q_dim(), c.kv_dim()), (64, 4, 2, 32, 128, 64));
+    let h = c.hparams;
+    assert_eq!((h.dim, h.heads, h.kv_heads, h.head_dim, h.q_dim(), h.kv_dim()), (64, 4, 2, 32, 128, 64));
     // linear scaling by 2 halves every frequency
     let c = LlamaFamilyConfig::from_gguf(&Gguf::parse(&VARIANTS[1].gguf()).unwrap()).unwrap();
     assert_eq!(c.rope_scale, 0.5);

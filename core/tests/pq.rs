@@ -148,9 +148,9 @@ fn hostile_codebook_files_are_typed_errors() {
 fn codebooks_for_another_model_are_refused() {
     let mut rng = Rng(3);
     let books = random_books(&mut rng, PqShape::new(2, 1, 16, 4, 16).unwrap());
-    let shape = AttentionShape { layers: 3, n_heads: 4, n_kv_heads: 1, head_dim: 16, context: 64 };
+    let shape = AttentionShape { layers: 3, heads: 4, kv_heads: 1, head_dim: 16, context: 64 };
     assert!(matches!(PqKvCache::new(shape, books.clone(), Isa::Scalar), Err(PqError::WrongModel { .. })));
-    let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, context: 64 };
+    let shape = AttentionShape { layers: 2, heads: 4, kv_heads: 2, head_dim: 16, context: 64 };
     assert!(matches!(PqKvCache::new(shape, books, Isa::Scalar), Err(PqError::WrongModel { .. })));
 }
 
@@ -255,8 +255,8 @@ fn kmeans_is_deterministic_and_finds_separated_clusters() {
 #[test]
 fn pq_attention_matches_exact_attention_on_representable_keys() {
     let mut rng = Rng(7);
-    for (s, k, n_heads) in [(8, 16, 4), (16, 16, 4), (8, 256, 4), (8, 256, 10)] {
-        let shape = AttentionShape { layers: 2, n_heads, n_kv_heads: 2, head_dim: 16, context: 80 };
+    for (s, k, heads) in [(8, 16, 4), (16, 16, 4), (8, 256, 4), (8, 256, 10)] {
+        let shape = AttentionShape { layers: 2, heads, kv_heads: 2, head_dim: 16, context: 80 };
         let books = random_books(&mut rng, PqShape::new(2, 2, 16, s, k).unwrap());
         let mut caches: Vec<PqKvCache> = Isa::available().map(|isa| PqKvCache::new(shape, books.clone(), isa).unwrap()).collect();
         let mut exact = ExactKvCache::new(shape, KeyPrecision::F32);
@@ -276,7 +276,7 @@ fn pq_attention_matches_exact_attention_on_representable_keys() {
             }
         }
         for (first, pos) in [(0, 0), (0, 79), (5, 40), (33, 64), (31, 31)] {
-            let q = rng.vec(n_heads * 16, 1.0);
+            let q = rng.vec(heads * 16, 1.0);
             let mut b = vec![0.0; q.len()];
             exact.attend(1, first, pos, &q, 0.25, &mut b);
             let mut scalar = Vec::new();
@@ -288,7 +288,7 @@ fn pq_attention_matches_exact_attention_on_representable_keys() {
                 if scalar.is_empty() {
                     scalar = a;
                 } else {
-                    assert_eq!(a, scalar, "S={s} K={k} {n_heads} heads first={first} pos={pos}: an ISA's scores differ from scalar");
+                    assert_eq!(a, scalar, "S={s} K={k} {heads} heads first={first} pos={pos}: an ISA's scores differ from scalar");
                 }
             }
         }
@@ -309,7 +309,7 @@ fn store_both(rng: &mut Rng, a: &mut impl KvCache, b: &mut impl KvCache, pos: us
 #[test]
 fn exactly_kept_positions_score_exactly() {
     let mut rng = Rng(8);
-    let shape = AttentionShape { layers: 2, n_heads: 2, n_kv_heads: 1, head_dim: 16, context: 70 };
+    let shape = AttentionShape { layers: 2, heads: 2, kv_heads: 1, head_dim: 16, context: 70 };
     let books = random_books(&mut rng, PqShape::new(2, 1, 16, 8, 16).unwrap());
     for (sink, recent) in [(70, 0), (0, 70), (30, 40), (5, 65)] {
         let mut pq = PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(sink, recent);
@@ -384,7 +384,7 @@ fn exactly_kept_positions_score_exactly() {
 #[test]
 fn block_values_reach_every_layer_of_a_pq_cache() {
     let mut rng = Rng(21);
-    let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 70 };
+    let shape = AttentionShape { layers: 2, heads: 4, kv_heads: 2, head_dim: 32, context: 70 };
     let books = random_books(&mut rng, PqShape::new(2, 2, 32, 16, 16).unwrap());
     let q4 = ValueFormat::Q4_0;
     let new = || PqKvCache::new(shape, books.clone(), Isa::best()).unwrap().with_exact_keys(shape.context, 0);
@@ -426,7 +426,7 @@ fn block_values_reach_every_layer_of_a_pq_cache() {
 fn windowed_pq_layers_keep_a_ring_and_attend_as_the_full_cache() {
     let mut rng = Rng(13);
     let (window, context) = (40, 150);
-    let shape = AttentionShape { layers: 2, n_heads: 2, n_kv_heads: 1, head_dim: 16, context };
+    let shape = AttentionShape { layers: 2, heads: 2, kv_heads: 1, head_dim: 16, context };
     for (subspaces, centroids) in [(8, 16), (4, 256)] {
         let books = random_books(&mut rng, PqShape::new(2, 1, 16, subspaces, centroids).unwrap());
         let code_bytes = books.shape().code_bytes_per_key();
@@ -462,7 +462,7 @@ fn windowed_pq_layers_keep_a_ring_and_attend_as_the_full_cache() {
 fn long_pq_spans_attend_in_pieces() {
     let mut rng = Rng(15);
     let context = 2 * PIECE_ROWS + 300;
-    let shape = AttentionShape { layers: 2, n_heads: 2, n_kv_heads: 1, head_dim: 16, context };
+    let shape = AttentionShape { layers: 2, heads: 2, kv_heads: 1, head_dim: 16, context };
     for (subspaces, centroids) in [(8, 16), (4, 256)] {
         let books = random_books(&mut rng, PqShape::new(2, 1, 16, subspaces, centroids).unwrap());
         let (sink, recent) = (PIECE_ROWS + 10, PIECE_ROWS + 290);

@@ -92,7 +92,7 @@ pub fn run(opts: &Options<'_>, heap: &dyn Heap, out: &mut impl Write) -> Result<
     let model = load(opts.model, heap.free())?;
     let load = t0.elapsed();
     let loaded = heap.stats();
-    let most = default_context(model.engine().info().context_length);
+    let most = default_context(model.engine().info().hparams.context_length);
     let context = match opts.context {
         // the longest context that fits what is left of the arena
         0 => fitting_context(&model, most, heap.free()).unwrap_or(most),

@@ -22,7 +22,7 @@ pub use lutra_core as core;
 pub use lutra_core::attention::ValueFormat;
 pub use lutra_core::chat::{ChatHistory, ChatPrompt};
 pub use lutra_core::engine;
-pub use lutra_core::engine::{Attention, CacheInfo, CancelFlag, ModelInfo, Perplexity, PqAttention, Role, StopReason};
+pub use lutra_core::engine::{Attention, CacheInfo, CancelFlag, Hparams, ModelInfo, Perplexity, PqAttention, Role, StopReason};
 pub use lutra_core::sampler::SamplerConfig;
 
 pub mod calibrate;
@@ -165,7 +165,7 @@ impl Model {
 
     /// A session: a KV cache and a thread pool.
     pub fn session(&self, opts: &SessionOptions) -> Result<Session, Error> {
-        let context = if opts.context == 0 { engine::default_context(self.info().context_length) } else { opts.context };
+        let context = if opts.context == 0 { engine::default_context(self.info().hparams.context_length) } else { opts.context };
         self.check_session_memory(context)?;
         let inner = engine::Session::with_values(&self.engine, context, &opts.attention, opts.values)?;
         Ok(Session { inner, pool: Pool::new(opts.threads.max(1)) })

@@ -115,9 +115,9 @@ fn batched_prefill_equals_token_by_token() {
     let model = Gemma3::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let shape = model.attention_shape(1024);
     let pq_cache = || -> Box<dyn KvCache> {
-        let pq = PqShape::new(shape.layers, shape.n_kv_heads, shape.head_dim, 64, 16).unwrap();
+        let pq = PqShape::new(shape.layers, shape.kv_heads, shape.head_dim, 64, 16).unwrap();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let centroids = (0..shape.layers * shape.n_kv_heads * pq.book_len())
+        let centroids = (0..shape.layers * shape.kv_heads * pq.book_len())
             .map(|_| {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;

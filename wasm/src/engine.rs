@@ -84,7 +84,7 @@ impl Engine {
     }
 
     fn new(model: Model, context: usize) -> Result<Engine, JsError> {
-        let max = model.info().context_length;
+        let max = model.info().hparams.context_length;
         let context = if context == 0 { default_context(max) } else { context.min(max) };
         let session = Session::new(&model, context, &Attention::Exact).map_err(js)?;
         Ok(Engine { model, session, generation: None, history: ChatHistory::new(), answer: String::new(), chatting: false })

@@ -118,7 +118,7 @@ impl AttentionTimer {
         }
         let att = synthetic::shape(shape, ctx).ok_or_else(|| JsError::new(&format!("unknown shape {shape}: gemma3 or llama7b")))?;
         let cache = synthetic::cache(kind, att, isa).map_err(|e| JsError::new(&e))?;
-        let q = synthetic::values(att.n_heads * att.head_dim, 3);
+        let q = synthetic::values(att.heads * att.head_dim, 3);
         let out = vec![0.0; q.len()];
         Ok(AttentionTimer { cache, q, out, scale: 1.0 / (att.head_dim as f32).sqrt(), last: ctx - 1 })
     }

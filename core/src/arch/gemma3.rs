@@ -56,18 +56,12 @@ use crate::kernels::attend::exp;
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
-use crate::model::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
+use crate::model::{feed_in_batches, Gemv, Hparams, ModelError, PREFILL_BATCH};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemma3Config {
-    pub dim: usize,
-    pub hidden_dim: usize,
-    pub n_layers: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub vocab_size: usize,
-    pub context: usize,
+    /// The model's sizes.
+    pub hparams: Hparams,
     pub norm_eps: f32,
     /// RoPE base of the global layers.
     pub rope_global: f32,
@@ -99,23 +93,23 @@ impl Gemma3Config {
 
         // sizes
         let dim = required(g, "gemma3.embedding_length", Value::as_u32)? as usize;
-        let n_layers = required(g, "gemma3.block_count", Value::as_u32)? as usize;
-        let n_heads = required(g, "gemma3.attention.head_count", Value::as_u32)? as usize;
-        let n_kv_heads = optional(g, "gemma3.attention.head_count_kv", Value::as_u32)?.map_or(n_heads, |n| n as usize);
-        if n_layers == 0 {
+        let layers = required(g, "gemma3.block_count", Value::as_u32)? as usize;
+        let heads = required(g, "gemma3.attention.head_count", Value::as_u32)? as usize;
+        let kv_heads = optional(g, "gemma3.attention.head_count_kv", Value::as_u32)?.map_or(heads, |n| n as usize);
+        if layers == 0 {
             return Err(unsupported("gemma3.block_count", 0));
         }
-        if n_heads == 0 {
+        if heads == 0 {
             return Err(unsupported("gemma3.attention.head_count", 0));
         }
-        if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
-            return Err(unsupported("gemma3.attention.head_count_kv", format!("{n_kv_heads} (with {n_heads} query heads)")));
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(unsupported("gemma3.attention.head_count_kv", format!("{kv_heads} (with {heads} query heads)")));
         }
-        let head_dim = optional(g, "gemma3.attention.key_length", Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        let head_dim = optional(g, "gemma3.attention.key_length", Value::as_u32)?.map_or(dim / heads, |n| n as usize);
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(unsupported("gemma3.attention.key_length", head_dim));
         }
-        let value_dim = optional(g, "gemma3.attention.value_length", Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        let value_dim = optional(g, "gemma3.attention.value_length", Value::as_u32)?.map_or(dim / heads, |n| n as usize);
         if value_dim != head_dim {
             return Err(unsupported("gemma3.attention.value_length", format!("{value_dim} (key_length {head_dim})")));
         }
@@ -148,7 +142,7 @@ impl Gemma3Config {
         }
 
         // attention and logits
-        let query_scale = if n_layers == 62 { 1.0 / libm::sqrtf((dim / n_heads) as f32) } else { 1.0 / libm::sqrtf(head_dim as f32) };
+        let query_scale = if layers == 62 { 1.0 / libm::sqrtf((dim / heads) as f32) } else { 1.0 / libm::sqrtf(head_dim as f32) };
         if let Some(cap) = optional(g, "gemma3.attn_logit_softcapping", Value::as_f32)? {
             if cap != 0.0 {
                 return Err(unsupported("gemma3.attn_logit_softcapping", cap));
@@ -162,14 +156,14 @@ impl Gemma3Config {
 
         // every buffer sized from these is bounded: the limits llama2.c files have too
         let hidden_dim = required(g, "gemma3.feed_forward_length", Value::as_u32)? as usize;
-        let context = required(g, "gemma3.context_length", Value::as_u32)? as usize;
+        let context_length = required(g, "gemma3.context_length", Value::as_u32)? as usize;
         for (key, value, max) in [
             ("gemma3.embedding_length", dim, MAX_DIM),
             ("gemma3.feed_forward_length", hidden_dim, MAX_HIDDEN_DIM),
-            ("gemma3.block_count", n_layers, MAX_LAYERS),
-            ("gemma3.attention.head_count", n_heads, MAX_HEADS),
+            ("gemma3.block_count", layers, MAX_LAYERS),
+            ("gemma3.attention.head_count", heads, MAX_HEADS),
             ("gemma3.attention.key_length", head_dim, MAX_DIM),
-            ("gemma3.context_length", context, MAX_SEQ_LEN),
+            ("gemma3.context_length", context_length, MAX_SEQ_LEN),
             ("tokenizer.ggml.tokens", vocab_size, MAX_VOCAB),
         ] {
             if value > max {
@@ -178,14 +172,7 @@ impl Gemma3Config {
         }
 
         Ok(Gemma3Config {
-            dim,
-            hidden_dim,
-            n_layers,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            vocab_size,
-            context,
+            hparams: Hparams { dim, hidden_dim, layers, heads, kv_heads, head_dim, vocab_size, context_length },
             norm_eps: required(g, "gemma3.attention.layer_norm_rms_epsilon", Value::as_f32)?,
             rope_global,
             rope_global_scale,
@@ -203,20 +190,14 @@ impl Gemma3Config {
     }
     /// Each layer's sliding window, 0 for the global layers (a cache keeps rings of these).
     pub fn layer_windows(&self) -> Vec<usize> {
-        (0..self.n_layers).map(|l| if self.is_global(l) { 0 } else { self.sliding_window }).collect()
+        (0..self.hparams.layers).map(|l| if self.is_global(l) { 0 } else { self.sliding_window }).collect()
     }
     /// The NEOX RoPE frequencies of the global (or sliding-window) layers: at position
     /// `pos`, pair `i` of a head turns by `pos · f[i]`, `f[i] = scale · base^(−2i/head_dim)`.
     pub fn rope_frequencies(&self, global: bool) -> Vec<f32> {
         let (base, scale) = if global { (self.rope_global, self.rope_global_scale) } else { (self.rope_local, 1.0) };
-        let d = self.head_dim as f32;
-        (0..self.head_dim / 2).map(|i| libm::powf(base, -2.0 * i as f32 / d) * scale).collect()
-    }
-    fn q_dim(&self) -> usize {
-        self.n_heads * self.head_dim
-    }
-    fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
+        let d = self.hparams.head_dim as f32;
+        (0..self.hparams.head_dim / 2).map(|i| libm::powf(base, -2.0 * i as f32 / d) * scale).collect()
     }
 }
 
@@ -261,31 +242,32 @@ impl Gemma3 {
     /// been parsed from the header alone: `Gguf::parse_prefix`).
     pub fn from_gguf_source(g: &Gguf<'_>, source: &mut dyn TensorSource, progress: impl FnMut(Imported<'_>)) -> Result<Gemma3, ModelError> {
         let c = Gemma3Config::from_gguf(g)?;
+        let h = c.hparams;
         if g.tensor("output.weight").is_some() {
             return Err(unsupported("output.weight", "present (an LM head not tied to token_embd.weight)"));
         }
-        let mut imp = Importer { g, source, progress, done: 0, total: 2 + 13 * c.n_layers };
-        let token_embd = imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?;
-        let mut layers = Vec::with_capacity(c.n_layers);
-        for l in 0..c.n_layers {
+        let mut imp = Importer { g, source, progress, done: 0, total: 2 + 13 * h.layers };
+        let token_embd = imp.matrix("token_embd.weight".into(), (h.vocab_size, h.dim))?;
+        let mut layers = Vec::with_capacity(h.layers);
+        for l in 0..h.layers {
             let name = |t: &str| format!("blk.{l}.{t}.weight");
             layers.push(Gemma3Layer {
-                attn_norm: imp.vector(name("attn_norm"), c.dim)?,
-                wq: imp.matrix(name("attn_q"), (c.q_dim(), c.dim))?,
-                wk: imp.matrix(name("attn_k"), (c.kv_dim(), c.dim))?,
-                wv: imp.matrix(name("attn_v"), (c.kv_dim(), c.dim))?,
-                q_norm: imp.vector(name("attn_q_norm"), c.head_dim)?,
-                k_norm: imp.vector(name("attn_k_norm"), c.head_dim)?,
-                wo: imp.matrix(name("attn_output"), (c.dim, c.q_dim()))?,
-                post_attn_norm: imp.vector(name("post_attention_norm"), c.dim)?,
-                ffn_norm: imp.vector(name("ffn_norm"), c.dim)?,
-                w_gate: imp.matrix(name("ffn_gate"), (c.hidden_dim, c.dim))?,
-                w_up: imp.matrix(name("ffn_up"), (c.hidden_dim, c.dim))?,
-                w_down: imp.matrix(name("ffn_down"), (c.dim, c.hidden_dim))?,
-                post_ffn_norm: imp.vector(name("post_ffw_norm"), c.dim)?,
+                attn_norm: imp.vector(name("attn_norm"), h.dim)?,
+                wq: imp.matrix(name("attn_q"), (h.q_dim(), h.dim))?,
+                wk: imp.matrix(name("attn_k"), (h.kv_dim(), h.dim))?,
+                wv: imp.matrix(name("attn_v"), (h.kv_dim(), h.dim))?,
+                q_norm: imp.vector(name("attn_q_norm"), h.head_dim)?,
+                k_norm: imp.vector(name("attn_k_norm"), h.head_dim)?,
+                wo: imp.matrix(name("attn_output"), (h.dim, h.q_dim()))?,
+                post_attn_norm: imp.vector(name("post_attention_norm"), h.dim)?,
+                ffn_norm: imp.vector(name("ffn_norm"), h.dim)?,
+                w_gate: imp.matrix(name("ffn_gate"), (h.hidden_dim, h.dim))?,
+                w_up: imp.matrix(name("ffn_up"), (h.hidden_dim, h.dim))?,
+                w_down: imp.matrix(name("ffn_down"), (h.dim, h.hidden_dim))?,
+                post_ffn_norm: imp.vector(name("post_ffw_norm"), h.dim)?,
             });
         }
-        let output_norm = imp.vector("output_norm.weight".into(), c.dim)?;
+        let output_norm = imp.vector("output_norm.weight".into(), h.dim)?;
         Ok(Gemma3 { config: c, token_embd, layers, output_norm })
     }
 
@@ -328,8 +310,9 @@ impl Gemma3 {
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
         let (c, b) = (&self.config, &mut *s.batch);
-        let (n, dim, hd, qd, kvd) = (tokens.len(), c.dim, c.head_dim, c.q_dim(), c.kv_dim());
-        let scale = libm::sqrtf(c.dim as f32);
+        let h = &c.hparams;
+        let (n, dim, hd, qd, kvd) = (tokens.len(), h.dim, h.head_dim, h.q_dim(), h.kv_dim());
+        let scale = libm::sqrtf(h.dim as f32);
         for (i, &token) in tokens.iter().enumerate() {
             let x = &mut b.x[i * dim..(i + 1) * dim];
             self.token_embd.dequantize_row(token as usize, x)?;
@@ -374,7 +357,7 @@ impl Gemma3 {
 
             // ffn: GeGLU, down, post-ffn norm, residual
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
-            let hidden = c.hidden_dim;
+            let hidden = h.hidden_dim;
             for_each_row_pair(gemv, (&mut b.hb, hidden), (&mut b.hb2, hidden), n, &|(g, u), _| {
                 g.iter_mut().zip(u.iter()).for_each(|(g, &u)| *g = gelu_tanh(*g) * u);
                 Ok(())
@@ -401,9 +384,10 @@ type Batch = products::Batch<Angles>;
 
 fn new_batch(model: &Gemma3) -> Result<Batch, ModelError> {
     let c = &model.config;
+    let h = &c.hparams;
     let angles = |global| (0..PREFILL_BATCH).map(|_| RopeAngles::new(c.rope_frequencies(global))).collect();
     let rope = Angles { global: angles(true), local: angles(false) };
-    Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
+    Ok(Batch::new(h.dim, h.q_dim(), h.kv_dim(), h.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
 }
 
 /// Working memory of one sequence, allocated once: activations, tables and angles of up
@@ -439,6 +423,9 @@ impl Architecture for Gemma3 {
     fn name(&self) -> &'static str {
         "gemma3"
     }
+    fn hparams(&self) -> Hparams {
+        self.config.hparams
+    }
     fn dims(&self) -> crate::model::budget::Dims {
         let c = &self.config;
         crate::model::budget::Dims {
@@ -452,18 +439,9 @@ impl Architecture for Gemma3 {
                 int8_widths: 3,
                 residual_tables: false,
             },
-            dim: c.dim,
-            hidden_dim: c.hidden_dim,
-            layers: c.n_layers,
-            heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            vocab_size: c.vocab_size,
+            hparams: c.hparams,
             token_bytes: 0,
         }
-    }
-    fn context_length(&self) -> usize {
-        self.config.context
     }
     /// Bytes of the imported matrices.
     fn matrix_bytes(&self) -> usize {
@@ -501,7 +479,7 @@ impl Architecture for Gemma3 {
         self.feed(gemv, s, token, pos)?;
         let (c, b) = (&self.config, &mut *s.batch);
         // final norm, tied LM head
-        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
+        rmsnorm(&mut b.xb[..c.hparams.dim], &b.x[..c.hparams.dim], &self.output_norm, c.norm_eps);
         batch_product(gemv, &self.token_embd, &mut b.scratch, &b.xb, 1, &mut s.logits)?;
         if let Some(cap) = c.final_logit_softcap {
             s.logits.iter_mut().for_each(|l| *l = cap * libm::tanhf(*l / cap));
@@ -512,7 +490,7 @@ impl Architecture for Gemma3 {
     /// one pass of each weight matrix (prefill): the cache and every later logit are what
     /// feeding them one by one gives, bit for bit.
     fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut Gemma3State, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        let (context, vocab_size) = (s.context, self.config.hparams.vocab_size);
         feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 }
@@ -552,14 +530,16 @@ mod tests {
     /// A 4B-style configuration: head_dim 8, global layers with base 10⁶ and linear scaling by 8.
     fn scaled_config() -> Gemma3Config {
         Gemma3Config {
-            dim: 32,
-            hidden_dim: 64,
-            n_layers: 6,
-            n_heads: 4,
-            n_kv_heads: 1,
-            head_dim: 8,
-            vocab_size: 10,
-            context: 1 << 17,
+            hparams: Hparams {
+                dim: 32,
+                hidden_dim: 64,
+                layers: 6,
+                heads: 4,
+                kv_heads: 1,
+                head_dim: 8,
+                vocab_size: 10,
+                context_length: 1 << 17,
+            },
             norm_eps: 1e-6,
             rope_global: 1_000_000.0,
             rope_global_scale: 0.125,

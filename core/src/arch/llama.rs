@@ -15,9 +15,9 @@ use alloc::vec::Vec;
 use super::llama_family::{Arch, Embedding, LlamaFamily, LlamaFamilyConfig, LlamaFamilyLayer, Numerics, Projection};
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_f32, meta_u32, vector, weights, TensorSource, Weights};
-use crate::formats::llama2c::{Checkpoint, F32Tensor};
+use crate::formats::llama2c::{self, Checkpoint, F32Tensor};
 use crate::formats::pack::{self, Writer};
-use crate::model::{group_for, ModelError};
+use crate::model::{group_for, Hparams, ModelError};
 use crate::{AlignedBytes, Offset, PackedMatrix};
 
 /// The packed file's tensor holding the checkpoint's `tokenizer.bin`.
@@ -46,27 +46,32 @@ fn projection(weights: Weights) -> Projection {
     Projection { weights, bias: None }
 }
 
-/// The graph's hyperparameters for a checkpoint's sizes.
-fn config(
-    dim: usize,
-    hidden_dim: usize,
-    n_layers: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    vocab_size: usize,
-    context: usize,
-) -> LlamaFamilyConfig {
+/// A checkpoint header's sizes as lutra names them: the one place `run.c`'s field names
+/// (`n_layers`, `n_heads`, `n_kv_heads`, `seq_len`) become [`Hparams`].
+fn hparams(c: &llama2c::Config) -> Hparams {
+    Hparams {
+        dim: c.dim,
+        hidden_dim: c.hidden_dim,
+        layers: c.n_layers,
+        heads: c.n_heads,
+        kv_heads: c.n_kv_heads,
+        head_dim: head_dim(c.dim, c.n_heads),
+        vocab_size: c.vocab_size,
+        context_length: c.seq_len,
+    }
+}
+
+/// `run.c`'s head size: the residual stream split evenly among the heads.
+fn head_dim(dim: usize, heads: usize) -> usize {
+    dim / heads.max(1)
+}
+
+/// The graph's hyperparameters for a llama2.c model of sizes `hparams`.
+fn config(hparams: Hparams) -> LlamaFamilyConfig {
     LlamaFamilyConfig {
         arch: Arch::Llama,
         numerics: Numerics::Llama2c,
-        dim,
-        hidden_dim,
-        n_layers,
-        n_heads,
-        n_kv_heads,
-        head_dim: dim / n_heads.max(1),
-        vocab_size,
-        context,
+        hparams,
         norm_eps: NORM_EPS,
         rope_base: ROPE_THETA,
         rope_scale: 1.0,
@@ -87,18 +92,18 @@ pub fn from_llama2c_with_progress(
     if !(1..=8).contains(&bits) {
         return Err(ModelError::UnsupportedBits(bits));
     }
-    let c = ckpt.config();
-    let config = config(c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
+    let config = config(hparams(ckpt.config()));
+    let c = config.hparams;
     let group_dim = group_for(c.dim, MAX_GROUP)?;
     let group_hidden = group_for(c.hidden_dim, MAX_GROUP)?;
-    let total = 7 * c.n_layers + 1;
+    let total = 7 * c.layers + 1;
     let mut done = 0;
     let mut step = |done: &mut usize| {
         *done += 1;
         progress(*done, total);
     };
-    let mut layers = Vec::with_capacity(c.n_layers);
-    for l in 0..c.n_layers {
+    let mut layers = Vec::with_capacity(c.layers);
+    for l in 0..c.layers {
         let t = ckpt.layer(l)?;
         let mut q = |m: &F32Tensor<'_>, g: usize| {
             let r = quantize(m, bits, g);
@@ -140,6 +145,7 @@ pub fn from_llama2c_with_progress(
 /// byte tensor, and every tensor under its GGUF name as the kernels read it.
 pub fn write_packed<'a>(model: &'a LlamaFamily, tokenizer: &'a [u8], w: &mut Writer<'a>) -> Result<(), ModelError> {
     let (c, head) = (&model.config, model.lm_head());
+    let h = &c.hparams;
     let Embedding::F32 { rows, .. } = &model.token_embd else {
         let name = c.arch.name();
         return Err(ModelError::BadPackedFile(format!("packing {name} models is not implemented yet; run the GGUF file itself")));
@@ -147,13 +153,13 @@ pub fn write_packed<'a>(model: &'a LlamaFamily, tokenizer: &'a [u8], w: &mut Wri
     w.str("general.architecture", "llama");
     w.str(pack::SOURCE_KEY, "llama2c");
     for (key, v) in [
-        ("llama.embedding_length", c.dim),
-        ("llama.feed_forward_length", c.hidden_dim),
-        ("llama.block_count", c.n_layers),
-        ("llama.attention.head_count", c.n_heads),
-        ("llama.attention.head_count_kv", c.n_kv_heads),
-        ("llama.vocab_size", c.vocab_size),
-        ("llama.context_length", c.context),
+        ("llama.embedding_length", h.dim),
+        ("llama.feed_forward_length", h.hidden_dim),
+        ("llama.block_count", h.layers),
+        ("llama.attention.head_count", h.heads),
+        ("llama.attention.head_count_kv", h.kv_heads),
+        ("llama.vocab_size", h.vocab_size),
+        ("llama.context_length", h.context_length),
     ] {
         w.u32(key, v as u32);
     }
@@ -182,27 +188,29 @@ pub fn write_packed<'a>(model: &'a LlamaFamily, tokenizer: &'a [u8], w: &mut Wri
 /// them; returns the model and the `tokenizer.bin` bytes.
 pub fn from_packed(g: &Gguf<'_>, source: &mut dyn TensorSource) -> Result<(LlamaFamily, Vec<u8>), ModelError> {
     let get = |key: &'static str| meta_u32(g, key);
-    let (dim, hidden_dim, n_layers) = (get("llama.embedding_length")?, get("llama.feed_forward_length")?, get("llama.block_count")?);
-    let (n_heads, n_kv_heads) = (get("llama.attention.head_count")?, get("llama.attention.head_count_kv")?);
-    let (vocab_size, context) = (get("llama.vocab_size")?, get("llama.context_length")?);
-    let mut c = config(dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, context);
-    (c.rope_base, c.norm_eps) = (meta_f32(g, "llama.rope.freq_base")?, meta_f32(g, "llama.attention.layer_norm_rms_epsilon")?);
-    if c.n_heads == 0
-        || c.n_kv_heads == 0
-        || !c.dim.is_multiple_of(c.n_heads)
-        || !c.n_heads.is_multiple_of(c.n_kv_heads)
-        || c.n_layers == 0
+    let (dim, hidden_dim, layers) = (get("llama.embedding_length")?, get("llama.feed_forward_length")?, get("llama.block_count")?);
+    let (heads, kv_heads) = (get("llama.attention.head_count")?, get("llama.attention.head_count_kv")?);
+    let (vocab_size, context_length) = (get("llama.vocab_size")?, get("llama.context_length")?);
+    let head_dim = head_dim(dim, heads);
+    let mut config = config(Hparams { dim, hidden_dim, layers, heads, kv_heads, head_dim, vocab_size, context_length });
+    (config.rope_base, config.norm_eps) = (meta_f32(g, "llama.rope.freq_base")?, meta_f32(g, "llama.attention.layer_norm_rms_epsilon")?);
+    let c = config.hparams;
+    if c.heads == 0
+        || c.kv_heads == 0
+        || !c.dim.is_multiple_of(c.heads)
+        || !c.heads.is_multiple_of(c.kv_heads)
+        || c.layers == 0
         || c.vocab_size == 0
     {
-        return Err(ModelError::BadPackedFile(format!("impossible llama hyperparameters {c:?}")));
+        return Err(ModelError::BadPackedFile(format!("impossible llama hyperparameters {config:?}")));
     }
     let (q, kv) = (c.q_dim(), c.kv_dim());
     let mut matrix = |name: String, shape: (usize, usize)| match weights(g, source, &name, Some(shape), |_| {})? {
         Weights::Lookup(m) => Ok(Weights::Lookup(m)),
         Weights::Int8(_) => Err(ModelError::BadPackedFile(format!("{name}: an int8 matrix where llama2.c weights are bit planes"))),
     };
-    let mut layers = Vec::with_capacity(c.n_layers);
-    for l in 0..c.n_layers {
+    let mut layers = Vec::with_capacity(c.layers);
+    for l in 0..c.layers {
         let name = |t: &str| format!("blk.{l}.{t}.weight");
         let (wq, wk) = (matrix(name("attn_q"), (q, c.dim))?, matrix(name("attn_k"), (kv, c.dim))?);
         let (wv, wo) = (matrix(name("attn_v"), (kv, c.dim))?, matrix(name("attn_output"), (c.dim, q))?);
@@ -244,6 +252,6 @@ pub fn from_packed(g: &Gguf<'_>, source: &mut dyn TensorSource) -> Result<(Llama
         return Err(ModelError::BadPackedFile("matrices of one input width with different group sizes".into()));
     }
     let tokenizer = pack::packed_blob(g, source, TOKENIZER_BLOB)?;
-    let model = LlamaFamily { config: c, token_embd: Embedding::F32 { rows, head }, layers, output_norm, output: None, rope_factors: None };
+    let model = LlamaFamily { config, token_embd: Embedding::F32 { rows, head }, layers, output_norm, output: None, rope_factors: None };
     Ok((model, tokenizer))
 }

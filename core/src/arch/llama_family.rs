@@ -52,7 +52,7 @@ use crate::kernels::attend::exp;
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};
-use crate::model::{feed_in_batches, Gemv, ModelError, PREFILL_BATCH};
+use crate::model::{feed_in_batches, Gemv, Hparams, ModelError, PREFILL_BATCH};
 
 /// Which member of the family a file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,9 +104,9 @@ impl Arch {
 struct Keys {
     dim: &'static str,
     hidden_dim: &'static str,
-    n_layers: &'static str,
-    n_heads: &'static str,
-    n_kv_heads: &'static str,
+    layers: &'static str,
+    heads: &'static str,
+    kv_heads: &'static str,
     key_length: &'static str,
     value_length: &'static str,
     context: &'static str,
@@ -126,9 +126,9 @@ macro_rules! keys {
         Keys {
             dim: concat!($arch, ".embedding_length"),
             hidden_dim: concat!($arch, ".feed_forward_length"),
-            n_layers: concat!($arch, ".block_count"),
-            n_heads: concat!($arch, ".attention.head_count"),
-            n_kv_heads: concat!($arch, ".attention.head_count_kv"),
+            layers: concat!($arch, ".block_count"),
+            heads: concat!($arch, ".attention.head_count"),
+            kv_heads: concat!($arch, ".attention.head_count_kv"),
             key_length: concat!($arch, ".attention.key_length"),
             value_length: concat!($arch, ".attention.value_length"),
             context: concat!($arch, ".context_length"),
@@ -161,14 +161,8 @@ pub enum Numerics {
 pub struct LlamaFamilyConfig {
     pub arch: Arch,
     pub numerics: Numerics,
-    pub dim: usize,
-    pub hidden_dim: usize,
-    pub n_layers: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub vocab_size: usize,
-    pub context: usize,
+    /// The model's sizes.
+    pub hparams: Hparams,
     pub norm_eps: f32,
     pub rope_base: f32,
     /// What RoPE multiplies positions by: 1/factor of linear scaling, 1 without.
@@ -186,26 +180,26 @@ impl LlamaFamilyConfig {
 
         // sizes
         let dim = count(k.dim)?;
-        let n_layers = count(k.n_layers)?;
-        let n_heads = count(k.n_heads)?;
-        let n_kv_heads = optional(g, k.n_kv_heads, Value::as_u32)?.map_or(n_heads, |n| n as usize);
+        let layers = count(k.layers)?;
+        let heads = count(k.heads)?;
+        let kv_heads = optional(g, k.kv_heads, Value::as_u32)?.map_or(heads, |n| n as usize);
         if dim == 0 {
             return Err(unsupported(k.dim, 0));
         }
-        if n_layers == 0 {
-            return Err(unsupported(k.n_layers, 0));
+        if layers == 0 {
+            return Err(unsupported(k.layers, 0));
         }
-        if n_heads == 0 {
-            return Err(unsupported(k.n_heads, 0));
+        if heads == 0 {
+            return Err(unsupported(k.heads, 0));
         }
-        if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
-            return Err(unsupported(k.n_kv_heads, format!("{n_kv_heads} (with {n_heads} query heads)")));
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(unsupported(k.kv_heads, format!("{kv_heads} (with {heads} query heads)")));
         }
-        let head_dim = optional(g, k.key_length, Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        let head_dim = optional(g, k.key_length, Value::as_u32)?.map_or(dim / heads, |n| n as usize);
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(unsupported(k.key_length, head_dim));
         }
-        let value_dim = optional(g, k.value_length, Value::as_u32)?.map_or(dim / n_heads, |n| n as usize);
+        let value_dim = optional(g, k.value_length, Value::as_u32)?.map_or(dim / heads, |n| n as usize);
         if value_dim != head_dim {
             return Err(unsupported(k.value_length, format!("{value_dim} (key_length {head_dim})")));
         }
@@ -220,7 +214,7 @@ impl LlamaFamilyConfig {
             }
         }
         let hidden_dim = count(k.hidden_dim)?;
-        let context = count(k.context)?;
+        let context_length = count(k.context)?;
         // llama.cpp: the vocab_size key, else the tokenizer's token count
         let vocab_size = match optional(g, k.vocab_size, Value::as_u32)? {
             Some(n) => n as usize,
@@ -246,18 +240,18 @@ impl LlamaFamilyConfig {
         for (key, value, max) in [
             (k.dim, dim, MAX_DIM),
             (k.hidden_dim, hidden_dim, MAX_HIDDEN_DIM),
-            (k.n_layers, n_layers, MAX_LAYERS),
-            (k.n_heads, n_heads, MAX_HEADS),
+            (k.layers, layers, MAX_LAYERS),
+            (k.heads, heads, MAX_HEADS),
             (k.key_length, head_dim, MAX_DIM),
-            (k.context, context, MAX_SEQ_LEN),
+            (k.context, context_length, MAX_SEQ_LEN),
             (k.vocab_size, vocab_size, MAX_VOCAB),
         ] {
             if value > max {
                 return Err(unsupported(key, format!("{value} (at most {max})")));
             }
         }
-        if vocab_size == 0 || context == 0 || hidden_dim == 0 {
-            return Err(unsupported(k.vocab_size, format!("vocabulary {vocab_size}, context {context}, feed-forward {hidden_dim}")));
+        if vocab_size == 0 || context_length == 0 || hidden_dim == 0 {
+            return Err(unsupported(k.vocab_size, format!("vocabulary {vocab_size}, context {context_length}, feed-forward {hidden_dim}")));
         }
 
         let norm_eps = required(g, k.norm_eps, Value::as_f32)?;
@@ -267,33 +261,18 @@ impl LlamaFamilyConfig {
         Ok(LlamaFamilyConfig {
             arch,
             numerics: Numerics::Ggml,
-            dim,
-            hidden_dim,
-            n_layers,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            vocab_size,
-            context,
+            hparams: Hparams { dim, hidden_dim, layers, heads, kv_heads, head_dim, vocab_size, context_length },
             norm_eps,
             rope_base: rope_base(g, k.rope_base)?,
             rope_scale,
         })
     }
 
-    pub fn q_dim(&self) -> usize {
-        self.n_heads * self.head_dim
-    }
-
-    pub fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
-    }
-
     /// RoPE frequencies: at position `pos`, pair `i` turns by `pos · f[i]`,
     /// `f[i] = scale · base^(−2i/head_dim) / factor[i]` (`factors`: Llama 3's `rope_freqs`).
     pub fn rope_frequencies(&self, factors: Option<&[f32]>) -> Vec<f32> {
-        let d = self.head_dim as f32;
-        let pairs = 0..self.head_dim / 2;
+        let d = self.hparams.head_dim as f32;
+        let pairs = 0..self.hparams.head_dim / 2;
         match self.numerics {
             Numerics::Ggml => {
                 pairs.map(|i| libm::powf(self.rope_base, -2.0 * i as f32 / d) * self.rope_scale / factors.map_or(1.0, |f| f[i])).collect()
@@ -374,13 +353,14 @@ impl LlamaFamily {
         progress: impl FnMut(Imported<'_>),
     ) -> Result<LlamaFamily, ModelError> {
         let c = LlamaFamilyConfig::from_gguf(g)?;
+        let h = c.hparams;
         let optional_tensor = |name: String| g.tensor(&name).is_some().then_some(name);
         let has_output = g.tensor("output.weight").is_some();
         let rope_freqs = optional_tensor("rope_freqs.weight".into());
         let biases = |l: usize| ["attn_q", "attn_k", "attn_v", "attn_output"].map(|t| optional_tensor(format!("blk.{l}.{t}.bias")));
         let per_layer = 7 + 2 + if c.arch.qk_norm() { 2 } else { 0 };
-        let bias_count: usize = (0..c.n_layers).map(|l| biases(l).iter().flatten().count()).sum();
-        let total = 2 + usize::from(has_output) + usize::from(rope_freqs.is_some()) + per_layer * c.n_layers + bias_count;
+        let bias_count: usize = (0..h.layers).map(|l| biases(l).iter().flatten().count()).sum();
+        let total = 2 + usize::from(has_output) + usize::from(rope_freqs.is_some()) + per_layer * h.layers + bias_count;
         // llama.cpp refuses a file with tensors its graph does not read; so does lutra,
         // naming the first, before importing anything
         if g.tensor_count() != total as u64 {
@@ -388,10 +368,10 @@ impl LlamaFamily {
         }
 
         let mut imp = Importer { g, source, progress, done: 0, total };
-        let token_embd = Embedding::Weights(imp.matrix("token_embd.weight".into(), (c.vocab_size, c.dim))?);
+        let token_embd = Embedding::Weights(imp.matrix("token_embd.weight".into(), (h.vocab_size, h.dim))?);
         let rope_factors = match rope_freqs {
             Some(name) => {
-                let f = imp.vector(name, c.head_dim / 2)?;
+                let f = imp.vector(name, h.head_dim / 2)?;
                 if f.iter().any(|v| !v.is_finite() || *v <= 0.0) {
                     return Err(unsupported("rope_freqs.weight", "a factor that is not finite and positive"));
                 }
@@ -399,8 +379,8 @@ impl LlamaFamily {
             }
             None => None,
         };
-        let mut layers = Vec::with_capacity(c.n_layers);
-        for l in 0..c.n_layers {
+        let mut layers = Vec::with_capacity(h.layers);
+        for l in 0..h.layers {
             let name = |t: &str| format!("blk.{l}.{t}.weight");
             let [bq, bk, bv, bo] = biases(l);
             let projection = |imp: &mut Importer<'_, '_, '_, _>, t: &str, shape: (usize, usize), bias: Option<String>| {
@@ -408,16 +388,16 @@ impl LlamaFamily {
                 let bias = bias.map(|b| imp.vector(b, shape.0)).transpose()?;
                 Ok::<_, ModelError>(Projection { weights, bias })
             };
-            let attn_norm = imp.vector(name("attn_norm"), c.dim)?;
-            let wq = projection(&mut imp, "attn_q", (c.q_dim(), c.dim), bq)?;
-            let wk = projection(&mut imp, "attn_k", (c.kv_dim(), c.dim), bk)?;
-            let wv = projection(&mut imp, "attn_v", (c.kv_dim(), c.dim), bv)?;
+            let attn_norm = imp.vector(name("attn_norm"), h.dim)?;
+            let wq = projection(&mut imp, "attn_q", (h.q_dim(), h.dim), bq)?;
+            let wk = projection(&mut imp, "attn_k", (h.kv_dim(), h.dim), bk)?;
+            let wv = projection(&mut imp, "attn_v", (h.kv_dim(), h.dim), bv)?;
             let qk_norm = if c.arch.qk_norm() {
-                Some((imp.vector(name("attn_q_norm"), c.head_dim)?, imp.vector(name("attn_k_norm"), c.head_dim)?))
+                Some((imp.vector(name("attn_q_norm"), h.head_dim)?, imp.vector(name("attn_k_norm"), h.head_dim)?))
             } else {
                 None
             };
-            let wo = projection(&mut imp, "attn_output", (c.dim, c.q_dim()), bo)?;
+            let wo = projection(&mut imp, "attn_output", (h.dim, h.q_dim()), bo)?;
             layers.push(LlamaFamilyLayer {
                 attn_norm,
                 wq,
@@ -425,14 +405,14 @@ impl LlamaFamily {
                 wv,
                 qk_norm,
                 wo,
-                ffn_norm: imp.vector(name("ffn_norm"), c.dim)?,
-                w_gate: imp.matrix(name("ffn_gate"), (c.hidden_dim, c.dim))?,
-                w_up: imp.matrix(name("ffn_up"), (c.hidden_dim, c.dim))?,
-                w_down: imp.matrix(name("ffn_down"), (c.dim, c.hidden_dim))?,
+                ffn_norm: imp.vector(name("ffn_norm"), h.dim)?,
+                w_gate: imp.matrix(name("ffn_gate"), (h.hidden_dim, h.dim))?,
+                w_up: imp.matrix(name("ffn_up"), (h.hidden_dim, h.dim))?,
+                w_down: imp.matrix(name("ffn_down"), (h.dim, h.hidden_dim))?,
             });
         }
-        let output_norm = imp.vector("output_norm.weight".into(), c.dim)?;
-        let output = if has_output { Some(imp.matrix("output.weight".into(), (c.vocab_size, c.dim))?) } else { None };
+        let output_norm = imp.vector("output_norm.weight".into(), h.dim)?;
+        let output = if has_output { Some(imp.matrix("output.weight".into(), (h.vocab_size, h.dim))?) } else { None };
         Ok(LlamaFamily { config: c, token_embd, layers, output_norm, output, rope_factors })
     }
 
@@ -471,7 +451,8 @@ impl LlamaFamily {
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
         let (c, b) = (&self.config, &mut *s.batch);
-        let (n, dim, hd, qd, kvd) = (tokens.len(), c.dim, c.head_dim, c.q_dim(), c.kv_dim());
+        let h = &c.hparams;
+        let (n, dim, hd, qd, kvd) = (tokens.len(), h.dim, h.head_dim, h.q_dim(), h.kv_dim());
         let query_scale = 1.0 / libm::sqrtf(hd as f32);
         for (i, &token) in tokens.iter().enumerate() {
             self.token_embd.row(token as usize, &mut b.x[i * dim..(i + 1) * dim])?;
@@ -521,7 +502,7 @@ impl LlamaFamily {
 
             // ffn: SiLU-gated up, down, residual
             batch_products(gemv, &mut b.scratch, &b.xb, n, [(&layer.w_gate, &mut b.hb), (&layer.w_up, &mut b.hb2)])?;
-            let hidden = c.hidden_dim;
+            let hidden = h.hidden_dim;
             let llama2c = c.numerics == Numerics::Llama2c;
             for_each_row_pair(gemv, (&mut b.hb, hidden), (&mut b.hb2, hidden), n, &|(g, u), _| {
                 if llama2c {
@@ -575,7 +556,7 @@ fn unread_tensor(g: &Gguf<'_>, c: &LlamaFamilyConfig, expected: usize) -> String
         }
     };
     let read = |name: &str| match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
-        Some((l, rest)) => l.parse::<usize>().is_ok_and(|l| l < c.n_layers) && layer_tensor(rest),
+        Some((l, rest)) => l.parse::<usize>().is_ok_and(|l| l < c.hparams.layers) && layer_tensor(rest),
         None => ["token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"].contains(&name),
     };
     match g.tensors().find(|t| !read(t.name)) {
@@ -589,15 +570,16 @@ type Batch = products::Batch<Vec<RopeAngles>>;
 
 fn new_batch(model: &LlamaFamily) -> Result<Batch, ModelError> {
     let c = &model.config;
+    let h = &c.hparams;
     let freqs = c.rope_frequencies(model.rope_factors.as_deref());
     let rope = (0..PREFILL_BATCH).map(|_| RopeAngles::new(freqs.clone())).collect();
     let mut scratch = Scratch::for_matrices(model.matrices())?;
     if model.residual_tables() {
         // the residual products of a batch, or of one token's logits
-        let widest = c.dim.max(c.hidden_dim).max(c.q_dim());
-        scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(c.vocab_size))?;
+        let widest = h.dim.max(h.hidden_dim).max(h.q_dim());
+        scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(h.vocab_size))?;
     }
-    Ok(Batch::new(c.dim, c.q_dim(), c.kv_dim(), c.hidden_dim, scratch, rope))
+    Ok(Batch::new(h.dim, h.q_dim(), h.kv_dim(), h.hidden_dim, scratch, rope))
 }
 
 /// Working memory of one sequence, allocated once.
@@ -627,26 +609,14 @@ impl Architecture for LlamaFamily {
     fn name(&self) -> &'static str {
         self.config.arch.name()
     }
-    fn dims(&self) -> crate::model::budget::Dims {
-        let c = &self.config;
-        crate::model::budget::Dims {
-            buffers: {
-                let (groups_per_width, int8_widths) = products::scratch_sets(self.matrices());
-                let buffers = crate::model::budget::Buffers::llama(groups_per_width, int8_widths);
-                crate::model::budget::Buffers { residual_tables: self.residual_tables(), ..buffers }
-            },
-            dim: c.dim,
-            hidden_dim: c.hidden_dim,
-            layers: c.n_layers,
-            heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            vocab_size: c.vocab_size,
-            token_bytes: 0,
-        }
+    fn hparams(&self) -> Hparams {
+        self.config.hparams
     }
-    fn context_length(&self) -> usize {
-        self.config.context
+    fn dims(&self) -> crate::model::budget::Dims {
+        let (groups_per_width, int8_widths) = products::scratch_sets(self.matrices());
+        let buffers = crate::model::budget::Buffers::llama(groups_per_width, int8_widths);
+        let buffers = crate::model::budget::Buffers { residual_tables: self.residual_tables(), ..buffers };
+        crate::model::budget::Dims { buffers, hparams: self.config.hparams, token_bytes: 0 }
     }
     /// Bytes of the imported matrices, the token embedding included.
     fn matrix_bytes(&self) -> usize {
@@ -673,7 +643,7 @@ impl Architecture for LlamaFamily {
         out
     }
     fn layer_windows(&self) -> Vec<usize> {
-        alloc::vec![0; self.config.n_layers]
+        alloc::vec![0; self.config.hparams.layers]
     }
     /// llama2.c models only (their `origin` is the checkpoint's `tokenizer.bin`).
     fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::formats::pack::Writer<'a>) -> Result<(), ModelError> {
@@ -686,7 +656,7 @@ impl Architecture for LlamaFamily {
     fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut LlamaFamilyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
         self.feed(gemv, s, token, pos)?;
         let (c, b) = (&self.config, &mut *s.batch);
-        rmsnorm(&mut b.xb[..c.dim], &b.x[..c.dim], &self.output_norm, c.norm_eps);
+        rmsnorm(&mut b.xb[..c.hparams.dim], &b.x[..c.hparams.dim], &self.output_norm, c.norm_eps);
         batch_product(gemv, self.lm_head(), &mut b.scratch, &b.xb, 1, &mut s.logits)?;
         Ok(&s.logits)
     }
@@ -694,7 +664,7 @@ impl Architecture for LlamaFamily {
     /// one pass of each weight matrix: the cache and every later logit are what feeding
     /// them one by one gives, bit for bit.
     fn feed_batch<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let (context, vocab_size) = (s.context, self.config.vocab_size);
+        let (context, vocab_size) = (s.context, self.config.hparams.vocab_size);
         feed_in_batches(tokens, first_pos, context, vocab_size, |chunk, pos| self.feed_chunk(gemv, s, chunk, pos))
     }
 }

@@ -26,7 +26,7 @@ use crate::formats::gguf::Gguf;
 use crate::formats::import::{Imported, TensorSource};
 use crate::formats::pack;
 use crate::model::budget;
-use crate::model::{Gemv, ModelError};
+use crate::model::{Gemv, Hparams, ModelError};
 use crate::AlignedBytes;
 
 /// A model architecture: hyperparameters, weights, one forward pass.
@@ -48,12 +48,12 @@ pub trait Architecture: Sized + Send + Sync + 'static {
     /// The GGUF `general.architecture` it runs as (`llama` for llama2.c checkpoints).
     fn name(&self) -> &'static str;
 
-    /// Its sizes, and which working buffers its forward pass needs (`budget` sizes
-    /// sessions from them); `token_bytes` is the tokenizer's, which the engine fills in.
-    fn dims(&self) -> budget::Dims;
+    /// Its sizes, the trained context length among them.
+    fn hparams(&self) -> Hparams;
 
-    /// The longest context it was trained for.
-    fn context_length(&self) -> usize;
+    /// Its sizes (`hparams`), and which working buffers its forward pass needs (`budget`
+    /// sizes sessions from them); `token_bytes` is the tokenizer's, which the engine fills in.
+    fn dims(&self) -> budget::Dims;
 
     /// Bytes of its packed weight matrices (what a decode step streams).
     fn matrix_bytes(&self) -> usize;
@@ -62,11 +62,11 @@ pub trait Architecture: Sized + Send + Sync + 'static {
     fn matrix_buffers_mut(&mut self) -> Vec<&mut AlignedBytes>;
 
     /// The attention a KV cache of `context` positions (at least 1, at most
-    /// `context_length`) must serve: one KV row per layer and position, from `dims`.
+    /// `context_length`) must serve: one KV row per layer and position, from `hparams`.
     fn attention_shape(&self, context: usize) -> AttentionShape {
-        let d = self.dims();
-        let context = context.min(self.context_length()).max(1);
-        AttentionShape { layers: d.layers, n_heads: d.heads, n_kv_heads: d.kv_heads, head_dim: d.head_dim, context }
+        let h = self.hparams();
+        let context = context.min(h.context_length).max(1);
+        AttentionShape { layers: h.layers, heads: h.heads, kv_heads: h.kv_heads, head_dim: h.head_dim, context }
     }
 
     /// Each layer's sliding window, 0 where it attends to every position.
@@ -125,7 +125,7 @@ impl<B> State<B> {
         if cache.shape() != expected {
             return Err(ModelError::CacheShape { expected, got: cache.shape() });
         }
-        let logits = alloc::vec![0.0; model.dims().vocab_size];
+        let logits = alloc::vec![0.0; model.hparams().vocab_size];
         Ok(State { context, cache, batch: Box::new(batch()?), logits })
     }
 
@@ -211,11 +211,11 @@ macro_rules! registry {
             pub(crate) fn name(&self) -> &'static str {
                 match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::name(m),)+ }
             }
+            pub(crate) fn hparams(&self) -> Hparams {
+                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::hparams(m),)+ }
+            }
             pub(crate) fn dims(&self) -> budget::Dims {
                 match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::dims(m),)+ }
-            }
-            pub(crate) fn context_length(&self) -> usize {
-                match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::context_length(m),)+ }
             }
             pub(crate) fn matrix_bytes(&self) -> usize {
                 match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::matrix_bytes(m),)+ }

@@ -13,7 +13,7 @@ use crate::attention::KvCache;
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_u32, vector, Imported, TensorSource};
 use crate::model::budget;
-use crate::model::{Gemv, ModelError};
+use crate::model::{Gemv, Hparams, ModelError};
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
 
 pub(crate) const NAME: &str = "toy-bigram";
@@ -47,12 +47,12 @@ impl Architecture for Toy {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn dims(&self) -> budget::Dims {
-        let (dim, vocab_size, buffers) = (self.dim, self.vocab, budget::Buffers::llama(1, 0));
-        budget::Dims { buffers, dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, token_bytes: 0 }
+    fn hparams(&self) -> Hparams {
+        let (dim, vocab_size) = (self.dim, self.vocab);
+        Hparams { dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, context_length: 64 }
     }
-    fn context_length(&self) -> usize {
-        64
+    fn dims(&self) -> budget::Dims {
+        budget::Dims { buffers: budget::Buffers::llama(1, 0), hparams: self.hparams(), token_bytes: 0 }
     }
     fn matrix_bytes(&self) -> usize {
         self.head.as_bytes().len()
@@ -120,7 +120,7 @@ mod tests {
         assert!(Network::runs_gguf(NAME) && !Network::runs_gguf("toy-trigram"));
         let mut reported = 0;
         let net = Network::from_gguf(NAME, &gguf, &mut InMemory(&file), &mut |_| reported += 1).unwrap().unwrap();
-        assert_eq!((reported, net.dims().vocab_size, net.layer_windows()), (2, vocab, vec![0]));
+        assert_eq!((reported, net.dims().hparams.vocab_size, net.layer_windows()), (2, vocab, vec![0]));
         let shape = net.attention_shape(16);
         let mut state = net.new_state(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))).unwrap();
         net.feed_batch(&SingleThread, &mut state, &[3, 5], 0).unwrap();

@@ -110,7 +110,7 @@ impl ExactKvCache {
         let s = self.shape;
         let last = batch.first_pos + n.saturating_sub(1);
         n >= 2
-            && n.div_ceil(TOKEN_BLOCK) * s.n_kv_heads <= self.token_blocks.all.len()
+            && n.div_ceil(TOKEN_BLOCK) * s.kv_heads <= self.token_blocks.all.len()
             && batch.window.is_none()
             && last < self.values.rows().cap(layer).min(token_block_rows(s.context))
     }
@@ -122,15 +122,15 @@ impl ExactKvCache {
     fn attend_tokens(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
         let s = self.shape;
         let n = batch.tokens(&s, out);
-        let (kvd, qd, hd) = (s.kv_dim(), s.n_heads * s.head_dim, s.head_dim);
+        let (kvd, qd, hd) = (s.kv_dim(), s.q_dim(), s.head_dim);
         for t in 0..n {
             self.store(layer, batch.first_pos + t, &batch.k[t * kvd..][..kvd], &batch.v[t * kvd..][..kvd]);
         }
-        let used = n.div_ceil(TOKEN_BLOCK) * s.n_kv_heads;
+        let used = n.div_ceil(TOKEN_BLOCK) * s.kv_heads;
         for (i, p) in self.token_blocks.all[..used].iter_mut().enumerate() {
-            let first = i / s.n_kv_heads * TOKEN_BLOCK;
+            let first = i / s.kv_heads * TOKEN_BLOCK;
             let last = (first + TOKEN_BLOCK).min(n) - 1;
-            (p.kv_head, p.token, p.rows) = (i % s.n_kv_heads, first, 0..batch.first_pos + last + 1);
+            (p.kv_head, p.token, p.rows) = (i % s.kv_heads, first, 0..batch.first_pos + last + 1);
         }
         let mut pieces = core::mem::take(&mut self.token_blocks.all);
         let this = &*self;
@@ -146,7 +146,7 @@ impl ExactKvCache {
     /// One piece of `attend_tokens`: its tokens' outputs into `piece.out`, token-major.
     fn attend_token_block(&self, layer: usize, batch: &PromptBatch<'_>, n: usize, piece: &mut AttentionPiece) {
         let s = self.shape;
-        let (hd, qd, kvh) = (s.head_dim, s.n_heads * s.head_dim, piece.kv_head);
+        let (hd, qd, kvh) = (s.head_dim, s.q_dim(), piece.kv_head);
         let tokens = (n - piece.token).min(TOKEN_BLOCK);
         let mut counts = [0; TOKEN_BLOCK];
         for (j, t) in (piece.token..piece.token + tokens).enumerate() {
@@ -192,9 +192,9 @@ impl KvCache for ExactKvCache {
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let s = self.shape;
         // checked here, on the caller's thread: a pool would not pass a piece's panic on
-        assert!(q.len() == s.n_heads * s.head_dim && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
+        assert!(q.len() == s.q_dim() && out.len() == q.len(), "attention: q and out must hold heads × head_dim values");
         let (rows, masked) = self.values.rows().span(layer, first, pos);
-        let used = self.pieces.plan(s.n_kv_heads, rows);
+        let used = self.pieces.plan(s.kv_heads, rows);
         let mut pieces = core::mem::take(&mut self.pieces.all);
         let this = &*self;
         threads.run_pieces(&mut pieces[..used], &|piece| this.attend_piece(layer, first, pos, masked, q, q_scale, piece));
@@ -210,14 +210,14 @@ impl KvCache for ExactKvCache {
     fn store_and_attend(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
         let s = self.shape;
         let n = batch.tokens(&s, out);
-        let (kvd, qd, first_pos) = (s.kv_dim(), s.n_heads * s.head_dim, batch.first_pos);
+        let (kvd, qd, first_pos) = (s.kv_dim(), s.q_dim(), batch.first_pos);
         let last = (first_pos + n).saturating_sub(1);
         let cap = self.values.rows().cap(layer);
         if self.attends_in_token_blocks(layer, batch, n) {
             return self.attend_tokens(threads, layer, batch, out);
         }
         let held = last < cap || batch.first_attended(first_pos) + cap > last;
-        let per_token = Pieces::count(s.n_kv_heads, &self.values.rows().span(layer, batch.first_attended(last), last).0);
+        let per_token = Pieces::count(s.kv_heads, &self.values.rows().span(layer, batch.first_attended(last), last).0);
         if n < 2 || !held || per_token >= threads.threads() {
             return store_and_attend_each(self, threads, layer, batch, out);
         }
@@ -233,8 +233,8 @@ impl KvCache for ExactKvCache {
                 starts[i] = used;
                 let pos = first_pos + t;
                 let (rows, _) = self.values.rows().span(layer, batch.first_attended(pos), pos);
-                self.batch.reserve(used + Pieces::count(s.n_kv_heads, &rows));
-                used = self.batch.plan_token(used, t, s.n_kv_heads, rows);
+                self.batch.reserve(used + Pieces::count(s.kv_heads, &rows));
+                used = self.batch.plan_token(used, t, s.kv_heads, rows);
             }
             starts[tokens.len()] = used;
             let mut pieces = core::mem::take(&mut self.batch.all);
@@ -303,15 +303,15 @@ mod batch_tests {
         // grouped-query attention; and a KV head per query head, whose batches without a
         // window go by `attend_tokens` (layer 0; layer 1 has a window)
         for shape in [
-            AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 1, head_dim: 16, context: 48 },
-            AttentionShape { layers: 2, n_heads: 3, n_kv_heads: 3, head_dim: 48, context: 48 },
+            AttentionShape { layers: 2, heads: 4, kv_heads: 1, head_dim: 16, context: 48 },
+            AttentionShape { layers: 2, heads: 3, kv_heads: 3, head_dim: 48, context: 48 },
         ] {
             batch_equals_token_by_token(shape);
         }
     }
 
     fn batch_equals_token_by_token(shape: AttentionShape) {
-        let (kvd, qd, window) = (shape.kv_dim(), shape.n_heads * shape.head_dim, 8);
+        let (kvd, qd, window) = (shape.kv_dim(), shape.q_dim(), 8);
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut values = |n: usize| -> Vec<f32> {
             (0..n)

@@ -31,24 +31,29 @@ pub(crate) use rows::LayerRows;
 pub use values::{ValueCache, ValueFormat};
 pub mod synthetic;
 
-/// What a cache holds: `layers` × `context` positions of `n_kv_heads` keys and values of
-/// `head_dim`, read by `n_heads` query heads (`n_heads / n_kv_heads` per KV head).
+/// What a cache holds: `layers` × `context` positions of `kv_heads` keys and values of
+/// `head_dim`, read by `heads` query heads (`heads / kv_heads` per KV head).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
     pub layers: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub context: usize,
 }
 
 impl AttentionShape {
+    /// Width of all query heads.
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+    /// Width of all key (or value) heads.
     pub fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
+        self.kv_heads * self.head_dim
     }
     /// Query heads per KV head.
     pub fn group(&self) -> usize {
-        self.n_heads / self.n_kv_heads
+        self.heads / self.kv_heads
     }
 }
 
@@ -68,7 +73,7 @@ pub trait KvCache: Send {
     }
     /// A prompt batch of `layer`: for each token t at `pos = batch.first_pos + t` in turn,
     /// `store` its keys and values and `attend_with` its queries over `first..=pos` into
-    /// `out` (`n_heads × head_dim` per token), where `first = pos + 1 − window` for a
+    /// `out` (`heads × head_dim` per token), where `first = pos + 1 − window` for a
     /// sliding window, else 0. A cache may attend the tokens in any order or at once;
     /// outputs are those of the loop, bit for bit.
     fn store_and_attend(&mut self, threads: &dyn Parallel, layer: usize, batch: &PromptBatch<'_>, out: &mut [f32]) {
@@ -93,7 +98,7 @@ pub trait KvCache: Send {
 }
 
 /// One layer's tokens of a prompt batch at positions `first_pos..`, token-major: keys and
-/// values (`kv_dim` each per token) and queries (`n_heads × head_dim` per token).
+/// values (`kv_dim` each per token) and queries (`heads × head_dim` per token).
 pub struct PromptBatch<'a> {
     pub first_pos: usize,
     /// The layer's sliding window, `None` for a layer that attends to every position.
@@ -112,11 +117,11 @@ impl PromptBatch<'_> {
 
     /// How many tokens, the lengths (with `out`'s) checked on the caller's thread.
     fn tokens(&self, shape: &AttentionShape, out: &[f32]) -> usize {
-        let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
+        let (kvd, qd) = (shape.kv_dim(), shape.q_dim());
         let n = self.k.len() / kvd;
         assert!(
             self.k.len() == n * kvd && self.v.len() == self.k.len() && self.q.len() == n * qd && out.len() == self.q.len(),
-            "attention batch: k and v must hold kv_dim values per token, q and out n_heads × head_dim"
+            "attention batch: k and v must hold kv_dim values per token, q and out heads × head_dim"
         );
         n
     }
@@ -132,7 +137,7 @@ fn store_and_attend_each<C: KvCache + ?Sized>(
 ) {
     let shape = cache.shape();
     let n = batch.tokens(&shape, out);
-    let (kvd, qd) = (shape.kv_dim(), shape.n_heads * shape.head_dim);
+    let (kvd, qd) = (shape.kv_dim(), shape.q_dim());
     for t in 0..n {
         let pos = batch.first_pos + t;
         cache.store(layer, pos, &batch.k[t * kvd..][..kvd], &batch.v[t * kvd..][..kvd]);

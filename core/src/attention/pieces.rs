@@ -76,7 +76,7 @@ pub(crate) struct Pieces {
 impl Pieces {
     pub(crate) fn new(shape: AttentionShape) -> Pieces {
         let mut pieces = Pieces::none(shape);
-        pieces.reserve(shape.n_kv_heads * shape.context.div_ceil(PIECE_ROWS));
+        pieces.reserve(shape.kv_heads * shape.context.div_ceil(PIECE_ROWS));
         pieces
     }
 
@@ -91,7 +91,7 @@ impl Pieces {
     /// and outputs (`engine::budget` counts them).
     pub(super) fn for_token_blocks(shape: AttentionShape, usable: bool) -> Pieces {
         let (hd, rows) = (shape.head_dim, token_block_rows(shape.context));
-        let count = if usable { PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * shape.n_kv_heads } else { 0 };
+        let count = if usable { PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * shape.kv_heads } else { 0 };
         let all = (0..count)
             .map(|_| AttentionPiece {
                 kv_head: 0,
@@ -126,14 +126,14 @@ impl Pieces {
 
     /// Cuts `rows` of every KV head at multiples of `PIECE_ROWS` into the first pieces,
     /// KV head major; returns how many.
-    pub(crate) fn plan(&mut self, n_kv_heads: usize, rows: Range<usize>) -> usize {
-        self.plan_token(0, 0, n_kv_heads, rows)
+    pub(crate) fn plan(&mut self, kv_heads: usize, rows: Range<usize>) -> usize {
+        self.plan_token(0, 0, kv_heads, rows)
     }
 
     /// As `plan`, for token `token` of a batch, into the pieces from index `used` on;
     /// returns the pieces used so far.
-    pub(super) fn plan_token(&mut self, mut used: usize, token: usize, n_kv_heads: usize, rows: Range<usize>) -> usize {
-        for kv_head in 0..n_kv_heads {
+    pub(super) fn plan_token(&mut self, mut used: usize, token: usize, kv_heads: usize, rows: Range<usize>) -> usize {
+        for kv_head in 0..kv_heads {
             let mut start = rows.start;
             while start < rows.end {
                 let end = ((start / PIECE_ROWS + 1) * PIECE_ROWS).min(rows.end);
@@ -147,9 +147,9 @@ impl Pieces {
     }
 
     /// Pieces one attention over `rows` takes.
-    pub(super) fn count(n_kv_heads: usize, rows: &Range<usize>) -> usize {
+    pub(super) fn count(kv_heads: usize, rows: &Range<usize>) -> usize {
         let spans = if rows.is_empty() { 0 } else { (rows.end - 1) / PIECE_ROWS - rows.start / PIECE_ROWS + 1 };
-        n_kv_heads * spans
+        kv_heads * spans
     }
 
     /// The first `used` pieces.

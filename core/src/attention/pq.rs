@@ -64,7 +64,7 @@ pub struct PqKvCache {
 impl PqKvCache {
     /// A cache for `shape` with codebooks trained for the same model; scores on `isa`.
     pub fn new(shape: AttentionShape, books: Codebooks, isa: Isa) -> Result<PqKvCache, PqError> {
-        books.check_model(shape.layers, shape.n_kv_heads, shape.head_dim)?;
+        books.check_model(shape.layers, shape.kv_heads, shape.head_dim)?;
         if !isa.is_available() {
             return Err(PqError::Kernel(crate::Error::IsaUnavailable(isa)));
         }
@@ -83,13 +83,13 @@ impl PqKvCache {
             exact: None,
             key_codes: vec![0; pq.subspaces],
             float_tables: vec![0.0; table_len],
-            tables: vec![0; shape.n_heads * table_len],
+            tables: vec![0; shape.heads * table_len],
             head_tables: if pq.centroids == 256 && shape.group() > 1 && scan256_prefers_heads(isa) {
-                vec![0; shape.n_kv_heads * shape.group().div_ceil(SCAN_HEADS) * SCAN_HEADS * table_len]
+                vec![0; shape.kv_heads * shape.group().div_ceil(SCAN_HEADS) * SCAN_HEADS * table_len]
             } else {
                 Vec::new()
             },
-            table_scales: vec![TableScale { scale: 1.0, bias: 0.0 }; shape.n_heads],
+            table_scales: vec![TableScale { scale: 1.0, bias: 0.0 }; shape.heads],
             pieces: Pieces::new(shape),
             books,
             sink: 0,
@@ -156,7 +156,7 @@ impl PqKvCache {
         self.code_starts = (0..pq_windows.len())
             .map(|p| {
                 let start = total;
-                total += self.shape.n_kv_heads * self.head_code_bytes(p);
+                total += self.shape.kv_heads * self.head_code_bytes(p);
                 start
             })
             .collect();
@@ -234,7 +234,7 @@ impl KvCache for PqKvCache {
     fn attend_with(&mut self, threads: &dyn Parallel, layer: usize, first: usize, pos: usize, q: &[f32], q_scale: f32, out: &mut [f32]) {
         let (s, pq) = (self.shape, self.books.shape());
         let (hd, group, kv_dim) = (s.head_dim, s.group(), s.kv_dim());
-        assert!(q.len() == s.n_heads * hd && out.len() == q.len(), "attention: q and out must hold n_heads × head_dim values");
+        assert!(q.len() == s.heads * hd && out.len() == q.len(), "attention: q and out must hold heads × head_dim values");
         let slot = match self.slots[layer] {
             Slot::Exact(e) => {
                 if let Some(exact) = self.exact.as_mut() {
@@ -263,7 +263,7 @@ impl KvCache for PqKvCache {
         // rows of a ring hold positions in turn; elsewhere row = position
         let (rows, masked) = self.values.rows().span(slot, first, pos);
         let cap = self.values.rows().cap(slot);
-        let used = self.pieces.plan(s.n_kv_heads, rows);
+        let used = self.pieces.plan(s.kv_heads, rows);
         let (head_codes, bb) = (self.head_code_bytes(slot), pq.block_bytes());
         let (codes, code_start) = (&self.codes, self.code_starts[slot]);
         let (tables, head_tables, table_scales, values, isa) =

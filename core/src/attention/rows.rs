@@ -51,7 +51,7 @@ impl LayerRows {
 
     /// The row's index in that layout, counting rows of every KV head and layer.
     pub(super) fn index(&self, shape: &AttentionShape, layer: usize, kv_head: usize, row: usize) -> usize {
-        self.offsets[layer] * shape.n_kv_heads + kv_head * self.caps[layer] + row
+        self.offsets[layer] * shape.kv_heads + kv_head * self.caps[layer] + row
     }
 
     /// Stores position `pos` of `layer` (every KV head of `x`, each head's row converted
@@ -66,7 +66,7 @@ impl LayerRows {
         convert: impl Fn(&[f32], &mut [T]),
     ) {
         let (hd, row) = (shape.head_dim, pos % self.caps[layer]);
-        for (kv_head, x) in x.chunks_exact(hd).enumerate().take(shape.n_kv_heads) {
+        for (kv_head, x) in x.chunks_exact(hd).enumerate().take(shape.kv_heads) {
             let at = self.at(shape, layer, kv_head, row);
             convert(x, &mut data[at..at + hd]);
         }

@@ -21,12 +21,12 @@ pub const KINDS: [&str; 7] = ["exact_f16", "exact_f16+q8_0", "pq16", "pq16+q8_0"
 /// Attention shapes by name: Gemma 3 270M's (4 query heads on one KV head of 256) and
 /// Llama 7B's (32 heads of 128, no grouping).
 pub fn shape(name: &str, context: usize) -> Option<AttentionShape> {
-    let (n_heads, n_kv_heads, head_dim) = match name {
+    let (heads, kv_heads, head_dim) = match name {
         "gemma3" => (4, 1, 256),
         "llama7b" => (32, 32, 128),
         _ => return None,
     };
-    Some(AttentionShape { layers: 1, n_heads, n_kv_heads, head_dim, context })
+    Some(AttentionShape { layers: 1, heads, kv_heads, head_dim, context })
 }
 
 /// Sums of four uniforms, centred and scaled to unit variance: cheap near-normal values.
@@ -56,10 +56,10 @@ pub fn cache(kind: &str, shape: AttentionShape, isa: Isa) -> Result<Box<dyn KvCa
         "exact_f16" => Box::new(ExactKvCache::with_value_format(shape, KeyPrecision::F16, &[], values_format).map_err(|e| text(&e))?),
         "pq16" | "pq256" => {
             let (subspaces, centroids) = if keys == "pq16" { (hd / 2, 16) } else { (hd / 4, 256) };
-            let pq = PqShape::new(1, shape.n_kv_heads, hd, subspaces, centroids).map_err(|e| text(&e))?;
+            let pq = PqShape::new(1, shape.kv_heads, hd, subspaces, centroids).map_err(|e| text(&e))?;
             let scale = 1.0 / libm::sqrtf(hd as f32);
-            let transform = values(shape.n_kv_heads * 2 * hd * hd, 2).into_iter().map(|v| v * scale).collect();
-            let books = Codebooks::new(pq, "synthetic", Rotation::None, values(shape.n_kv_heads * pq.book_len(), 1))
+            let transform = values(shape.kv_heads * 2 * hd * hd, 2).into_iter().map(|v| v * scale).collect();
+            let books = Codebooks::new(pq, "synthetic", Rotation::None, values(shape.kv_heads * pq.book_len(), 1))
                 .and_then(|b| b.with_key_transform(transform))
                 .map_err(|e| text(&e))?;
             Box::new(PqKvCache::new(shape, books, isa).and_then(|c| c.with_value_format(values_format)).map_err(|e| text(&e))?)

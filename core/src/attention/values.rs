@@ -89,7 +89,7 @@ impl ValueCache {
     /// `with_format` for a `format` already checked against `shape.head_dim`.
     pub(crate) fn checked(shape: AttentionShape, windows: &[usize], format: ValueFormat) -> ValueCache {
         let rows = LayerRows::new(shape.layers, shape.context, windows);
-        let n = rows.total() * shape.n_kv_heads;
+        let n = rows.total() * shape.kv_heads;
         let (halves, codes, scales) = match format {
             ValueFormat::F16 => (n * shape.head_dim, 0, 0),
             _ => (0, n * format.code_bytes(shape.head_dim), n * (shape.head_dim / VALUE_BLOCK)),
@@ -119,7 +119,7 @@ impl ValueCache {
         };
         let (hd, row) = (shape.head_dim, pos % self.rows.cap(layer));
         let (code_bytes, blocks) = (format.code_bytes(hd), hd / VALUE_BLOCK);
-        for (kv_head, x) in v.chunks_exact(hd).enumerate().take(shape.n_kv_heads) {
+        for (kv_head, x) in v.chunks_exact(hd).enumerate().take(shape.kv_heads) {
             let at = self.rows.index(&shape, layer, kv_head, row);
             let codes = self.codes[at * code_bytes..][..code_bytes].chunks_exact_mut(code_bytes / blocks);
             let scales = &mut self.scales[at * blocks..][..blocks];

@@ -16,7 +16,7 @@ use crate::formats::gguf::Gguf;
 use crate::formats::import::{InMemory, TensorSource};
 use crate::formats::llama2c::Checkpoint;
 use crate::formats::pack;
-use crate::model::ModelError;
+use crate::model::{Hparams, ModelError};
 use crate::pq::Codebooks;
 use crate::tokenizer::bpe::BpeTokenizer;
 use crate::tokenizer::spm::SpmTokenizer;
@@ -66,22 +66,8 @@ pub struct ModelInfo {
     /// The GGUF `general.architecture` (`gemma3`, `llama`, `qwen2`, `qwen3`), or `llama`
     /// for llama2.c checkpoints.
     pub architecture: &'static str,
-    /// Width of the residual stream (embedding length).
-    pub dim: usize,
-    /// Width of the feed-forward layers.
-    pub hidden_dim: usize,
-    /// Transformer blocks.
-    pub layers: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads (fewer than `heads` with grouped-query attention).
-    pub kv_heads: usize,
-    /// Dimensions per head.
-    pub head_dim: usize,
-    /// Tokens in the vocabulary.
-    pub vocab_size: usize,
-    /// The longest context the model was trained for.
-    pub context_length: usize,
+    /// Its sizes, the trained context length among them.
+    pub hparams: Hparams,
     /// Bytes of the packed weight matrices (what a decode step streams).
     pub matrix_bytes: usize,
     /// How the weights are stored: GGUF tensor types with their counts (`("Q4_K", 108)`),
@@ -107,17 +93,9 @@ impl ModelInfo {
         chat_template_in_file: bool,
         packed: bool,
     ) -> Self {
-        let d = net.dims();
         ModelInfo {
             architecture: net.name(),
-            dim: d.dim,
-            hidden_dim: d.hidden_dim,
-            layers: d.layers,
-            heads: d.heads,
-            kv_heads: d.kv_heads,
-            head_dim: d.head_dim,
-            vocab_size: d.vocab_size,
-            context_length: net.context_length(),
+            hparams: net.hparams(),
             matrix_bytes: net.matrix_bytes(),
             tensor_types,
             chat: chat.is_some(),
@@ -129,17 +107,15 @@ impl ModelInfo {
 
     /// One line: architecture and sizes.
     pub fn summary(&self) -> String {
-        let heads = if self.kv_heads == self.heads {
-            format!("{} heads", self.heads)
-        } else {
-            format!("{} heads / {} KV heads", self.heads, self.kv_heads)
-        };
+        let h = &self.hparams;
+        let heads =
+            if h.kv_heads == h.heads { format!("{} heads", h.heads) } else { format!("{} heads / {} KV heads", h.heads, h.kv_heads) };
         format!(
             "{}, dim {}, {} layers, {heads}, vocab {}, {:.1} MiB of matrices",
             self.architecture,
-            self.dim,
-            self.layers,
-            self.vocab_size,
+            h.dim,
+            h.layers,
+            h.vocab_size,
             self.matrix_bytes as f64 / (1 << 20) as f64
         )
     }
@@ -218,7 +194,7 @@ impl Model {
             pack::check_header(gguf).map_err(|why| Error::Model(ModelError::BadPackedFile(why)))?;
             if arch == "llama" && gguf.get_str(pack::SOURCE_KEY) == Some("llama2c") {
                 let (net, tokenizer) = llama::from_packed(gguf, source)?;
-                let tokenizer = Llama2cTokenizer::from_bytes(&tokenizer, net.config.vocab_size)?;
+                let tokenizer = Llama2cTokenizer::from_bytes(&tokenizer, net.config.hparams.vocab_size)?;
                 let bits = net.lm_head_bits();
                 return Ok(Self::llama(net, tokenizer, format!("{bits}-bit bit planes, packed"), true));
             }
@@ -253,10 +229,10 @@ impl Model {
         let chat = file_template.and_then(ChatTemplate::detect).or(Network::default_chat(arch));
         let net = Network::from_gguf(arch, gguf, source, &mut report).ok_or_else(|| Error::UnsupportedArchitecture(arch.into()))??;
         let info = ModelInfo::new(&net, types, chat, file_template.is_some(), pack::is_packed(gguf));
-        if info.vocab_size != tokenizer.tokenizer().vocab_size() {
+        if info.hparams.vocab_size != tokenizer.tokenizer().vocab_size() {
             return Err(ModelError::Unsupported {
                 key: "tokenizer.ggml.tokens",
-                value: format!("{} tokens for a vocabulary of {}", tokenizer.tokenizer().vocab_size(), info.vocab_size),
+                value: format!("{} tokens for a vocabulary of {}", tokenizer.tokenizer().vocab_size(), info.hparams.vocab_size),
             }
             .into());
         }
@@ -284,7 +260,7 @@ impl Model {
     }
 
     fn llama(net: LlamaFamily, tokenizer: Llama2cTokenizer, kind: String, packed: bool) -> Model {
-        let types = alloc::vec![(kind, 7 * net.config.n_layers + 1)];
+        let types = alloc::vec![(kind, 7 * net.config.hparams.layers + 1)];
         let net = Network::LlamaFamily(Box::new(net));
         let info = ModelInfo::new(&net, types, None, false, packed);
         Model::new(net, Vocabulary::Llama2c(Box::new(tokenizer)), info, None)
@@ -296,7 +272,7 @@ impl Model {
     pub fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), Error> {
         if let Vocabulary::Llama2c(_) = self.inner.tokenizer {
             // a llama2.c model's origin is its tokenizer.bin, which the packed file keeps
-            Llama2cTokenizer::from_bytes(origin, self.info.vocab_size)?;
+            Llama2cTokenizer::from_bytes(origin, self.info.hparams.vocab_size)?;
         }
         Ok(self.inner.net.write_packed(origin, writer)?)
     }
@@ -346,7 +322,7 @@ impl Model {
 
     /// Tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
-        self.info.vocab_size
+        self.info.hparams.vocab_size
     }
 
     /// The beginning-of-sequence token.
@@ -481,11 +457,11 @@ impl Model {
     /// As `kv_cache`, storing values as `values` (a block format needs a head size that is
     /// a multiple of 32).
     pub fn kv_cache_with_values(&self, context: usize, attention: &Attention, values: ValueFormat) -> Result<Box<dyn KvCache>, Error> {
-        let max = self.info().context_length;
+        let max = self.info().hparams.context_length;
         if context == 0 || context > max {
             return Err(Error::BadContext { asked: context, max });
         }
-        values.check(self.info().head_dim)?;
+        values.check(self.info().hparams.head_dim)?;
         let (shape, windows) = (self.attention_shape(context), self.layer_windows());
         match attention {
             Attention::Exact => Ok(Box::new(ExactKvCache::with_value_format(shape, KeyPrecision::F16, &windows, values)?)),

@@ -37,7 +37,7 @@ pub fn perplexity<G: Gemv>(
     values: ValueFormat,
 ) -> Result<Perplexity, Error> {
     let tokens = model.encode(text, true)?;
-    let max = model.info().context_length;
+    let max = model.info().hparams.context_length;
     let chunks = tokens.len() / ctx.max(1);
     if ctx < 4 || ctx > max || chunks == 0 {
         return Err(Error::PerplexityText { tokens: tokens.len(), ctx, max });

@@ -115,7 +115,9 @@ impl fmt::Display for Llama2cError {
 
 impl core::error::Error for Llama2cError {}
 
-/// The model hyperparameters of a llama2.c header, validated.
+/// The model hyperparameters of a llama2.c header, validated. Mirrors `run.c`'s `Config`
+/// field by field, under its names (`n_layers`, `n_heads`, `n_kv_heads`, `seq_len`); the
+/// engine's `model::Hparams` is made from it in one place, `arch::llama`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     pub dim: usize,

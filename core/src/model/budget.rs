@@ -8,7 +8,7 @@
 //! lutra-embedded's `arena` test measures the real peak against it.
 
 use crate::attention::{token_block_rows, PIECE_ROWS, TOKEN_BLOCK};
-use crate::model::PREFILL_BATCH;
+use crate::model::{Hparams, PREFILL_BATCH};
 use crate::sampler::scratch_len;
 
 /// The working buffers a forward pass keeps beyond those every architecture here has
@@ -45,20 +45,8 @@ impl Buffers {
 pub struct Dims {
     /// Which working buffers its forward pass keeps.
     pub buffers: Buffers,
-    /// Width of the residual stream.
-    pub dim: usize,
-    /// Width of the feed-forward layer.
-    pub hidden_dim: usize,
-    /// Transformer blocks.
-    pub layers: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Width of one head.
-    pub head_dim: usize,
-    /// Tokens in the vocabulary.
-    pub vocab_size: usize,
+    /// The model's sizes.
+    pub hparams: Hparams,
     /// Bytes of all token strings together (the tokenizer's tables grow with them).
     pub token_bytes: usize,
 }
@@ -81,49 +69,41 @@ const fn rope(head_dim: usize) -> usize {
 }
 
 impl Dims {
-    /// Width of all query heads.
-    pub const fn q_dim(&self) -> usize {
-        self.heads * self.head_dim
-    }
-
-    /// Width of all key (or value) heads.
-    pub const fn kv_dim(&self) -> usize {
-        self.kv_heads * self.head_dim
-    }
-
     /// Positions of all layers' KV rows: sliding-window layers keep a ring.
     pub const fn kv_rows(&self, context: usize) -> usize {
+        let layers = self.hparams.layers;
         match self.buffers {
             Buffers { sliding_window, global_every, .. } if sliding_window > 0 => {
-                let global = match self.layers.checked_div(global_every) {
+                let global = match layers.checked_div(global_every) {
                     Some(g) => g,
                     None => 0,
                 };
                 let ring = if sliding_window < context { sliding_window } else { context };
-                global * context + (self.layers - global) * ring
+                global * context + (layers - global) * ring
             }
-            _ => self.layers * context,
+            _ => layers * context,
         }
     }
 
     /// The exact f16 KV cache of `context` positions: keys, values, and the attention
     /// pieces it splits a step into.
     pub const fn kv_cache_bytes(&self, context: usize) -> usize {
-        let (hd, group) = (self.head_dim, self.heads / self.kv_heads);
+        let h = &self.hparams;
+        let (hd, group) = (h.head_dim, h.group());
         let piece = block(4 * group * PIECE_ROWS) + block(4 * PIECE_ROWS) + block(4 * hd) + block(4 * group * hd) + block(8 * group) + 160;
-        let pieces = self.kv_heads * context.div_ceil(PIECE_ROWS);
+        let pieces = h.kv_heads * context.div_ceil(PIECE_ROWS);
         // with a KV head per query head, on x86-64: the pieces a prompt batch is attended
         // in, four tokens each (`ExactKvCache::attend_tokens`; their sums are empty)
         let token_blocks = if cfg!(target_arch = "x86_64") && group == 1 {
             let piece = block(4 * TOKEN_BLOCK * token_block_rows(context)) + 2 * block(4 * TOKEN_BLOCK * hd) + block(8 * TOKEN_BLOCK) + 160;
-            PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * self.kv_heads * piece + block(PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * self.kv_heads * 160)
+            PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * h.kv_heads * piece + block(PREFILL_BATCH.div_ceil(TOKEN_BLOCK) * h.kv_heads * 160)
         } else {
             0
         };
-        2 * block(2 * self.kv_rows(context) * self.kv_dim())
+        2 * block(2 * self.kv_rows(context) * h.kv_dim())
             + block(pieces * 160)
             + pieces * piece
-            + 2 * block(self.layers * 8)
+            + 2 * block(h.layers * 8)
             + 256
             + token_blocks
     }
@@ -131,8 +111,9 @@ impl Dims {
     /// Activations, tables and angles of a prefill batch, and the logits.
     pub const fn state_bytes(&self) -> usize {
         let n = PREFILL_BATCH;
-        let (dim, hidden, kv) = (self.dim, self.hidden_dim, self.kv_dim());
-        let (q, b) = (self.q_dim(), self.buffers);
+        let h = &self.hparams;
+        let (dim, hidden, kv) = (h.dim, h.hidden_dim, h.kv_dim());
+        let (q, b) = (h.q_dim(), self.buffers);
         let floats = 2 * block(4 * n * dim) + 2 * block(4 * n * q) + 2 * block(4 * n * kv) + 2 * block(4 * n * hidden);
         // a table set per distinct (column count, group): inputs of dim, q_dim (where it
         // differs) or hidden columns; each token's entry holds its tables and an optional
@@ -145,7 +126,7 @@ impl Dims {
         let residual = if b.residual_tables {
             let widest = if hidden > dim { hidden } else { dim };
             let widest = if q > widest { q } else { widest };
-            let out = if n * widest > self.vocab_size { n * widest } else { self.vocab_size };
+            let out = if n * widest > h.vocab_size { n * widest } else { h.vocab_size };
             b.groups_per_width * n * width_tables + block(4 * out)
         } else {
             0
@@ -156,8 +137,8 @@ impl Dims {
         } else {
             0
         };
-        let batch = floats + table_sets + residual + int8 + b.rope_sets * (block(n * 72) + n * rope(self.head_dim));
-        block(batch) + block(4 * self.vocab_size) + 512
+        let batch = floats + table_sets + residual + int8 + b.rope_sets * (block(n * 72) + n * rope(h.head_dim));
+        block(batch) + block(4 * h.vocab_size) + 512
     }
 
     /// A session of `context` positions and a generation on it: the KV cache, the
@@ -166,7 +147,7 @@ impl Dims {
         self.kv_cache_bytes(context)
             + self.state_bytes()
             + block(4 * context)
-            + block(8 * scratch_len(self.vocab_size))
+            + block(8 * scratch_len(self.hparams.vocab_size))
             + 2 * block(768)
             + 512
     }

@@ -1,11 +1,52 @@
-//! Reading hyperparameters from GGUF metadata as llama.cpp reads them: a missing
-//! optional key takes llama.cpp's default, a value lutra does not implement is
-//! `ModelError::Unsupported` naming the key.
+//! A transformer's sizes ([`Hparams`]), and reading hyperparameters from GGUF metadata
+//! as llama.cpp reads them: a missing optional key takes llama.cpp's default, a value
+//! lutra does not implement is `ModelError::Unsupported` naming the key.
 
 use alloc::string::ToString;
 
 use super::ModelError;
 use crate::formats::gguf::{Gguf, Value};
+
+/// A transformer's sizes, one struct for every architecture: held by each one's
+/// configuration (`LlamaFamilyConfig`, `Gemma3Config`), by [`budget::Dims`](super::budget::Dims)
+/// and by [`ModelInfo`](crate::engine::ModelInfo), named as `ModelInfo` names them.
+/// `const`-constructible, so a build for a fixed heap sizes its arena from one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hparams {
+    /// Width of the residual stream (embedding length).
+    pub dim: usize,
+    /// Width of the feed-forward layers.
+    pub hidden_dim: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (fewer than `heads` with grouped-query attention).
+    pub kv_heads: usize,
+    /// Dimensions per head.
+    pub head_dim: usize,
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// The longest context the model was trained for.
+    pub context_length: usize,
+}
+
+impl Hparams {
+    /// Width of all query heads.
+    pub const fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of all key (or value) heads.
+    pub const fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Query heads per key/value head.
+    pub const fn group(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+}
 
 /// `Ok(None)` if `key` is absent, its value if `read` takes it; a per-layer array (which
 /// llama.cpp takes for some keys) is refused, any other type is the wrong one.

@@ -22,7 +22,7 @@ fn main() -> Result<(), String> {
     let iterations: usize = iterations.parse().map_err(|e| format!("ITERATIONS: {e}"))?;
     let shape = synthetic::shape(shape, ctx).ok_or(format!("unknown shape {shape}"))?;
     let mut cache = synthetic::cache(kind, shape, Isa::best())?;
-    let q = synthetic::values(shape.n_heads * shape.head_dim, 3);
+    let q = synthetic::values(shape.heads * shape.head_dim, 3);
     let mut out = vec![0.0; q.len()];
     let pool = Pool::new(1);
     let scale = 1.0 / (shape.head_dim as f32).sqrt();

@@ -18,15 +18,13 @@ use crate::{normals, Contender, Timer};
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
     pub name: &'static str,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
     pub head_dim: usize,
 }
 
-pub const SHAPES: [Shape; 2] = [
-    Shape { name: "gemma3", n_heads: 4, n_kv_heads: 1, head_dim: 256 },
-    Shape { name: "llama7b", n_heads: 32, n_kv_heads: 32, head_dim: 128 },
-];
+pub const SHAPES: [Shape; 2] =
+    [Shape { name: "gemma3", heads: 4, kv_heads: 1, head_dim: 256 }, Shape { name: "llama7b", heads: 32, kv_heads: 32, head_dim: 128 }];
 
 /// One measured row.
 pub struct Row {
@@ -71,8 +69,7 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
     let mut rows = Vec::new();
     for shape in shapes {
         for &ctx in ctxs {
-            let att =
-                AttentionShape { layers: 1, n_heads: shape.n_heads, n_kv_heads: shape.n_kv_heads, head_dim: shape.head_dim, context: ctx };
+            let att = AttentionShape { layers: 1, heads: shape.heads, kv_heads: shape.kv_heads, head_dim: shape.head_dim, context: ctx };
             let exact = |precision, values| -> Result<Box<dyn KvCache>, String> {
                 Ok(Box::new(ExactKvCache::with_value_format(att, precision, &[], values).map_err(|e| e.to_string())?))
             };
@@ -82,7 +79,7 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                 (kind_name("exact_f16", ValueFormat::Q8_0), exact(KeyPrecision::F16, ValueFormat::Q8_0)?),
             ];
             for (kind, s, k, value_formats) in pq_shapes(shape) {
-                let pq = PqShape::new(1, shape.n_kv_heads, shape.head_dim, s, k).map_err(|e| e.to_string())?;
+                let pq = PqShape::new(1, shape.kv_heads, shape.head_dim, s, k).map_err(|e| e.to_string())?;
                 // timing does not depend on what the centroids and the key / query matrices
                 // (which `calibrate --key-transform opq` learns) are
                 let hd = shape.head_dim;
@@ -103,7 +100,7 @@ pub fn bench_attention(shapes: &[Shape], ctxs: &[usize], samples: usize, llamacp
                     c.store(0, pos, &k, &v);
                 }
             }
-            let q = normals(shape.n_heads * shape.head_dim, 3, 1.0);
+            let q = normals(shape.heads * shape.head_dim, 3, 1.0);
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
             let mut bytes: Vec<(usize, usize)> = caches.iter().map(|(_, c)| (c.key_bytes(), c.value_bytes())).collect();
             let mut names: Vec<String> = caches.iter().map(|(n, _)| n.clone()).collect();
@@ -187,7 +184,7 @@ impl ValueFloor {
     fn run(&self, pool: &Pool, scratch: &[Mutex<FloorScratch>]) {
         let ctx = self.shape.context;
         let per_head = ctx.div_ceil(PIECE_ROWS);
-        let pieces = self.shape.n_kv_heads * per_head;
+        let pieces = self.shape.kv_heads * per_head;
         pool.run(|i| {
             let Ok(mut guard) = scratch[i].lock() else { return };
             let s = &mut *guard;
@@ -207,7 +204,7 @@ fn llamacpp_rows(shape: &Shape, ctx: usize, samples: usize, threads: usize) -> R
     use crate::llamacpp::attention::GgmlAttention;
     let mut rows = Vec::new();
     for key_type in ["f16", "q8_0"] {
-        let mut g = GgmlAttention::new(shape.n_heads, shape.n_kv_heads, shape.head_dim, ctx, key_type, threads)?;
+        let mut g = GgmlAttention::new(shape.heads, shape.kv_heads, shape.head_dim, ctx, key_type, threads)?;
         let key_bytes = g.key_bytes();
         let ns = {
             let cell = std::cell::RefCell::new(&mut g);
@@ -218,7 +215,7 @@ fn llamacpp_rows(shape: &Shape, ctx: usize, samples: usize, threads: usize) -> R
             let mut engines = [Contender { run: &mut run, settle: Some(&mut settle) }];
             Timer { samples }.medians_settled(&mut engines)[0]
         };
-        let value_bytes = ctx * shape.n_kv_heads * shape.head_dim * 2;
+        let value_bytes = ctx * shape.kv_heads * shape.head_dim * 2;
         rows.push(Row { ctx, shape: shape.name, threads, kind: format!("llamacpp_{key_type}"), ns_per_token: ns, key_bytes, value_bytes });
     }
     Ok(rows)
@@ -302,7 +299,7 @@ mod tests {
     #[test]
     fn the_value_floor_mixes_every_piece() {
         // 3 pieces of 1024 rows on 2 threads: thread 0 takes pieces 0 and 2
-        let att = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 1, head_dim: 64, context: 2 * PIECE_ROWS + 10 };
+        let att = AttentionShape { layers: 1, heads: 4, kv_heads: 1, head_dim: 64, context: 2 * PIECE_ROWS + 10 };
         for format in ValueFormat::ALL {
             let floor = ValueFloor::new(att, format).unwrap();
             let (pool, scratch) = (Pool::new(2), floor.scratch(2));
@@ -329,7 +326,7 @@ mod tests {
 
     #[test]
     fn the_value_floor_rows_are_the_values_row_by_row() {
-        let att = AttentionShape { layers: 1, n_heads: 4, n_kv_heads: 1, head_dim: 64, context: 40 };
+        let att = AttentionShape { layers: 1, heads: 4, kv_heads: 1, head_dim: 64, context: 40 };
         let values = normals(40 * 64, 11, 1.0);
         let row = 37;
         let x: &[f32; VALUE_BLOCK] = values[row * 64 + VALUE_BLOCK..][..VALUE_BLOCK].try_into().unwrap();

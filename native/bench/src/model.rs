@@ -33,7 +33,7 @@ pub struct ModelBench {
 /// `llama-bench -d` does: the cost is the same, the logits are not read).
 pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(f64, f64), String> {
     // pp and tg are capped at the room the context leaves after `depth`
-    let max = model.info().context_length;
+    let max = model.info().hparams.context_length;
     let room = max.saturating_sub(spec.depth + 1);
     if room == 0 {
         return Err(format!("--depth {} leaves no room in the model's context of {max}", spec.depth));
@@ -60,7 +60,7 @@ pub fn bench_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<(
 /// `--profile`: one prefill of `pp` tokens and `tg` decode steps at `depth` (after one
 /// untimed round of each), every product and attention call timed.
 pub fn profile_model(model: &Model, threads: usize, spec: &ModelBench) -> Result<[PhaseProfile; 2], String> {
-    let room = model.info().context_length.saturating_sub(spec.depth + 1);
+    let room = model.info().hparams.context_length.saturating_sub(spec.depth + 1);
     let (pp, tg) = (spec.pp.min(room), spec.tg.min(room));
     if pp == 0 || tg == 0 {
         return Err(format!("--profile needs room for --pp and --tg after --depth {} in the model's context", spec.depth));
@@ -164,7 +164,7 @@ pub fn bench_model_vs_llamacpp(model: &Model, path: &Path, threads: usize, spec:
             path.display()
         ));
     }
-    let context = model.info().context_length.min(depth + pp.max(tg) + 1);
+    let context = model.info().hparams.context_length.min(depth + pp.max(tg) + 1);
     let (pp, tg) = (pp.min(context - depth), tg.min(context - depth - 1));
     if tg == 0 || (pp == 0 && depth == 0) {
         return Err(format!("--llamacpp needs --tg (and, without --depth, --pp) of at least 1 (got {pp} and {tg})"));

@@ -44,7 +44,7 @@ pub fn chat(a: ChatArgs) -> Result<(), String> {
     if !model.info().chat {
         return Err(Error::NoChatTemplate { architecture: model.info().architecture }.to_string());
     }
-    let context = a.ctx.min(model.info().context_length);
+    let context = a.ctx.min(model.info().hparams.context_length);
     super::warn_if_codebooks_short(&attention, context);
     let mut session =
         model.session(&SessionOptions { context, threads: a.threads.max(1), attention, values }).map_err(|e| e.to_string())?;

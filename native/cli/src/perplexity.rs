@@ -27,7 +27,7 @@ pub fn perplexity(a: PerplexityArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
     let (attention, values) = (a.attention.choice()?, a.attention.values()?);
     let model = a.model.load(false)?;
-    model.check_session_memory(a.ctx.min(model.info().context_length)).map_err(|e| e.to_string())?;
+    model.check_session_memory(a.ctx.min(model.info().hparams.context_length)).map_err(|e| e.to_string())?;
     super::warn_if_codebooks_short(&attention, a.ctx);
     let pool = Pool::new(a.threads.max(1));
     let p = lutra::engine::perplexity(&model, &pool.split(), &text, a.ctx, &attention, values).map_err(|e| e.to_string())?;

@@ -50,7 +50,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let model = a.model.load(true)?;
     let prompt = if a.chat { model.encode_chat(&[(Role::User, &prompt_text)], true) } else { model.encode(&prompt_text, true) }
         .map_err(|e| e.to_string())?;
-    let context = a.ctx.min(model.info().context_length);
+    let context = a.ctx.min(model.info().hparams.context_length);
     super::warn_if_codebooks_short(&attention, context);
     let mut session =
         model.session(&SessionOptions { context, threads: a.threads.max(1), attention, values }).map_err(|e| e.to_string())?;
@@ -91,7 +91,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let gen_s = t.elapsed().as_secs_f64();
     writeln!(out).map_err(io)?;
     if generation.stop_reason() == Some(lutra::StopReason::ContextFull) {
-        let most = model.info().context_length;
+        let most = model.info().hparams.context_length;
         eprintln!(
             "stopped after {} tokens: the context is full ({context} positions; --ctx sets it, up to {most})",
             generation.generated()

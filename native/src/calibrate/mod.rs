@@ -100,7 +100,7 @@ impl KvCache for Recorder {
         let s = self.inner.shape();
         if let Ok(mut seen) = self.seen.lock() {
             for (kvh, key) in k.chunks_exact(s.head_dim).enumerate() {
-                let store = &mut seen.keys[layer * s.n_kv_heads + kvh];
+                let store = &mut seen.keys[layer * s.kv_heads + kvh];
                 if store.len() < self.limit * s.head_dim {
                     store.extend_from_slice(key);
                 }
@@ -140,7 +140,7 @@ pub fn calibrate(model: &Model, text: &str, opts: &CalibrateOptions) -> Result<V
     let shapes = opts
         .configs
         .iter()
-        .map(|&(s, k)| PqShape::new(shape.layers, shape.n_kv_heads, shape.head_dim, s, k).map_err(|e| e.to_string()))
+        .map(|&(s, k)| PqShape::new(shape.layers, shape.kv_heads, shape.head_dim, s, k).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     if opts.ctx < 2 || opts.keys == 0 {
         return Err("--ctx must be at least 2 and --keys at least 1".into());
@@ -177,11 +177,11 @@ pub fn calibrate(model: &Model, text: &str, opts: &CalibrateOptions) -> Result<V
         let mut q = vec![0.0f32; hd];
         let mut out = Vec::new();
         for layer in 0..shape.layers {
-            for kvh in 0..shape.n_kv_heads {
+            for kvh in 0..shape.kv_heads {
                 let mut m = vec![0.0f64; hd * hd];
                 for pos in 0..train_n {
                     for g in 0..shape.group() {
-                        q.copy_from_slice(&seen.queries[layer][(pos * shape.n_heads + kvh * shape.group() + g) * hd..][..hd]);
+                        q.copy_from_slice(&seen.queries[layer][(pos * shape.heads + kvh * shape.group() + g) * hd..][..hd]);
                         opts.rotation.apply(&mut q);
                         for (i, &qi) in q.iter().enumerate() {
                             let row = &mut m[i * hd..(i + 1) * hd];
@@ -249,7 +249,7 @@ pub fn calibrate(model: &Model, text: &str, opts: &CalibrateOptions) -> Result<V
 
 /// Runs the model with exact attention over `tokens`, recording keys and queries.
 fn record(model: &Model, tokens: &[u32], shape: AttentionShape, opts: &CalibrateOptions) -> Result<(Recorded, usize), String> {
-    let heads = shape.layers * shape.n_kv_heads;
+    let heads = shape.layers * shape.kv_heads;
     let seen = Arc::new(Mutex::new(Recorded { keys: vec![Vec::new(); heads], queries: vec![Vec::new(); shape.layers] }));
     let inner = ExactKvCache::with_windows(shape, KeyPrecision::F16, &model.layer_windows());
     let recorder = Recorder { inner, seen: seen.clone(), limit: opts.keys };
@@ -289,7 +289,7 @@ const RECORDING_MAGIC: &[u8; 8] = b"LUTRAKQ1";
 /// A recording's header: magic, then layers, KV heads, query heads, head_dim, context, positions (u64 LE).
 fn recording_header(shape: AttentionShape, fed: usize) -> Vec<u8> {
     let mut h = RECORDING_MAGIC.to_vec();
-    for v in [shape.layers, shape.n_kv_heads, shape.n_heads, shape.head_dim, shape.context, fed] {
+    for v in [shape.layers, shape.kv_heads, shape.heads, shape.head_dim, shape.context, fed] {
         h.extend_from_slice(&(v as u64).to_le_bytes());
     }
     h
@@ -310,13 +310,13 @@ fn load_recording(path: &std::path::Path, shape: AttentionShape) -> Option<(Reco
     if bytes.get(..56)? != recording_header(shape, fed).as_slice() {
         return None;
     }
-    let (k_len, q_len) = (fed.checked_mul(shape.head_dim)?, fed.checked_mul(shape.n_heads * shape.head_dim)?);
-    let total = shape.layers.checked_mul(shape.n_kv_heads * k_len + q_len)?;
+    let (k_len, q_len) = (fed.checked_mul(shape.head_dim)?, fed.checked_mul(shape.heads * shape.head_dim)?);
+    let total = shape.layers.checked_mul(shape.kv_heads * k_len + q_len)?;
     let floats: Vec<f32> = bytes.get(56..)?.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     if floats.len() != total {
         return None;
     }
-    let (keys, queries) = floats.split_at(shape.layers * shape.n_kv_heads * k_len);
+    let (keys, queries) = floats.split_at(shape.layers * shape.kv_heads * k_len);
     eprintln!("keys and queries of {fed} positions from {}", path.display());
     Some((
         Recorded {
@@ -466,8 +466,8 @@ fn fidelity(books: &Codebooks, seen: &Recorded, shape: AttentionShape, held: std
     for layer in 0..shape.layers {
         let mut acc = [0.0f64; 4];
         let mut count = 0;
-        for kvh in 0..shape.n_kv_heads {
-            let keys = &seen.keys[layer * shape.n_kv_heads + kvh][held.start * hd..held.end * hd];
+        for kvh in 0..shape.kv_heads {
+            let keys = &seen.keys[layer * shape.kv_heads + kvh][held.start * hd..held.end * hd];
             let mut all_codes = Vec::with_capacity(n * pq.subspaces);
             for key in keys.chunks_exact(hd) {
                 books.encode(layer, kvh, key, &mut codes);
@@ -477,7 +477,7 @@ fn fidelity(books: &Codebooks, seen: &Recorded, shape: AttentionShape, held: std
             for pos in held.clone().step_by(step) {
                 for g in 0..group {
                     let h = kvh * group + g;
-                    let q = &seen.queries[layer][(pos * shape.n_heads + h) * hd..][..hd];
+                    let q = &seen.queries[layer][(pos * shape.heads + h) * hd..][..hd];
                     let exact: Vec<f64> =
                         keys.chunks_exact(hd).map(|k| f64::from(lutra_core::kernels::attend::dot(q, k) * scale)).collect();
                     let ts = books.query_tables(layer, kvh, q, scale, &mut float, &mut tables);

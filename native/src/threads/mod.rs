@@ -55,7 +55,7 @@ mod tests {
         use lutra_core::attention::{AttentionShape, ExactKvCache, KeyPrecision, KvCache, PIECE_ROWS};
         use lutra_core::model::SingleThread;
         use lutra_core::pq::{Codebooks, PqShape, Rotation};
-        let shape = AttentionShape { layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 32, context: 3 * PIECE_ROWS + 100 };
+        let shape = AttentionShape { layers: 2, heads: 4, kv_heads: 2, head_dim: 32, context: 3 * PIECE_ROWS + 100 };
         // layer 0: a ring of `window` positions; layer 1: the whole context
         let window = PIECE_ROWS + 70;
         let windows = [window, 0];
