@@ -9,6 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use lutra_core::formats::gguf::{Array, GgmlType, Gguf, GgufError, Value};
+use lutra_core::formats::import;
 use memmap2::Mmap;
 
 /// Why a model file could not be inspected.
@@ -80,6 +81,23 @@ pub struct TypeStats {
     pub tensors: u64,
     /// Bytes of tensor data; `None` for a type this build does not know.
     pub bytes: Option<u64>,
+    /// Elements (weights) of all tensors of this type.
+    pub elements: u64,
+    /// Bytes these tensors take once imported on this tier (2-D matrices in their lookup or
+    /// int8 form, 1-D tensors as they are); `None` if the import refuses the type.
+    pub imported_bytes: Option<u64>,
+}
+
+impl TypeStats {
+    /// Bits per weight in the file.
+    pub fn file_bits_per_weight(&self) -> Option<f64> {
+        Some(self.bytes? as f64 * 8.0 / self.elements.max(1) as f64)
+    }
+
+    /// Bits per weight once imported on this tier.
+    pub fn imported_bits_per_weight(&self) -> Option<f64> {
+        Some(self.imported_bytes? as f64 * 8.0 / self.elements.max(1) as f64)
+    }
 }
 
 /// One metadata entry shown in the report.
@@ -161,14 +179,22 @@ pub fn inspect_bytes(path: &Path, bytes: &[u8]) -> Result<Report, InspectError> 
     let mut types: Vec<TypeStats> = Vec::new();
     let mut parameters = 0u64;
     for t in g.tensors() {
-        parameters = parameters.saturating_add(t.n_elements().unwrap_or(0));
+        let elements = t.n_elements().unwrap_or(0);
+        parameters = parameters.saturating_add(elements);
         let bytes = t.byte_size().ok();
+        let imported_bytes = match import::imported_bytes(&t) {
+            Some(b) => Some(b as u64),
+            // kept as it is: a 1-D tensor, or a matrix whose type the import refuses
+            None => bytes.filter(|_| t.n_dims < 2 && import::matrix_kernel(t.ggml_type).is_some()),
+        };
         match types.iter_mut().find(|s| s.ggml_type == t.ggml_type) {
             Some(s) => {
                 s.tensors += 1;
                 s.bytes = s.bytes.zip(bytes).map(|(a, b)| a.saturating_add(b));
+                s.elements = s.elements.saturating_add(elements);
+                s.imported_bytes = s.imported_bytes.zip(imported_bytes).map(|(a, b)| a.saturating_add(b));
             }
-            None => types.push(TypeStats { ggml_type: t.ggml_type, tensors: 1, bytes }),
+            None => types.push(TypeStats { ggml_type: t.ggml_type, tensors: 1, bytes, elements, imported_bytes }),
         }
     }
     types.sort_by_key(|s| s.ggml_type.id());
@@ -346,13 +372,14 @@ impl Report {
             }
         }
         let _ = writeln!(s, "tensors         {} ({} parameters)", self.tensor_count, self.parameters);
-        let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10} {:>6}", "type", "tensors", "bytes", "MiB", "%");
+        let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10} {:>6} {:>7}", "type", "tensors", "bytes", "MiB", "%", "bits/w");
         for t in &self.types {
             let name = t.ggml_type.to_string();
             match t.bytes {
                 Some(b) => {
                     let pct = if self.total_bytes > 0 { 100.0 * b as f64 / self.total_bytes as f64 } else { 0.0 };
-                    let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10.1} {:>6.1}", name, t.tensors, b, mib(b), pct);
+                    let bits = t.file_bits_per_weight().unwrap_or(0.0);
+                    let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10.1} {:>6.1} {:>7.3}", name, t.tensors, b, mib(b), pct, bits);
                 }
                 None => {
                     let _ = writeln!(s, "  {:<10} {:>8} {:>14} {:>10} {:>6}", name, t.tensors, "?", "?", "?");
@@ -361,12 +388,13 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  {:<10} {:>8} {:>14} {:>10.1} {:>6.1}",
+            "  {:<10} {:>8} {:>14} {:>10.1} {:>6.1} {:>7.3}",
             "total",
             self.tensor_count,
             self.total_bytes,
             mib(self.total_bytes),
-            100.0
+            100.0,
+            self.total_bytes as f64 * 8.0 / self.parameters.max(1) as f64
         );
         if self.types.iter().any(|t| t.bytes.is_none()) {
             let _ = writeln!(s, "  (? = ggml type unknown to this build; its bytes are not counted)");
@@ -378,10 +406,23 @@ impl Report {
     /// tier (`lutra_core::formats::import::matrix_kernel`).
     pub fn kernels_text(&self) -> String {
         let mut s = format!("kernels         {} (the best tier here; LUTRA_MAX_ISA caps it)\n", lutra_core::Isa::best().name());
+        let _ = writeln!(s, "  {:<10} {:>7} {:>9} {:>7}  kernel", "type", "bits/w", "imported", "ratio");
+        let (mut file, mut imported) = (0u64, 0u64);
         for t in &self.types {
-            let kernel = lutra_core::formats::import::matrix_kernel(t.ggml_type).unwrap_or("refused");
-            let _ = writeln!(s, "  {:<10} {kernel}", t.ggml_type.to_string());
+            let kernel = import::matrix_kernel(t.ggml_type).unwrap_or("refused");
+            let bits = |b: Option<f64>| b.map_or("-".to_owned(), |b| format!("{b:.3}"));
+            let ratio = t.bytes.zip(t.imported_bytes).map_or("-".to_owned(), |(f, i)| format!("{:.3}", i as f64 / f.max(1) as f64));
+            let (b, i) = (bits(t.file_bits_per_weight()), bits(t.imported_bits_per_weight()));
+            let _ = writeln!(s, "  {:<10} {b:>7} {i:>9} {ratio:>7}  {kernel}", t.ggml_type.to_string());
+            file += t.bytes.unwrap_or(0);
+            imported += t.imported_bytes.or(t.bytes).unwrap_or(0);
         }
+        let _ = writeln!(
+            s,
+            "  imported weights {imported} bytes ({:.1} MiB), {:.3}× the file's tensor data",
+            mib(imported),
+            imported as f64 / file.max(1) as f64
+        );
         let _ = writeln!(s, "  (1-D tensors, norms and biases, stay f32)");
         s
     }
@@ -392,13 +433,30 @@ impl Report {
             .types
             .iter()
             .map(|t| {
-                let kernel = lutra_core::formats::import::matrix_kernel(t.ggml_type);
+                let kernel = import::matrix_kernel(t.ggml_type);
                 format!("{}:{}", json_string(&t.ggml_type.to_string()), kernel.map_or("null".into(), json_string))
             })
             .collect();
+        let imported: Vec<String> = self
+            .types
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}:{{\"bytes\":{},\"file_bits_per_weight\":{},\"bits_per_weight\":{}}}",
+                    json_string(&t.ggml_type.to_string()),
+                    json_opt(t.imported_bytes),
+                    json_opt(t.file_bits_per_weight().map(json_float)),
+                    json_opt(t.imported_bits_per_weight().map(json_float))
+                )
+            })
+            .collect();
         let json = self.json();
-        let kernels =
-            format!(",\"kernels\":{{\"tier\":{},\"types\":{{{}}}}}}}", json_string(lutra_core::Isa::best().name()), types.join(","));
+        let kernels = format!(
+            ",\"kernels\":{{\"tier\":{},\"types\":{{{}}},\"imported\":{{{}}}}}}}",
+            json_string(lutra_core::Isa::best().name()),
+            types.join(","),
+            imported.join(",")
+        );
         format!("{}{kernels}", &json[..json.len() - 1])
     }
 

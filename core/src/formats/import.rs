@@ -201,8 +201,9 @@ pub fn weight_bytes_needed(g: &Gguf<'_>) -> Result<u64, GgufError> {
     Ok(total)
 }
 
-/// Bytes of the form [`weights`] imports matrix `t` to, where it converts it.
-fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
+/// Bytes of the form [`weights`] imports 2-D matrix `t` to on this tier (codes and scales),
+/// from its shape alone; `None` for a tensor it keeps as it is (1-D) or refuses.
+pub fn imported_bytes(t: &TensorInfo<'_>) -> Option<usize> {
     if t.n_dims != 2 {
         return None;
     }

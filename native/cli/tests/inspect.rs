@@ -79,6 +79,10 @@ fn reports_a_valid_file() {
     assert_eq!(cols("Q4_0"), ["2", "4608"]);
     assert_eq!(cols("Q8_0"), ["1", "340"]);
     assert_eq!(cols("total"), ["4", "5204"]);
+    // bits per weight in the file, from ggml's block geometry: 34 bytes per 32 (Q8_0),
+    // 18 per 32 (Q4_0), 4 bytes per value (F32)
+    let bits = |ty: &str| row(ty).split_whitespace().nth(5).unwrap_or_default().to_owned();
+    assert_eq!([bits("F32"), bits("Q8_0"), bits("Q4_0")], ["32.000", "8.500", "4.500"]);
 
     let out = lutra(&["--json", path.to_str().unwrap()]);
     assert!(out.status.success());
@@ -110,6 +114,13 @@ fn reports_a_valid_file() {
     let kernel = |ty: &str| stdout.lines().rfind(|l| l.trim_start().starts_with(ty)).unwrap_or_default().to_owned();
     assert!(kernel("Q4_0").ends_with("table lookups (bit planes)"), "{stdout}");
     assert!(kernel("Q8_0").ends_with("int8 dot products (int8 codes)"), "{stdout}");
+    // imported bits per weight: Q4_0 as 4 bit planes with an f16 scale per 32 weights
+    // (4.5, as the file); Q8_0 as int8 codes with f16 scales, its 5 rows padded to 8
+    // (8.5 · 8/5 = 13.6); F32 norms kept as f32
+    let imported = |ty: &str| kernel(ty).split_whitespace().skip(1).take(3).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(imported("Q4_0"), ["4.500", "4.500", "1.000"], "{stdout}");
+    assert_eq!(imported("Q8_0"), ["8.500", "13.600", "1.600"], "{stdout}");
+    assert_eq!(imported("F32"), ["32.000", "32.000", "1.000"], "{stdout}");
     let out = Command::new(env!("CARGO_BIN_EXE_lutra"))
         .args(["inspect", "--kernels", "--json", path.to_str().unwrap()])
         .env("LUTRA_MAX_ISA", "scalar")
@@ -118,6 +129,7 @@ fn reports_a_valid_file() {
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(json.contains("\"kernels\":{\"tier\":\"scalar\",\"types\":{"), "{json}");
     assert!(json.contains("\"Q4_0\":\"table lookups (bit planes)\""), "{json}");
+    assert!(json.contains("\"Q4_0\":{\"bytes\":4608,\"file_bits_per_weight\":4.5,\"bits_per_weight\":4.5}"), "{json}");
     assert!(json.trim_end().ends_with("}}}"), "{json}");
     std::fs::remove_file(path).unwrap();
 }
