@@ -438,6 +438,8 @@ where
     }
     let mask = ((1u16 << layout.bits) - 1) as u8;
     let mut scratch = [0u8; TILE_ROWS * 256];
+    // the same codes as 4-code words, which `index` takes a plane of in a few operations
+    let mut words = [0u32; TILE_ROWS * 256 / 4];
     let g_len = layout.group;
     for tile in 0..layout.tiles() {
         for g in 0..layout.groups() {
@@ -462,11 +464,14 @@ where
                 }
             }
             let at = layout.tile_group_offset(tile, g);
-            let codes = &scratch[..TILE_ROWS * g_len];
+            let words = &mut words[..TILE_ROWS * g_len / 4];
+            for (w, c) in words.iter_mut().zip(scratch[..TILE_ROWS * g_len].chunks_exact(4)) {
+                *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
             let out = &mut out[at..at + layout.tile_group_bytes()];
             match layout.interleave {
-                Interleave::Shuffle => pack_shuffle(codes, g_len, layout.bits, out),
-                Interleave::Permute => pack_permute(codes, g_len, layout.bits, out),
+                Interleave::Shuffle => pack_shuffle(words, g_len, layout.bits, out),
+                Interleave::Permute => pack_permute(words, g_len, layout.bits, out),
             }
         }
     }
@@ -494,14 +499,25 @@ fn store_scale(layout: &Layout, out: &mut [u8], block: usize, r: usize, v: f32) 
     Ok(())
 }
 
-/// 4-bit index of (row r, plane p, chunk c) from a row-major 32 × group code block.
+/// 4-bit index of (row r, plane p, chunk c) from a row-major 32 × group code block held
+/// as 4-code little-endian words (`words[r·group/4 + c]` is codes 4c..4c+4 of row r): bit p
+/// of code 4c + t at bit t.
 #[inline]
-fn index(codes: &[u8], group: usize, r: usize, p: usize, c: usize) -> u8 {
-    let row = &codes[r * group + 4 * c..r * group + 4 * c + 4];
-    (0..4).fold(0u8, |acc, t| acc | (((row[t] >> p) & 1) << t))
+fn index(words: &[u32], group: usize, r: usize, p: usize, c: usize) -> u8 {
+    plane_nibble(words[r * group / 4 + c], p)
 }
 
-fn pack_permute(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
+/// Bit `p` of each of the four codes in `word` (one per byte), code t's at bit t. The
+/// masked bits sit at 0, 8, 16, 24; the multiply by 2^24 + 2^17 + 2^10 + 2^3 moves bit 8t
+/// to 24 + t, and every other product lands on a distinct bit outside 24..28, so no carry
+/// reaches the nibble.
+#[inline(always)]
+fn plane_nibble(word: u32, p: usize) -> u8 {
+    let bits = u64::from((word >> p) & 0x0101_0101);
+    ((bits * 0x0102_0408) >> 24) as u8 & 0x0f
+}
+
+fn pack_permute(codes: &[u32], group: usize, bits: u8, out: &mut [u8]) {
     let mut o = 0;
     for quad in 0..group / 16 {
         for p in 0..bits as usize {
@@ -517,7 +533,7 @@ fn pack_permute(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
     debug_assert_eq!(o, out.len());
 }
 
-fn pack_shuffle(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
+fn pack_shuffle(codes: &[u32], group: usize, bits: u8, out: &mut [u8]) {
     let bits = bits as usize;
     let mut o = 0;
     for j in 0..bits / 2 {
@@ -548,4 +564,28 @@ fn pack_shuffle(codes: &[u8], group: usize, bits: u8, out: &mut [u8]) {
         }
     }
     debug_assert_eq!(o, out.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plane_nibble;
+
+    /// Against the definition, bit by bit: every word whose four code bytes take each
+    /// value 0..=255 at one position (the others random), every plane.
+    #[test]
+    fn plane_nibble_gathers_bit_p_of_each_code() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..4 * 256 * 64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mut codes = (state as u32).to_le_bytes();
+            codes[i / (256 * 64)] = (i / 64 % 256) as u8;
+            let word = u32::from_le_bytes(codes);
+            for p in 0..8 {
+                let want = (0..4).fold(0u8, |acc, t| acc | (((codes[t] >> p) & 1) << t));
+                assert_eq!(plane_nibble(word, p), want, "codes {codes:?}, plane {p}");
+            }
+        }
+    }
 }
