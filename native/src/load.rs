@@ -2,14 +2,16 @@
 //! tensor is imported, so the mapped file and the imported weights are never both
 //! resident in full.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use lutra_core::engine::{self, InMemory, Lent, LoadProgress};
-use lutra_core::formats::gguf::{is_gguf, Gguf};
-use lutra_core::formats::import::weight_bytes_needed;
+use lutra_core::formats::gguf::{is_gguf, Gguf, TensorInfo};
+use lutra_core::formats::import::{self, weight_bytes_needed, TensorSource, Weights};
 use lutra_core::formats::pack;
+use lutra_core::model::ModelError;
 use lutra_core::Backing;
 use memmap2::Mmap;
 
@@ -31,11 +33,14 @@ pub struct LoadOptions {
     /// The most memory the weights and a session may take, in bytes (`None`: the
     /// machine's physical memory). A model over it is refused before loading.
     pub max_memory: Option<u64>,
+    /// Threads that convert a GGUF file's matrices (`None`: one per core). The import is
+    /// the same on any count.
+    pub import_threads: Option<usize>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { tokenizer: None, bits: 4, progress: false, max_memory: None }
+        LoadOptions { tokenizer: None, bits: 4, progress: false, max_memory: None, import_threads: None }
     }
 }
 
@@ -61,15 +66,16 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
             bar.finish();
             model
         } else {
-            let mut bar = Bar::new(opts.progress, "importing tensors".into());
-            let model = engine::Model::from_gguf_source(&gguf, &mut InMemory(file.bytes()), |p| {
+            let threads = opts.import_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let bar = Mutex::new(Bar::new(opts.progress, "importing tensors".into()));
+            let ready = import_ahead(&gguf, &file.0, threads.max(1), &bar);
+            bar.into_inner().unwrap_or_else(|e| e.into_inner()).finish();
+            let mut source = ImportedAhead { file: InMemory(file.bytes()), ready };
+            engine::Model::from_gguf_source(&gguf, &mut source, |p| {
                 if let Some(range) = p.consumed.clone() {
                     release(&file.0, range);
                 }
-                bar.update(&p);
-            });
-            bar.finish();
-            model
+            })
         };
         return model.map(gathered).map_err(in_file);
     }
@@ -90,6 +96,56 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
 fn gathered(mut model: engine::Model) -> engine::Model {
     model.gather_weights(crate::hugepage::HUGE);
     model
+}
+
+/// Every matrix of a GGUF file that the import converts, converted on `threads` threads
+/// (largest first, so the last to finish is a small one) before the architecture asks
+/// for them, each one's pages of the mapped file released once it is done. Each result,
+/// error or matrix, is what `import::weights` gives on one thread; the architecture then
+/// takes them in its own order through [`ImportedAhead`], so which error a bad file
+/// reports does not change either.
+fn import_ahead(gguf: &Gguf<'_>, map: &Mmap, threads: usize, bar: &Mutex<Bar>) -> HashMap<String, Result<Weights, ModelError>> {
+    let mut matrices: Vec<TensorInfo<'_>> = gguf.tensors().filter(|t| import::imported_bytes(t).is_some()).collect();
+    matrices.sort_by_key(|t| std::cmp::Reverse(t.byte_size().unwrap_or(0)));
+    let next = AtomicUsize::new(0);
+    let ready = Mutex::new(HashMap::with_capacity(matrices.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(matrices.len()) {
+            scope.spawn(|| {
+                while let Some(t) = matrices.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let matrix = import::weights(gguf, &mut InMemory(map), t.name, None, |_| {});
+                    if let Ok(range) = gguf.tensor_range(t) {
+                        release(map, range.start as usize..range.end as usize);
+                    }
+                    let done = {
+                        let mut ready = ready.lock().unwrap_or_else(|e| e.into_inner());
+                        ready.insert(t.name.to_owned(), matrix);
+                        ready.len()
+                    };
+                    let progress = LoadProgress { done, total: matrices.len(), tensor: t.name, consumed: None };
+                    bar.lock().unwrap_or_else(|e| e.into_inner()).update(&progress);
+                }
+            });
+        }
+    });
+    ready.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The mapped GGUF file with the matrices [`import_ahead`] converted, each handed to the
+/// architecture once.
+struct ImportedAhead<'f> {
+    file: InMemory<'f>,
+    ready: HashMap<String, Result<Weights, ModelError>>,
+}
+
+impl TensorSource for ImportedAhead<'_> {
+    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[u8], ModelError> {
+        self.file.read(range)
+    }
+
+    fn take_imported(&mut self, name: &str) -> Option<Result<Weights, ModelError>> {
+        self.ready.remove(name)
+    }
 }
 
 /// A mapped file that matrices borrow from.

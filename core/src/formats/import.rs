@@ -54,6 +54,9 @@ pub fn weights(
     }
     let info = info(g, name)?;
     let (rows, cols) = shape(&info, expected)?;
+    if let Some(imported) = source.take_imported(name) {
+        return imported;
+    }
     let range = g.tensor_range(&info)?;
     if info.ggml_type == GgmlType::Q8_0 {
         let mut m = Int8Matrix::for_q8_0(rows, cols)?;

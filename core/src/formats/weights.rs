@@ -80,6 +80,14 @@ pub trait TensorSource {
         let _ = range;
         None
     }
+
+    /// Matrix `name` as a loader imported it ahead of time (on several threads, before the
+    /// architecture asks for it), handed over once: what [`weights`](crate::formats::import::weights)
+    /// would have returned for it. `None` (the default) imports it now.
+    fn take_imported(&mut self, name: &str) -> Option<Result<Weights, ModelError>> {
+        let _ = name;
+        None
+    }
 }
 
 /// A whole file in memory (or mapped).

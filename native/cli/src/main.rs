@@ -150,7 +150,13 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Loads the model, with a progress bar when `progress`.
     pub fn load(&self, progress: bool) -> Result<lutra::Model, String> {
-        let opts = lutra::LoadOptions { tokenizer: self.tokenizer.clone(), bits: self.bits, progress, max_memory: self.max_memory };
+        let opts = lutra::LoadOptions {
+            tokenizer: self.tokenizer.clone(),
+            bits: self.bits,
+            progress,
+            max_memory: self.max_memory,
+            ..Default::default()
+        };
         let model = lutra::Model::load_with(&self.model, &opts).map_err(|e| e.to_string())?;
         match &self.chat_template {
             Some(name) => model.with_chat_template(name).map_err(|e| e.to_string()),
