@@ -68,7 +68,9 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
         } else {
             let threads = opts.import_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let bar = Mutex::new(Bar::new(opts.progress, "importing tensors".into()));
-            let ready = import_ahead(&gguf, &file.0, threads.max(1), &bar);
+            // a file the engine refuses is refused before any conversion
+            let runs = gguf.get_str("general.architecture").is_some_and(engine::runs_architecture);
+            let ready = if runs { import_ahead(&gguf, &file.0, threads.max(1), &bar) } else { HashMap::new() };
             bar.into_inner().unwrap_or_else(|e| e.into_inner()).finish();
             let mut source = ImportedAhead { file: InMemory(file.bytes()), ready };
             engine::Model::from_gguf_source(&gguf, &mut source, |p| {
@@ -113,10 +115,11 @@ fn import_ahead(gguf: &Gguf<'_>, map: &Mmap, threads: usize, bar: &Mutex<Bar>) -
         for _ in 0..threads.min(matrices.len()) {
             scope.spawn(|| {
                 while let Some(t) = matrices.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let matrix = import::weights(gguf, &mut InMemory(map), t.name, None, |_| {});
-                    if let Ok(range) = gguf.tensor_range(t) {
-                        release(map, range.start as usize..range.end as usize);
-                    }
+                    // each piece read (offsets within the tensor's data) released as it is done
+                    let start = gguf.tensor_range(t).map_or(0, |r| r.start as usize);
+                    let matrix = import::weights(gguf, &mut InMemory(map), t.name, None, |piece| {
+                        release(map, start + piece.start..start + piece.end);
+                    });
                     let done = {
                         let mut ready = ready.lock().unwrap_or_else(|e| e.into_inner());
                         ready.insert(t.name.to_owned(), matrix);

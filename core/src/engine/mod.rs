@@ -29,7 +29,7 @@ pub use crate::model::{Gemv, Hparams, SingleThread};
 pub use crate::sampler::SamplerConfig;
 pub use error::Error;
 pub use generate::{CancelFlag, Generation, StopReason, Token};
-pub use model::{Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};
+pub use model::{runs_architecture, Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};
 pub use perplexity::{perplexity, Perplexity};
 pub use session::{default_context, CacheInfo, Session, DEFAULT_CONTEXT};
 pub use text::TextStream;

@@ -136,6 +136,11 @@ pub struct LoadProgress<'a> {
     pub consumed: Option<Range<usize>>,
 }
 
+/// Whether this build runs GGUF files whose `general.architecture` is `name`.
+pub fn runs_architecture(name: &str) -> bool {
+    Network::runs_gguf(name)
+}
+
 /// Who speaks a chat turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
