@@ -184,8 +184,8 @@ pub fn inspect_bytes(path: &Path, bytes: &[u8]) -> Result<Report, InspectError> 
         let bytes = t.byte_size().ok();
         let imported_bytes = match import::imported_bytes(&t) {
             Some(b) => Some(b as u64),
-            // kept as it is: a 1-D tensor, or a matrix whose type the import refuses
-            None => bytes.filter(|_| t.n_dims < 2 && import::matrix_kernel(t.ggml_type).is_some()),
+            // kept as it is: an f32 vector (norms, biases); the import refuses any other
+            None => bytes.filter(|_| t.n_dims < 2 && t.ggml_type == GgmlType::F32),
         };
         match types.iter_mut().find(|s| s.ggml_type == t.ggml_type) {
             Some(s) => {

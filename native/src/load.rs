@@ -2,7 +2,7 @@
 //! tensor is imported, so the mapped file and the imported weights are never both
 //! resident in full.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,14 +100,18 @@ fn gathered(mut model: engine::Model) -> engine::Model {
     model
 }
 
-/// Every matrix of a GGUF file that the import converts, converted on `threads` threads
+/// Every matrix of a GGUF file that the import converts (the architectures take every one
+/// of them; one an architecture does not take is converted and dropped at the end of the
+/// load), converted on `threads` threads
 /// (largest first, so the last to finish is a small one) before the architecture asks
 /// for them, each one's pages of the mapped file released once it is done. Each result,
 /// error or matrix, is what `import::weights` gives on one thread; the architecture then
 /// takes them in its own order through [`ImportedAhead`], so which error a bad file
 /// reports does not change either.
 fn import_ahead(gguf: &Gguf<'_>, map: &Mmap, threads: usize, bar: &Mutex<Bar>) -> HashMap<String, Result<Weights, ModelError>> {
-    let mut matrices: Vec<TensorInfo<'_>> = gguf.tensors().filter(|t| import::imported_bytes(t).is_some()).collect();
+    // the tensor `import::weights` reads for a name is the first of that name
+    let mut seen = HashSet::new();
+    let mut matrices: Vec<TensorInfo<'_>> = gguf.tensors().filter(|t| seen.insert(t.name) && import::imported_bytes(t).is_some()).collect();
     matrices.sort_by_key(|t| std::cmp::Reverse(t.byte_size().unwrap_or(0)));
     let next = AtomicUsize::new(0);
     let ready = Mutex::new(HashMap::with_capacity(matrices.len()));
