@@ -22,6 +22,11 @@ pub enum Error {
     BufferSize { what: &'static str, expected: usize, got: usize },
     /// A quantization block holds a non-finite scale.
     NonFiniteScale { row: usize, group: usize },
+    /// Sub-block scale codes of a width other than 4, 6 or 8 bits.
+    UnsupportedScaleCode(u8),
+    /// A sub-block scale or minimum code outside its width, or a super-block whose groups
+    /// disagree on their `d`.
+    BadSubScale { row: usize, group: usize },
     /// A weight or activation is NaN or infinite.
     NonFiniteInput,
     /// The requested instruction set is not available on this CPU / build.
@@ -50,6 +55,13 @@ impl fmt::Display for Error {
                 write!(f, "{what}: expected {expected} elements, got {got}")
             }
             Error::NonFiniteScale { row, group } => write!(f, "non-finite scale at row {row}, group {group}"),
+            Error::UnsupportedScaleCode(b) => write!(f, "unsupported sub-block scale codes of {b} bits (supported: 4, 6, 8)"),
+            Error::BadSubScale { row, group } => {
+                write!(
+                    f,
+                    "sub-block scale code out of range, or a super-block scale that differs between groups, at row {row}, group {group}"
+                )
+            }
             Error::NonFiniteInput => write!(f, "input contains NaN or infinity"),
             Error::IsaUnavailable(isa) => write!(f, "instruction set {} is not available on this CPU", isa.name()),
             Error::InterleaveMismatch { isa, matrix } => {

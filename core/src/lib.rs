@@ -48,7 +48,7 @@ pub use kernels::lut::{
     gemm, gemm_chunk_tiles, gemm_tiles, gemm_tokens, gemm_with, gemv, gemv_integer, gemv_tiles, gemv_tiles_n, gemv_tiles_pair, Tables,
     TablesMut,
 };
-pub use kernels::quant::{Interleave, Layout, Offset, PackedMatrix, ScaleFormat};
+pub use kernels::quant::{Interleave, Layout, Offset, PackedMatrix, ScaleFormat, SubScale};
 
 /// Rows per tile: the unit of work of every kernel and of thread splitting.
 pub const TILE_ROWS: usize = 32;

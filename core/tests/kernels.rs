@@ -78,7 +78,7 @@ fn every_isa_equals_scalar_for_every_format() {
                     (Interleave::Shuffle, ScaleFormat::F32),
                     (Interleave::Permute, ScaleFormat::F32),
                 ] {
-                    let layout = packed.layout().with_interleave(interleave).with_scales(scales);
+                    let layout = packed.layout().with_interleave(interleave).with_scales(scales).unwrap();
                     let m = PackedMatrix::relayout(&packed, layout).unwrap();
                     for r in (0..ROWS).step_by(7) {
                         for c in (0..cols).step_by(5) {
@@ -125,7 +125,7 @@ fn multi_token_products_equal_each_tokens_gemv() {
             for (interleave, scales) in
                 [(Interleave::Permute, ScaleFormat::F16), (Interleave::Permute, ScaleFormat::F32), (Interleave::Shuffle, ScaleFormat::F16)]
             {
-                let m = PackedMatrix::relayout(&packed, packed.layout().with_interleave(interleave).with_scales(scales)).unwrap();
+                let m = PackedMatrix::relayout(&packed, packed.layout().with_interleave(interleave).with_scales(scales).unwrap()).unwrap();
                 let tiles = 1..m.layout().tiles();
                 let rows = ROWS - 32;
                 for isa in Isa::available().filter(|i| i.accepts(interleave)) {
@@ -807,4 +807,115 @@ fn chunked_q8_0_import_is_identical() {
     assert_eq!(seen.last().map(|r| r.end), Some(blocks.len()));
     assert!(seen.windows(2).all(|w| w[0].end == w[1].start));
     assert!(PackedMatrix::from_q8_0_chunked(&blocks, rows, cols, 48, |_| {}).is_err());
+}
+
+/// Random llama.cpp K-quant blocks of `name` (Q2_K … Q6_K) for a rows × cols matrix, with
+/// positive super-block scales, and the matrix imported from them.
+fn random_k_quant(rng: &mut Rng, name: &str, rows: usize, cols: usize) -> (Vec<u8>, PackedMatrix<lutra_core::AlignedBytes>) {
+    let mut blocks = Vec::new();
+    for _ in 0..rows * cols / 256 {
+        let mut d = || f16(0.0005 + rng.uniform() * 0.002);
+        let (head, payload, tail): (Vec<u8>, usize, Vec<u8>) = match name {
+            "Q2_K" => (vec![], 80, [d(), d()].concat()),
+            "Q3_K" => (vec![], 108, d().to_vec()),
+            "Q4_K" => ([d(), d()].concat(), 140, vec![]),
+            "Q5_K" => ([d(), d()].concat(), 172, vec![]),
+            _ => (vec![], 208, d().to_vec()),
+        };
+        blocks.extend(head);
+        blocks.extend((0..payload).map(|_| rng.next() as u8));
+        blocks.extend(tail);
+    }
+    let m = match name {
+        "Q2_K" => PackedMatrix::from_q2_k(&blocks, rows, cols),
+        "Q3_K" => PackedMatrix::from_q3_k(&blocks, rows, cols),
+        "Q4_K" => PackedMatrix::from_q4_k(&blocks, rows, cols),
+        "Q5_K" => PackedMatrix::from_q5_k(&blocks, rows, cols),
+        _ => PackedMatrix::from_q6_k(&blocks, rows, cols),
+    };
+    (blocks, m.unwrap())
+}
+
+/// K-quants keep the file's own scale bytes (sub-block codes under an f16 pair per 256
+/// columns), and every ISA's products over them — one token, two to four, a batch — are
+/// bit for bit the products over the same scales multiplied out to f32.
+#[test]
+fn k_quant_scales_take_the_files_bytes_and_give_the_f32_forms_floats() {
+    let mut rng = Rng(43);
+    let (rows, cols) = (45, 512);
+    for (name, file_bits) in [("Q2_K", 2.625), ("Q3_K", 3.4375), ("Q4_K", 4.5), ("Q5_K", 5.5), ("Q6_K", 6.5625)] {
+        let (blocks, imported) = random_k_quant(&mut rng, name, rows, cols);
+        let l = *imported.layout();
+        assert!(matches!(l.scales(), ScaleFormat::SubBlock { .. }), "{name}: {:?}", l.scales());
+        assert_eq!(l.bits_per_weight(), file_bits, "{name}");
+        assert_eq!(8.0 * blocks.len() as f64 / (rows * cols) as f64, file_bits, "{name}");
+        assert_eq!(l.total_bytes(), l.tiles() * 32 * blocks.len() / rows, "{name}: padded rows aside, the file's bytes");
+        let xs: Vec<Vec<f32>> = (0..5).map(|_| rng.vec(cols, 1.0)).collect();
+        let mut owned: Vec<OwnedTables> = (0..5).map(|_| OwnedTables::new(cols, l.group()).unwrap()).collect();
+        for (t, x) in owned.iter_mut().zip(&xs) {
+            t.build(x).unwrap();
+        }
+        let tables: Vec<_> = owned.iter().map(|t| t.view()).collect();
+        for interleave in [Interleave::Shuffle, Interleave::Permute] {
+            let sub = PackedMatrix::repack(&imported, interleave).unwrap();
+            let wide = PackedMatrix::relayout(&sub, sub.layout().with_scales(ScaleFormat::F32).unwrap()).unwrap();
+            assert_eq!(dequantized(&sub), dequantized(&wide), "{name} {interleave:?}");
+            for isa in Isa::available().filter(|i| i.accepts(interleave)) {
+                let what = format!("{name} {interleave:?} {}", isa.name());
+                assert_eq!(integers(isa, &sub, &xs[0]), integers(isa, &wide, &xs[0]), "{what}");
+                let bits = |y: Vec<f32>| y.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                let want: Vec<Vec<f32>> = xs.iter().map(|x| gemv_with(isa, &wide, x)).collect();
+                for (x, want) in xs.iter().zip(&want) {
+                    assert_eq!(bits(gemv_with(isa, &sub, x)), bits(want.clone()), "one token, {what}");
+                }
+                let tiles = 0..l.tiles();
+                let mut y = vec![vec![f32::NAN; rows]; 5];
+                let [y0, y1, ..] = &mut y[..] else { unreachable!() };
+                gemv_tiles_pair(isa, &sub, [tables[0], tables[1]], tiles.clone(), [y0, y1]).unwrap();
+                let [y0, y1, y2, ..] = &mut y[..] else { unreachable!() };
+                gemv_tiles_n(isa, &sub, [tables[0], tables[1], tables[2]], tiles.clone(), [y0, y1, y2]).unwrap();
+                assert_eq!(y[..3], want[..3], "pair and three, {what}");
+                let mut got = vec![vec![f32::NAN; rows]; 5];
+                let mut outs = got.iter_mut();
+                gemm_tiles(isa, &sub, &tables, tiles, |_| outs.next().expect("one output per token").as_mut_slice()).unwrap();
+                assert_eq!(got, want, "gemm_tiles {what}");
+            }
+        }
+    }
+}
+
+/// Sub-block scale layouts refuse what they cannot hold, with typed errors.
+#[test]
+fn sub_block_scales_refuse_bad_layouts_and_values() {
+    let l = lutra_core::Layout::new(32, 512, 4, 32, Offset::Min).unwrap();
+    assert_eq!(l.with_scales(ScaleFormat::SubBlock { bits: 5, signed: false }).unwrap_err(), Error::UnsupportedScaleCode(5));
+    let short = lutra_core::Layout::new(32, 384, 4, 32, Offset::Min).unwrap();
+    assert_eq!(
+        short.with_scales(ScaleFormat::SubBlock { bits: 6, signed: false }).unwrap_err(),
+        Error::ColsNotMultipleOfGroup { cols: 384, group: 256 }
+    );
+    // f16 or f32 scales cannot be split into a super-block scale and codes
+    let q = PackedMatrix::quantize(&Rng(3).vec(32 * 512, 0.05), 32, 512, 4, 32, Offset::Min).unwrap();
+    let sub = q.layout().with_scales(ScaleFormat::SubBlock { bits: 6, signed: false }).unwrap();
+    assert!(matches!(PackedMatrix::relayout(&q, sub), Err(Error::BadShape { .. })));
+    // codes that do not fit the narrower width
+    let (_, q6) = random_k_quant(&mut Rng(5), "Q6_K", 32, 256);
+    let narrow = q6.layout().with_scales(ScaleFormat::SubBlock { bits: 4, signed: true }).unwrap();
+    assert!(matches!(PackedMatrix::relayout(&q6, narrow), Err(Error::BadSubScale { .. })));
+    // an infinite super-block scale in stored bytes
+    let (_, q4) = random_k_quant(&mut Rng(7), "Q4_K", 32, 512);
+    let mut bytes = q4.as_bytes().to_vec();
+    let at = q4.layout().super_block_offset(0, 8) + 2 * 5;
+    bytes[at..at + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+    assert_eq!(PackedMatrix::from_bytes(*q4.layout(), bytes).unwrap_err(), Error::NonFiniteScale { row: 5, group: 8 });
+    // the same for a stored f16 scale (a hostile packed file): refused, not read as 65536
+    let q = PackedMatrix::quantize(&Rng(9).vec(32 * 64, 0.05), 32, 64, 4, 32, Offset::Zero(8)).unwrap();
+    let mut bytes = q.as_bytes().to_vec();
+    let at = q.layout().scale_block_offset(0, 1) + 2 * 3;
+    bytes[at..at + 2].copy_from_slice(&0xfc00u16.to_le_bytes());
+    assert_eq!(PackedMatrix::from_bytes(*q.layout(), bytes).unwrap_err(), Error::NonFiniteScale { row: 3, group: 1 });
+    // and an infinite d in the file
+    let mut blocks = vec![0u8; Q4_K_BLOCK_BYTES];
+    blocks[..2].copy_from_slice(&0x7c00u16.to_le_bytes());
+    assert!(matches!(PackedMatrix::from_q4_k(&blocks, 1, 256), Err(Error::NonFiniteScale { row: 0, group: 0 })));
 }

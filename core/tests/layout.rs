@@ -69,7 +69,7 @@ fn accessors_and_builders_keep_the_layout() {
     assert_eq!((l.tiles(), l.groups()), (2, 3));
     for interleave in [Interleave::Shuffle, Interleave::Permute] {
         for scales in [ScaleFormat::F16, ScaleFormat::F32] {
-            let m = l.with_interleave(interleave).with_scales(scales);
+            let m = l.with_interleave(interleave).with_scales(scales).unwrap();
             assert_eq!((m.interleave(), m.scales()), (interleave, scales));
             assert_eq!((m.rows(), m.cols(), m.bits(), m.group(), m.offset()), (l.rows(), l.cols(), l.bits(), l.group(), l.offset()));
         }
@@ -84,7 +84,7 @@ fn matrices() -> Vec<PackedMatrix<lutra_core::AlignedBytes>> {
         let m = PackedMatrix::quantize(&rng.vec(45 * 64, 0.05), 45, 64, bits, 32, offset).unwrap();
         for interleave in [Interleave::Shuffle, Interleave::Permute] {
             for scales in [ScaleFormat::F16, ScaleFormat::F32] {
-                out.push(PackedMatrix::relayout(&m, m.layout().with_interleave(interleave).with_scales(scales)).unwrap());
+                out.push(PackedMatrix::relayout(&m, m.layout().with_interleave(interleave).with_scales(scales).unwrap()).unwrap());
             }
         }
     }

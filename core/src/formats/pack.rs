@@ -27,8 +27,9 @@ use crate::kernels::int8::Int8Matrix;
 use crate::{AlignedBytes, Interleave, Offset, PackedMatrix, ScaleFormat};
 
 /// The format version this build writes and reads (2: int8 codes interleaved by groups
-/// of four rows; 3: int8 scales as f16 bits).
-pub const VERSION: u32 = 3;
+/// of four rows; 3: int8 scales as f16 bits; 4: K-quant scales as the file's sub-block
+/// codes, `ScaleFormat::SubBlock`).
+pub const VERSION: u32 = 4;
 pub const FORMAT_KEY: &str = "lutra.format";
 pub const SOURCE_KEY: &str = "lutra.source";
 pub const HEADER_CHECKSUM_KEY: &str = "lutra.header_checksum";
@@ -94,11 +95,14 @@ fn lookup_words(l: &crate::Layout) -> Vec<u32> {
         Interleave::Shuffle => 0,
         Interleave::Permute => 1,
     };
-    let scales = match l.scales() {
-        ScaleFormat::F16 => 0,
-        ScaleFormat::F32 => 1,
-    };
-    vec![LOOKUP, l.rows() as u32, l.cols() as u32, l.bits() as u32, l.group() as u32, offset, zero, interleave, scales]
+    let mut words = vec![LOOKUP, l.rows() as u32, l.cols() as u32, l.bits() as u32, l.group() as u32, offset, zero, interleave];
+    match l.scales() {
+        ScaleFormat::F16 => words.push(0),
+        ScaleFormat::F32 => words.push(1),
+        // two more words: the codes' width and signedness
+        ScaleFormat::SubBlock { bits, signed } => words.extend([2, bits as u32, signed as u32]),
+    }
+    words
 }
 
 /// What `lutra.layout.NAME` describes, read back.
@@ -110,7 +114,7 @@ pub enum StoredLayout {
 /// Parses `lutra.layout.NAME`; `None` for anything this version did not write.
 pub fn parse_layout(words: &[u32]) -> Option<StoredLayout> {
     match *words {
-        [LOOKUP, rows, cols, bits, group, offset, zero, interleave, scales] => {
+        [LOOKUP, rows, cols, bits, group, offset, zero, interleave, scales, ref sub @ ..] => {
             let offset = match offset {
                 0 => Offset::Zero(u8::try_from(zero).ok()?),
                 1 => Offset::Min,
@@ -122,13 +126,14 @@ pub fn parse_layout(words: &[u32]) -> Option<StoredLayout> {
                 1 => Interleave::Permute,
                 _ => return None,
             };
-            let scales = match scales {
-                0 => ScaleFormat::F16,
-                1 => ScaleFormat::F32,
+            let scales = match (scales, sub) {
+                (0, []) => ScaleFormat::F16,
+                (1, []) => ScaleFormat::F32,
+                (2, &[bits, signed @ (0 | 1)]) => ScaleFormat::SubBlock { bits: u8::try_from(bits).ok()?, signed: signed == 1 },
                 _ => return None,
             };
             let layout = crate::Layout::new(rows as usize, cols as usize, u8::try_from(bits).ok()?, group as usize, offset).ok()?;
-            Some(StoredLayout::Lookup(layout.with_interleave(interleave).with_scales(scales)))
+            Some(StoredLayout::Lookup(layout.with_interleave(interleave).with_scales(scales).ok()?))
         }
         [INT8, rows, cols] => {
             Some(StoredLayout::Int8 { rows: rows as usize, cols: cols as usize, form: crate::kernels::int8::CodeForm::Bytes })

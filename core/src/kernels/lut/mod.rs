@@ -47,6 +47,7 @@ pub(crate) mod x86_64;
 use core::ops::Range;
 
 use crate::f16::f16_bits_to_f32;
+use crate::kernels::quant::sub_codes;
 use crate::{Block64, Error, Interleave, Isa, Layout, Offset, PackedMatrix, ScaleFormat, TILE_ROWS};
 
 /// Borrowed activation tables for one activation vector.
@@ -303,8 +304,17 @@ pub(crate) struct Job<'a> {
     // in the innermost driver loop, where `Layout`'s own accessors (a division each)
     // cost 7 % of a prefill.
     groups: usize,
+    records_per_tile: usize,
+    /// log2 of `Layout::groups_per_record` (a power of two), and that minus one.
+    record_shift: u32,
+    record_mask: usize,
     record_bytes: usize,
     code_bytes: usize,
+    /// Offset of the super-block header in a record (after all its groups' codes), the
+    /// header's bytes, and one group's scale (and minimum) blocks.
+    header_at: usize,
+    header_bytes: usize,
+    group_scale_bytes: usize,
     scale_block_bytes: usize,
     quads_per_group: usize,
     /// `half_range − z` (`Offset::Zero(z)`; 0 for `Symmetric`) or `half_range` (`Min`):
@@ -333,14 +343,25 @@ impl<'a> Job<'a> {
         if t.scale.len() != l.groups() || t.sum.len() != l.groups() {
             return Err(Error::BufferSize { what: "table scales", expected: l.groups(), got: t.scale.len().min(t.sum.len()) });
         }
+        let per_record = l.groups_per_record();
+        // (tile 0, group 0)'s offsets give the record's inner ones
+        let header_at = l.super_block_offset(0, 0);
+        let scales_at = l.scale_block_offset(0, 0);
+        let next_scales_at = if per_record > 1 { l.scale_block_offset(0, 1) } else { scales_at };
         Ok(Job {
             bytes,
             layout: l,
             tables: t,
             groups: l.groups(),
+            records_per_tile: l.groups() / per_record,
+            record_shift: per_record.trailing_zeros(),
+            record_mask: per_record - 1,
             record_bytes: l.record_bytes(),
             code_bytes: l.tile_group_bytes(),
-            scale_block_bytes: l.scales().bytes() * TILE_ROWS,
+            header_at,
+            header_bytes: scales_at - header_at,
+            group_scale_bytes: next_scales_at - scales_at,
+            scale_block_bytes: l.scales().block_bytes(),
             quads_per_group: l.group() / 16,
             beta_per_sum: match l.offset() {
                 Offset::Zero(z) => l.half_range() - z as f32,
@@ -369,40 +390,25 @@ impl<'a> Job<'a> {
     pub fn groups(&self) -> usize {
         self.groups
     }
-    /// Byte offset of tile-group (tile, g)'s record (`Layout::tile_group_offset`).
+    /// Byte offset of the record holding tile-group (tile, g) (`Layout::record_offset`).
     #[inline(always)]
     pub fn record_offset(&self, tile: usize, g: usize) -> usize {
-        (tile * self.groups + g) * self.record_bytes
+        (tile * self.records_per_tile + (g >> self.record_shift)) * self.record_bytes
     }
     /// Codes of tile-group (tile, g).
     #[inline(always)]
     pub fn tile_group(&self, tile: usize, g: usize) -> &'a [u8] {
-        &self.bytes[self.record_offset(tile, g)..][..self.code_bytes]
+        &self.bytes[self.record_offset(tile, g) + (g & self.record_mask) * self.code_bytes..][..self.code_bytes]
     }
-    /// Tile `tile`'s records, group by group: each is the group's codes (`code_bytes`),
-    /// its 32 scales and, with `Offset::Min`, its 32 minima (`Layout::record_bytes`).
-    #[cfg(target_arch = "x86_64")]
+    /// Byte offset of (tile, g)'s super-block header (`Layout::super_block_offset`).
     #[inline(always)]
-    pub fn tile_records(&self, tile: usize) -> core::slice::ChunksExact<'a, u8> {
-        let tile_bytes = self.groups * self.record_bytes;
-        self.bytes[tile * tile_bytes..][..tile_bytes].chunks_exact(self.record_bytes)
-    }
-    /// Bytes of a tile-group's codes, the start of its record.
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub fn code_bytes(&self) -> usize {
-        self.code_bytes
-    }
-    /// Bytes of a block of 32 scales (or minima).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub fn scale_block_bytes(&self) -> usize {
-        self.scale_block_bytes
+    pub fn super_block_offset(&self, tile: usize, g: usize) -> usize {
+        self.record_offset(tile, g) + self.header_at
     }
     /// Byte offset of the 32 scales of tile-group (tile, g) (`Layout::scale_block_offset`).
     #[inline(always)]
     pub fn scale_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.record_offset(tile, g) + self.code_bytes
+        self.super_block_offset(tile, g) + self.header_bytes + (g & self.record_mask) * self.group_scale_bytes
     }
     /// Byte offset of the 32 minima of tile-group (tile, g) (`Layout::min_block_offset`).
     #[inline(always)]
@@ -415,11 +421,15 @@ impl<'a> Job<'a> {
         let n = self.quads_per_group;
         &self.tables.quads[g * n..][..n]
     }
-    /// The 32 values of the scale (or minimum) block at `at`, as f32.
+    /// The 32 f16 at `at`, as f32.
+    #[inline(always)]
+    fn f16_block<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&self, at: usize, f16x32: &C) -> [f32; TILE_ROWS] {
+        f16x32(self.bytes[at..at + 64].try_into().expect("64-byte f16 block"))
+    }
+    /// The 32 values of the scale (or minimum) block at `at`, as f32 (`F16` and `F32`).
     #[inline(always)]
     fn scale_block<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&self, at: usize, f16x32: &C) -> [f32; TILE_ROWS] {
         match self.layout.scales() {
-            ScaleFormat::F16 => f16x32(self.bytes[at..at + 64].try_into().expect("64-byte scale block")),
             ScaleFormat::F32 => {
                 let mut out = [0.0; TILE_ROWS];
                 for (o, b) in out.iter_mut().zip(self.bytes[at..at + 128].chunks_exact(4)) {
@@ -427,7 +437,33 @@ impl<'a> Job<'a> {
                 }
                 out
             }
+            _ => self.f16_block(at, f16x32),
         }
+    }
+    /// Tile-group (tile, g)'s 32 scales and, with `Offset::Min`, 32 minima, as f32; each
+    /// ISA passes its f16 conversion. Sub-block scales are multiplied out here, `d·code`
+    /// and `−(dmin·min_code)`, the very products the `F32` form stores.
+    #[inline(always)]
+    pub fn affine<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(
+        &self,
+        tile: usize,
+        g: usize,
+        f16x32: &C,
+    ) -> ([f32; TILE_ROWS], Option<[f32; TILE_ROWS]>) {
+        let at = self.scale_block_offset(tile, g);
+        let ScaleFormat::SubBlock { bits, signed } = self.layout.scales() else {
+            let mins = self.has_mins().then(|| self.scale_block(self.min_block_offset(tile, g), f16x32));
+            return (self.scale_block(at, f16x32), mins);
+        };
+        let head = self.super_block_offset(tile, g);
+        let (d, codes) = (self.f16_block(head, f16x32), sub_codes(&self.bytes[at..], bits, signed));
+        let scales = core::array::from_fn(|r| d[r] * codes[r]);
+        let mins = self.has_mins().then(|| {
+            let dmin = self.f16_block(head + 64, f16x32);
+            let codes = sub_codes(&self.bytes[self.min_block_offset(tile, g)..], bits, false);
+            core::array::from_fn(|r| -(dmin[r] * codes[r]))
+        });
+        (scales, mins)
     }
 }
 
@@ -466,8 +502,7 @@ impl<'y> FloatOut<'y> {
 impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
-        let scales = job.scale_block(job.scale_block_offset(tile, g), &f16x32);
-        let mins = job.has_mins().then(|| job.scale_block(job.min_block_offset(tile, g), &f16x32));
+        let (scales, mins) = job.affine(tile, g, &f16x32);
         self.group_with(job, g, acc, &scales, mins.as_ref());
     }
     #[inline(always)]
@@ -571,8 +606,7 @@ macro_rules! define_run_n {
                     unsafe { tile_group_n(jobs[0].tile_group(tile, g), jobs.map(|j| j.quads(g)), jobs[0].layout.bits(), &mut acc) };
                     let job = jobs[0];
                     let f16x32 = |b: &[u8; 64]| $crate::kernels::lut::f16x32_portable(b);
-                    let scales = job.scale_block(job.scale_block_offset(tile, g), &f16x32);
-                    let mins = job.has_mins().then(|| job.scale_block(job.min_block_offset(tile, g), &f16x32));
+                    let (scales, mins) = job.affine(tile, g, &f16x32);
                     for ((out, job), acc) in outs.iter_mut().zip(jobs).zip(&acc) {
                         out.group_with(job, g, acc, &scales, mins.as_ref());
                     }

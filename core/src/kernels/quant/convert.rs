@@ -2,7 +2,7 @@
 
 #[cfg(feature = "alloc")]
 use super::PackedMatrix;
-use super::{pack, GroupCodes, Layout, Offset, ScaleFormat};
+use super::{pack, GroupCodes, Layout, Offset, ScaleFormat, SubScale};
 use crate::f16::{f16_bits_finite, f16_bits_to_f32, f32_to_f16_bits};
 use crate::Error;
 
@@ -349,23 +349,24 @@ pub fn import_tq2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
     })
 }
 
-/// Layout of an imported Q4_K matrix: 4 bits, group 32, per-group f32 scale
-/// `d·sc` and minimum `−dmin·m` (exact in f32: an f16 times a 6-bit integer).
+/// Layout of an imported Q4_K matrix: 4 bits, group 32, the file's 6-bit scale and
+/// minimum codes under its f16 `d` and `dmin` per super-block (4.5 bits per weight).
 pub fn q4_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     super_blocks(cols)?;
-    Ok(Layout::new(rows, cols, 4, 32, Offset::Min)?.with_scales(ScaleFormat::F32))
+    Layout::new(rows, cols, 4, 32, Offset::Min)?.with_scales(ScaleFormat::SubBlock { bits: 6, signed: false })
 }
 
-/// Layout of an imported Q5_K matrix: as Q4_K's with 5 bits.
+/// Layout of an imported Q5_K matrix: as Q4_K's with 5 bits (5.5 bits per weight).
 pub fn q5_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     super_blocks(cols)?;
-    Ok(Layout::new(rows, cols, 5, 32, Offset::Min)?.with_scales(ScaleFormat::F32))
+    Layout::new(rows, cols, 5, 32, Offset::Min)?.with_scales(ScaleFormat::SubBlock { bits: 6, signed: false })
 }
 
-/// Layout of an imported Q6_K matrix: 6 bits, group 16, zero point 32, f32 scale `d·sc`.
+/// Layout of an imported Q6_K matrix: 6 bits, group 16, zero point 32, the file's int8
+/// scale codes under its f16 `d` (6.5625 bits per weight).
 pub fn q6_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     super_blocks(cols)?;
-    Ok(Layout::new(rows, cols, 6, 16, Offset::Zero(32))?.with_scales(ScaleFormat::F32))
+    Layout::new(rows, cols, 6, 16, Offset::Zero(32))?.with_scales(ScaleFormat::SubBlock { bits: 8, signed: true })
 }
 
 /// K-quants come in super-blocks of 256.
@@ -400,8 +401,7 @@ pub fn import_q4_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
         let (d, dmin) = (f16_at(b, 0, row, g)?, f16_at(b, 2, row, g)?);
         let j = g % 8;
         let (sc, m) = scale_min_k4(j, &b[4..16]);
-        gc.scale = d * sc as f32;
-        gc.min = -(dmin * m as f32);
+        gc.sub = SubScale { d, dmin, code: sc as i32, min_code: m as i32 };
         let qs = &b[16 + 32 * (j / 2)..][..32];
         for (c, &q) in gc.codes.iter_mut().zip(qs) {
             *c = if j % 2 == 0 { q & 15 } else { q >> 4 };
@@ -420,8 +420,7 @@ pub fn import_q5_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
         let (d, dmin) = (f16_at(b, 0, row, g)?, f16_at(b, 2, row, g)?);
         let j = g % 8;
         let (sc, m) = scale_min_k4(j, &b[4..16]);
-        gc.scale = d * sc as f32;
-        gc.min = -(dmin * m as f32);
+        gc.sub = SubScale { d, dmin, code: sc as i32, min_code: m as i32 };
         let (qh, qs) = (&b[16..48], &b[48 + 32 * (j / 2)..][..32]);
         for ((c, &q), &h) in gc.codes.iter_mut().zip(qs).zip(qh) {
             *c = (if j % 2 == 0 { q & 15 } else { q >> 4 }) | (((h >> j) & 1) << 4);
@@ -449,7 +448,7 @@ pub fn import_q6_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
             *c = low | (high << 4);
         }
         let (n, k, l) = (first / 128, (first % 128) / 32, first % 32);
-        gc.scale = d * sc[8 * n + l / 16 + 2 * k] as i8 as f32;
+        gc.sub = SubScale { d, dmin: 0.0, code: sc[8 * n + l / 16 + 2 * k] as i8 as i32, min_code: 0 };
         Ok(())
     })
 }
@@ -486,18 +485,19 @@ pub fn import_tq1_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
     })
 }
 
-/// Layout of an imported Q2_K matrix: 2 bits, group 16, f32 scale `d·(sc & 15)` and
-/// minimum `−dmin·(sc >> 4)`.
+/// Layout of an imported Q2_K matrix: 2 bits, group 16, the file's 4-bit scale
+/// `sc & 15` and minimum `sc >> 4` codes under its f16 `d` and `dmin` (2.625 bits per
+/// weight).
 pub fn q2_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     super_blocks(cols)?;
-    Ok(Layout::new(rows, cols, 2, 16, Offset::Min)?.with_scales(ScaleFormat::F32))
+    Layout::new(rows, cols, 2, 16, Offset::Min)?.with_scales(ScaleFormat::SubBlock { bits: 4, signed: false })
 }
 
-/// Layout of an imported Q3_K matrix: 3 bits (value + 4), group 16, zero point 4, f32
-/// scale `d·(sc − 32)`.
+/// Layout of an imported Q3_K matrix: 3 bits (value + 4), group 16, zero point 4, the
+/// file's signed 6-bit scale codes `sc − 32` under its f16 `d` (3.4375 bits per weight).
 pub fn q3_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
     super_blocks(cols)?;
-    Ok(Layout::new(rows, cols, 3, 16, Offset::Zero(4))?.with_scales(ScaleFormat::F32))
+    Layout::new(rows, cols, 3, 16, Offset::Zero(4))?.with_scales(ScaleFormat::SubBlock { bits: 6, signed: true })
 }
 
 /// Where element `e` (0..256) of a Q2_K/Q3_K super-block keeps its 2 low bits: the byte
@@ -516,8 +516,7 @@ pub fn import_q2_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
         let b = &blocks[(row * per_row + g / 16) * Q2_K_BLOCK_BYTES..][..Q2_K_BLOCK_BYTES];
         let (d, dmin) = (f16_at(b, 80, row, g)?, f16_at(b, 82, row, g)?);
         let sc = b[g % 16];
-        gc.scale = d * (sc & 15) as f32;
-        gc.min = -(dmin * (sc >> 4) as f32);
+        gc.sub = SubScale { d, dmin, code: (sc & 15) as i32, min_code: (sc >> 4) as i32 };
         let first = (g % 16) * 16;
         for (i, c) in gc.codes.iter_mut().enumerate() {
             let (byte, shift) = k_low2(first + i);
@@ -543,7 +542,7 @@ pub fn import_q3_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
         let b = &blocks[(row * per_row + g / 16) * Q3_K_BLOCK_BYTES..][..Q3_K_BLOCK_BYTES];
         let (hmask, qs, scales) = (&b[..32], &b[32..96], &b[96..108]);
         let d = f16_at(b, 108, row, g)?;
-        gc.scale = d * q3_k_scale(g % 16, scales) as f32;
+        gc.sub = SubScale { d, dmin: 0.0, code: q3_k_scale(g % 16, scales), min_code: 0 };
         let first = (g % 16) * 16;
         for (i, c) in gc.codes.iter_mut().enumerate() {
             let e = first + i;
@@ -581,10 +580,12 @@ impl PackedMatrix<crate::AlignedBytes> {
     }
 
     /// The same matrix in `layout`, which may differ from `m`'s only in code order and
-    /// scale format (widening f16 scales to f32 is exact).
+    /// scale format (widening f16 scales to f32 is exact, and so is expanding sub-block
+    /// scales to f32; sub-block scales come only from sub-block scales).
     pub fn relayout<B: AsRef<[u8]>>(m: &PackedMatrix<B>, layout: Layout) -> Result<Self, Error> {
         let same = |l: &Layout| (l.rows, l.cols, l.bits, l.group, l.offset);
-        if same(&layout) != same(m.layout()) {
+        let sub_source = matches!(m.layout().scales, ScaleFormat::SubBlock { .. });
+        if same(&layout) != same(m.layout()) || (matches!(layout.scales, ScaleFormat::SubBlock { .. }) && !sub_source) {
             return Err(Error::BadShape { rows: layout.rows, cols: layout.cols });
         }
         Self::build(layout, |l, o| {
@@ -594,6 +595,7 @@ impl PackedMatrix<crate::AlignedBytes> {
                 }
                 let i = l.scale_index(row / crate::TILE_ROWS, g) + row % crate::TILE_ROWS;
                 (gc.scale, gc.min) = m.scale_and_min(i);
+                gc.sub = m.sub_scale(i).unwrap_or_default();
                 Ok(())
             })
         })
@@ -676,7 +678,7 @@ impl PackedMatrix<crate::AlignedBytes> {
             return Err(Error::BufferSize { what: "Q8_0 blocks", expected: rows * row_bytes, got: blocks.len() });
         }
         let mut data = crate::AlignedBytes::zeroed(layout.total_bytes());
-        let tile_bytes = layout.groups() * layout.record_bytes();
+        let tile_bytes = layout.tile_bytes();
         for first in (0..rows).step_by(chunk_rows) {
             let n = chunk_rows.min(rows - first);
             let src = first * row_bytes..(first + n) * row_bytes;

@@ -34,7 +34,10 @@
 //! An *index* is 4 bits: bit t = plane bit of column 4·chunk + t.
 //!
 //! Each tile-group's codes are followed by its 32 f16 scales and (with `Offset::Min`)
-//! its 32 f16 minima: one record, so a GEMV streams the matrix front to back. Sixteen bytes that
+//! its 32 f16 minima: one record, so a GEMV streams the matrix front to back. With
+//! `ScaleFormat::SubBlock` a record spans a whole K-quant super-block of 256 columns: the
+//! codes of its groups, then the rows' f16 `d` (and `dmin`), then each group's packed
+//! integer sub-scale (and minimum) codes — the bytes llama.cpp's blocks hold, no more. Sixteen bytes that
 //! share one chunk are looked up with one 16-entry table (one shuffle per nibble half);
 //! in a pair slice the two planes of a row sit in adjacent bytes, so one
 //! multiply-add-pairs (`pmaddubsw` with weights 1, 2) combines the planes and widens
@@ -65,18 +68,112 @@ pub enum Offset {
 pub enum ScaleFormat {
     /// IEEE half: what llama.cpp's own blocks carry (Q4_0, Q5_0, Q8_0, TQ2_0).
     F16,
-    /// f32: holds K-quant scales `d · sc` (an f16 times a 6- or 8-bit integer) exactly.
+    /// f32: any scale, K-quant products `d · sc` included, exactly (4 bytes each).
     F32,
+    /// The K-quants' two levels, as compact as llama.cpp's blocks: per (row, group) an
+    /// integer code of `bits` (4, 6 or 8; two's complement when `signed`) and, with
+    /// `Offset::Min`, an unsigned minimum code of the same width; per (row, super-block of
+    /// 256 columns) an f16 `d` (and `dmin`). The scale is `d·code`, the minimum
+    /// `−(dmin·min_code)`: an f16 times an integer of at most 8 bits is exact in f32, so
+    /// every kernel computes the very floats the `F32` form stores.
+    SubBlock { bits: u8, signed: bool },
 }
 
+/// Columns of a K-quant super-block: one f16 `d` (and `dmin`) per row covers them.
+pub const SUPER_BLOCK: usize = 256;
+
 impl ScaleFormat {
-    /// Bytes of one stored scale.
-    pub fn bytes(self) -> usize {
+    /// Bytes of one block of 32 stored scales (or minima).
+    pub fn block_bytes(self) -> usize {
         match self {
-            ScaleFormat::F16 => 2,
-            ScaleFormat::F32 => 4,
+            ScaleFormat::F16 => 2 * TILE_ROWS,
+            ScaleFormat::F32 => 4 * TILE_ROWS,
+            ScaleFormat::SubBlock { bits, .. } => TILE_ROWS * bits as usize / 8,
         }
     }
+}
+
+/// One (row, group)'s scale in `ScaleFormat::SubBlock` terms: its super-block's `d` and
+/// `dmin` (f16 values) and its own integer codes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SubScale {
+    pub d: f32,
+    pub dmin: f32,
+    pub code: i32,
+    pub min_code: i32,
+}
+
+impl SubScale {
+    /// `d·code`, exact in f32.
+    #[inline(always)]
+    pub fn scale(&self) -> f32 {
+        self.d * self.code as f32
+    }
+    /// `−(dmin·min_code)`, exact in f32 (llama.cpp subtracts `dmin·m`).
+    #[inline(always)]
+    pub fn min(&self) -> f32 {
+        -(self.dmin * self.min_code as f32)
+    }
+}
+
+/// Code `r` (0..32) of a block of 32 sub-block codes `bits` wide. The block holds the low
+/// four bits of rows k and k + 16 in byte k (0..16, as the weight codes pair rows), then
+/// bits 4–5 and (8-bit codes) 6–7 of rows k, k + 8, k + 16, k + 24 in byte k of 8 more
+/// bytes each: so 32 codes unpack with a few whole-vector shifts and masks.
+#[inline(always)]
+pub(crate) fn sub_code(block: &[u8], bits: u8, signed: bool, r: usize) -> i32 {
+    let mut v = (block[r % 16] >> (4 * (r / 16))) & 15;
+    for (at, shift) in [(16, 4), (24, 6)].into_iter().take((bits as usize - 4) / 2) {
+        v |= ((block[at + r % 8] >> (2 * (r / 8))) & 3) << shift;
+    }
+    widen_sub_code(v, bits, signed)
+}
+
+#[inline(always)]
+fn widen_sub_code(v: u8, bits: u8, signed: bool) -> i32 {
+    if signed {
+        (((v << (8 - bits)) as i8) >> (8 - bits)) as i32
+    } else {
+        v as i32
+    }
+}
+
+/// All 32 codes of a block (`sub_code` for each r), as f32, in a form compilers vectorize.
+#[inline(always)]
+pub(crate) fn sub_codes(block: &[u8], bits: u8, signed: bool) -> [f32; TILE_ROWS] {
+    let mut v = [0u8; TILE_ROWS];
+    let low: &[u8; 16] = block[..16].try_into().expect("16 bytes of low bits");
+    for k in 0..16 {
+        v[k] = low[k] & 15;
+        v[k + 16] = low[k] >> 4;
+    }
+    for (at, shift) in [(16, 4), (24, 6)].into_iter().take((bits as usize - 4) / 2) {
+        let high: &[u8; 8] = block[at..at + 8].try_into().expect("8 bytes of high bits");
+        for j in 0..4 {
+            for k in 0..8 {
+                v[8 * j + k] |= ((high[k] >> (2 * j)) & 3) << shift;
+            }
+        }
+    }
+    core::array::from_fn(|r| widen_sub_code(v[r], bits, signed) as f32)
+}
+
+/// Writes `code` as code `r` of a sub-block code block (`sub_code`'s arrangement);
+/// `Err` if it does not fit `bits` (signed or not).
+fn store_sub_code(block: &mut [u8], bits: u8, signed: bool, r: usize, code: i32) -> Result<(), ()> {
+    let (lo, hi) = if signed { (-(1i32 << (bits - 1)), (1i32 << (bits - 1)) - 1) } else { (0, (1i32 << bits) - 1) };
+    if !(lo..=hi).contains(&code) {
+        return Err(());
+    }
+    let v = code as u8;
+    let shift = 4 * (r / 16);
+    block[r % 16] = (block[r % 16] & !(15 << shift)) | ((v & 15) << shift);
+    for (at, from) in [(16, 4), (24, 6)].into_iter().take((bits as usize - 4) / 2) {
+        let shift = 2 * (r / 8);
+        let byte = &mut block[at + r % 8];
+        *byte = (*byte & !(3 << shift)) | (((v >> from) & 3) << shift);
+    }
+    Ok(())
 }
 
 /// Byte order of the codes inside a tile-group (see the module docs).
@@ -158,6 +255,15 @@ impl Layout {
                 return Err(Error::BadZeroPoint { zero: z, bits });
             }
         }
+        if let ScaleFormat::SubBlock { bits, .. } = self.scales {
+            if !matches!(bits, 4 | 6 | 8) {
+                return Err(Error::UnsupportedScaleCode(bits));
+            }
+            // every group size divides a super-block; the columns must be whole ones
+            if !cols.is_multiple_of(SUPER_BLOCK) {
+                return Err(Error::ColsNotMultipleOfGroup { cols, group: SUPER_BLOCK });
+            }
+        }
         // Every size below is derived from these products; refuse shapes that overflow.
         // Eight bytes per (padded) weight bound the total of any scale format and offset
         // (codes ≤ 1 byte, scales and minima ≤ 2·4 bytes per 16 weights).
@@ -209,9 +315,12 @@ impl Layout {
         Layout { interleave, ..self }
     }
 
-    /// The same layout with scales (and minima) stored as `scales`.
-    pub fn with_scales(self, scales: ScaleFormat) -> Layout {
-        Layout { scales, ..self }
+    /// The same layout with scales (and minima) stored as `scales`; refuses sub-block
+    /// codes of an unsupported width or columns that are not whole super-blocks.
+    pub fn with_scales(self, scales: ScaleFormat) -> Result<Layout, Error> {
+        let layout = Layout { scales, ..self };
+        layout.validate()?;
+        Ok(layout)
     }
 
     pub fn tiles(&self) -> usize {
@@ -229,39 +338,78 @@ impl Layout {
     pub fn scale_count(&self) -> usize {
         self.tiles() * self.groups() * TILE_ROWS
     }
-    /// Bytes of one tile-group record: its codes, then its 32 f16 scales, then (with
-    /// `Offset::Min`) its 32 f16 minima. Records follow each other tile by tile, group
-    /// by group, so a GEMV reads the matrix as one sequential stream.
+    /// Groups per record: 1, or a super-block's with `ScaleFormat::SubBlock`.
+    pub fn groups_per_record(&self) -> usize {
+        match self.scales {
+            ScaleFormat::SubBlock { .. } => SUPER_BLOCK / self.group,
+            _ => 1,
+        }
+    }
+    /// Blocks of 32 values per scale kind: 2 with `Offset::Min` (scales and minima), else 1.
+    fn scale_kinds(&self) -> usize {
+        if self.offset == Offset::Min {
+            2
+        } else {
+            1
+        }
+    }
+    /// Bytes of a record's super-block header: 32 f16 `d` (and 32 `dmin`) with
+    /// `ScaleFormat::SubBlock`, nothing otherwise.
+    fn header_bytes(&self) -> usize {
+        match self.scales {
+            ScaleFormat::SubBlock { .. } => 2 * TILE_ROWS * self.scale_kinds(),
+            _ => 0,
+        }
+    }
+    /// Bytes of one record: the codes of its groups (`groups_per_record`), the
+    /// super-block header if any, then each group's 32 scales and (with `Offset::Min`) 32
+    /// minima. Records follow each other tile by tile, column by column, so a GEMV reads
+    /// the matrix as one sequential stream.
     pub fn record_bytes(&self) -> usize {
-        let block = self.scales.bytes() * TILE_ROWS;
-        let mins = if self.offset == Offset::Min { block } else { 0 };
-        self.tile_group_bytes() + block + mins
+        let per_group = self.tile_group_bytes() + self.scales.block_bytes() * self.scale_kinds();
+        self.groups_per_record() * per_group + self.header_bytes()
+    }
+    /// Bytes of one tile (32 rows, every column).
+    pub fn tile_bytes(&self) -> usize {
+        self.groups() / self.groups_per_record() * self.record_bytes()
     }
     /// Total bytes of the packed representation.
     pub fn total_bytes(&self) -> usize {
-        self.tiles() * self.groups() * self.record_bytes()
+        self.tiles() * self.tile_bytes()
     }
     /// Bits per weight including scales (and minima), for the unpadded rows.
     pub fn bits_per_weight(&self) -> f64 {
-        let scale_bits = 8.0 * self.scales.bytes() as f64;
-        let per_group = if self.offset == Offset::Min { 2.0 * scale_bits } else { scale_bits };
-        self.bits as f64 + per_group / self.group as f64
+        let kinds = self.scale_kinds() as f64;
+        let group_bits = 8.0 * self.scales.block_bytes() as f64 / TILE_ROWS as f64;
+        let super_bits = 8.0 * self.header_bytes() as f64 / TILE_ROWS as f64 / SUPER_BLOCK as f64;
+        self.bits as f64 + kinds * group_bits / self.group as f64 + super_bits
     }
     /// `(2^bits − 1) / 2`: the code of the midpoint that plane sign-mapping centers on.
     pub fn half_range(&self) -> f32 {
         ((1u32 << self.bits) - 1) as f32 * 0.5
     }
+    /// Byte offset of the record that holds tile-group (tile, g).
+    pub fn record_offset(&self, tile: usize, g: usize) -> usize {
+        let per_record = self.groups_per_record();
+        (tile * (self.groups() / per_record) + g / per_record) * self.record_bytes()
+    }
     /// Byte offset of the codes of tile-group (tile, g).
     pub fn tile_group_offset(&self, tile: usize, g: usize) -> usize {
-        (tile * self.groups() + g) * self.record_bytes()
+        self.record_offset(tile, g) + g % self.groups_per_record() * self.tile_group_bytes()
+    }
+    /// Byte offset of the super-block header of (tile, g)'s record: 32 f16 `d`, then
+    /// (with `Offset::Min`) 32 f16 `dmin` (`ScaleFormat::SubBlock` only).
+    pub fn super_block_offset(&self, tile: usize, g: usize) -> usize {
+        self.record_offset(tile, g) + self.groups_per_record() * self.tile_group_bytes()
     }
     /// Byte offset of the 32 scales of tile-group (tile, g).
     pub fn scale_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.tile_group_offset(tile, g) + self.tile_group_bytes()
+        let per_group = self.scales.block_bytes() * self.scale_kinds();
+        self.super_block_offset(tile, g) + self.header_bytes() + g % self.groups_per_record() * per_group
     }
     /// Byte offset of the 32 minima of tile-group (tile, g) (`Offset::Min` only).
     pub fn min_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.scale_block_offset(tile, g) + self.scales.bytes() * TILE_ROWS
+        self.scale_block_offset(tile, g) + self.scales.block_bytes()
     }
     /// Index of the first of the 32 scales of tile-group (tile, g).
     pub fn scale_index(&self, tile: usize, g: usize) -> usize {
@@ -314,30 +462,53 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     /// The stored scales of tile-group (tile, g) (32 values in the layout's format).
     pub fn scales(&self, tile: usize, g: usize) -> &[u8] {
         let at = self.layout.scale_block_offset(tile, g);
-        &self.data.as_ref()[at..at + self.layout.scales.bytes() * TILE_ROWS]
+        &self.data.as_ref()[at..at + self.layout.scales.block_bytes()]
     }
     /// The stored minima of tile-group (tile, g); `None` for zero-point matrices.
     pub fn mins(&self, tile: usize, g: usize) -> Option<&[u8]> {
         (self.layout.offset == Offset::Min).then(|| {
             let at = self.layout.min_block_offset(tile, g);
-            &self.data.as_ref()[at..at + self.layout.scales.bytes() * TILE_ROWS]
+            &self.data.as_ref()[at..at + self.layout.scales.block_bytes()]
         })
     }
     /// Scale `i` (index as `Layout::scale_index`) and minimum `i` (0 without minima), as
-    /// stored: what `pack` needs to re-lay the matrix.
+    /// f32 (exact for every format).
     pub fn scale_and_min(&self, i: usize) -> (f32, f32) {
-        let tg = i / TILE_ROWS;
-        let (tile, g) = (tg / self.layout.groups(), tg % self.layout.groups());
-        let r = i % TILE_ROWS;
+        if let Some(sub) = self.sub_scale(i) {
+            return (sub.scale(), if self.layout.offset == Offset::Min { sub.min() } else { 0.0 });
+        }
+        let (tile, g, r) = self.scale_position(i);
         let s = self.value_at(self.layout.scale_block_offset(tile, g), r);
         let m = if self.layout.offset == Offset::Min { self.value_at(self.layout.min_block_offset(tile, g), r) } else { 0.0 };
         (s, m)
     }
+    /// Scale `i` as stored by `ScaleFormat::SubBlock` (its super-block's `d`, `dmin` and
+    /// its codes); `None` for the other formats.
+    pub fn sub_scale(&self, i: usize) -> Option<SubScale> {
+        let ScaleFormat::SubBlock { bits, signed } = self.layout.scales else { return None };
+        let (tile, g, r) = self.scale_position(i);
+        let d = self.data.as_ref();
+        let head = self.layout.super_block_offset(tile, g);
+        let f16_at = |at: usize| stored_f16(u16::from_le_bytes([d[at], d[at + 1]]));
+        let has_mins = self.layout.offset == Offset::Min;
+        Some(SubScale {
+            d: f16_at(head + 2 * r),
+            dmin: if has_mins { f16_at(head + 2 * TILE_ROWS + 2 * r) } else { 0.0 },
+            code: sub_code(&d[self.layout.scale_block_offset(tile, g)..], bits, signed, r),
+            min_code: if has_mins { sub_code(&d[self.layout.min_block_offset(tile, g)..], bits, false, r) } else { 0 },
+        })
+    }
+    /// (tile, group, row in tile) of scale index `i`.
+    fn scale_position(&self, i: usize) -> (usize, usize, usize) {
+        let tg = i / TILE_ROWS;
+        (tg / self.layout.groups(), tg % self.layout.groups(), i % TILE_ROWS)
+    }
     fn value_at(&self, block: usize, r: usize) -> f32 {
         let d = self.data.as_ref();
         match self.layout.scales {
-            ScaleFormat::F16 => f16_bits_to_f32(u16::from_le_bytes([d[block + 2 * r], d[block + 2 * r + 1]])),
+            ScaleFormat::F16 => stored_f16(u16::from_le_bytes([d[block + 2 * r], d[block + 2 * r + 1]])),
             ScaleFormat::F32 => f32::from_le_bytes(d[block + 4 * r..block + 4 * r + 4].try_into().expect("4 bytes")),
+            ScaleFormat::SubBlock { .. } => unreachable!("sub-block scales are read by sub_scale"),
         }
     }
 
@@ -418,12 +589,25 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
     }
 }
 
+/// A stored f16 as f32; NaN for infinities and NaNs (which `f16_bits_to_f32`, made for
+/// finite values, would turn into large finite ones), so `from_bytes` refuses them.
+fn stored_f16(bits: u16) -> f32 {
+    if f16_bits_finite(bits) {
+        f16_bits_to_f32(bits)
+    } else {
+        f32::NAN
+    }
+}
+
 /// What a packer needs for one (row, group): its codes, scale and minimum. Layouts
 /// with `ScaleFormat::F16` store them rounded to f16 (exact for values that came from f16).
+/// `ScaleFormat::SubBlock` layouts store `sub` instead (`d` and `dmin` rounded to f16,
+/// the same for every group of a super-block).
 pub struct GroupCodes<'a> {
     pub codes: &'a mut [u8],
     pub scale: f32,
     pub min: f32,
+    pub sub: SubScale,
 }
 
 /// Pack a matrix into `out` (`layout.total_bytes()` long), pulling each (row, group)
@@ -447,14 +631,18 @@ where
                 let row = tile * TILE_ROWS + r;
                 let codes = &mut scratch[r * g_len..(r + 1) * g_len];
                 codes.fill(0);
-                let (mut scale, mut min) = (0.0f32, 0.0f32);
+                let (mut scale, mut min, mut sub) = (0.0f32, 0.0f32, SubScale::default());
                 if row < layout.rows {
-                    let mut gc = GroupCodes { codes, scale: 0.0, min: 0.0 };
+                    let mut gc = GroupCodes { codes, scale: 0.0, min: 0.0, sub };
                     source(row, g, &mut gc)?;
-                    (scale, min) = (gc.scale, gc.min);
+                    (scale, min, sub) = (gc.scale, gc.min, gc.sub);
                     for c in gc.codes.iter_mut() {
                         *c &= mask;
                     }
+                }
+                if let ScaleFormat::SubBlock { .. } = layout.scales {
+                    store_sub_scale(layout, out, tile, g, r, sub)?;
+                    continue;
                 }
                 store_scale(layout, out, layout.scale_block_offset(tile, g), r, scale)
                     .map_err(|_| Error::NonFiniteScale { row, group: g })?;
@@ -478,6 +666,36 @@ where
     Ok(())
 }
 
+/// Row `r` of tile-group (tile, g)'s sub-block scale: `d` (and `dmin`) into the
+/// super-block header (written by its first group, checked by the others), its codes
+/// into the group's blocks.
+fn store_sub_scale(layout: &Layout, out: &mut [u8], tile: usize, g: usize, r: usize, sub: SubScale) -> Result<(), Error> {
+    let ScaleFormat::SubBlock { bits, signed } = layout.scales else { return Ok(()) };
+    let row = tile * TILE_ROWS + r;
+    let bad = Error::BadSubScale { row, group: g };
+    let head = layout.super_block_offset(tile, g);
+    let first = g.is_multiple_of(layout.groups_per_record());
+    let has_mins = layout.offset == Offset::Min;
+    for (at, v) in [(head, sub.d), (head + 2 * TILE_ROWS, sub.dmin)].into_iter().take(if has_mins { 2 } else { 1 }) {
+        let f16 = crate::f16::f32_to_f16_bits(v);
+        if !f16_bits_finite(f16) {
+            return Err(Error::NonFiniteScale { row, group: g });
+        }
+        let slot = &mut out[at + 2 * r..at + 2 * r + 2];
+        if first {
+            slot.copy_from_slice(&f16.to_le_bytes());
+        } else if slot != f16.to_le_bytes() {
+            return Err(bad);
+        }
+    }
+    let block = layout.scale_block_offset(tile, g);
+    store_sub_code(&mut out[block..], bits, signed, r, sub.code).map_err(|_| bad)?;
+    if has_mins {
+        store_sub_code(&mut out[layout.min_block_offset(tile, g)..], bits, false, r, sub.min_code).map_err(|_| bad)?;
+    }
+    Ok(())
+}
+
 /// Write value `r` of a scale block in the layout's format; refuses values that are
 /// not finite in that format.
 fn store_scale(layout: &Layout, out: &mut [u8], block: usize, r: usize, v: f32) -> Result<(), ()> {
@@ -495,6 +713,7 @@ fn store_scale(layout: &Layout, out: &mut [u8], block: usize, r: usize, v: f32) 
             }
             out[block + 4 * r..block + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
         }
+        ScaleFormat::SubBlock { .. } => unreachable!("pack stores sub-block scales with store_sub_scale"),
     }
     Ok(())
 }

@@ -251,23 +251,24 @@ fn f16x32_regs(p: *const u8) -> [__m256; 4] {
 /// this fact, and each other whatever N.
 struct Epilogue<'a> {
     job: &'a Job<'a>,
-    wide: bool,
+    scales: ScaleFormat,
 }
 
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
-        Epilogue { job, wide: job.layout.scales() == ScaleFormat::F32 }
+        Epilogue { job, scales: job.layout.scales() }
     }
 
-    /// The 32 f32 scales (or minima) of the block that `bytes` starts with.
+    /// The 32 f32 scales (or minima) of the `F16` or `F32` block at byte `at`.
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
-    fn block(&self, bytes: &[u8]) -> [__m256; 4] {
-        let p = bytes[..self.job.scale_block_bytes()].as_ptr();
+    fn block(&self, at: usize) -> [__m256; 4] {
+        let wide = self.scales == ScaleFormat::F32;
+        let p = self.job.bytes[at..at + if wide { 128 } else { 64 }].as_ptr();
         // SAFETY: `p` starts a block of 32 f16 (64 bytes) or f32 (128, `wide`), checked
         // just above.
         unsafe {
-            if self.wide {
+            if wide {
                 let p = p.cast::<f32>();
                 [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))]
             } else {
@@ -276,14 +277,19 @@ impl<'a> Epilogue<'a> {
         }
     }
 
-    /// The scales, and minima when the layout has them, of a tile-group's record
-    /// (`Job::tile_records`: codes, scales, minima).
+    /// Tile-group (tile, g)'s scales, and minima when the layout has them.
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
-    fn affine(&self, record: &[u8]) -> ([__m256; 4], Option<[__m256; 4]>) {
-        let scales = &record[self.job.code_bytes()..];
-        let mins = if self.job.has_mins() { Some(self.block(&scales[self.job.scale_block_bytes()..])) } else { None };
-        (self.block(scales), mins)
+    fn affine(&self, tile: usize, g: usize) -> ([__m256; 4], Option<[__m256; 4]>) {
+        if let ScaleFormat::SubBlock { .. } = self.scales {
+            // codes times d, multiplied out by the portable code (compiled for AVX2 here)
+            let (scales, mins) = self.job.affine(tile, g, &|b| f16x32(b));
+            // SAFETY: [f32; 32] and four __m256 are the same plain bits.
+            return unsafe { (core::mem::transmute::<[f32; TILE_ROWS], [__m256; 4]>(scales), mins.map(|m| core::mem::transmute(m))) };
+        }
+        let at = self.job.scale_block_offset(tile, g);
+        let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
+        (self.block(at), mins)
     }
 
     /// Adds group `g`'s integer sums `ints`, over one token's tables (its `job`), to that
@@ -342,20 +348,20 @@ unsafe fn run_float_bits<const BITS: usize, const N: usize, const LANE_SUM: bool
     let e = Epilogue::new(jobs[0]);
     let first = tiles.start;
     let job = jobs[0];
-    let (n_quads, code_bytes) = (job.layout.group() / 16, job.code_bytes());
+    let n_quads = job.layout.group() / 16;
     let per_set = pairs_per_set(n_quads);
     let table_blocks = jobs.map(|j| j.tables.quads.as_ptr());
     for tile in tiles {
         let mut f = [[_mm256_setzero_ps(); 4]; N];
-        for (g, record) in job.tile_records(tile).enumerate() {
+        for g in 0..job.groups() {
             // group g's table blocks; every token's hold `groups · n_quads` (`Job::new`)
             let tables = table_blocks.map(|t| t.wrapping_add(g * n_quads).cast::<u8>());
-            // SAFETY: the record starts with the tile-group's codes; the table pointers
-            // are in bounds (above), all jobs sharing one matrix.
-            let ints = unsafe { rows::<BITS, N, LANE_SUM>(&record[..code_bytes], tables, n_quads, per_set) };
-            let affine = e.affine(record);
+            // SAFETY: `tile_group` is the tile-group's codes; the table pointers are in
+            // bounds (above), all jobs sharing one matrix.
+            let ints = unsafe { rows::<BITS, N, LANE_SUM>(job.tile_group(tile, g), tables, n_quads, per_set) };
+            let affine = e.affine(tile, g);
             for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
-                // SAFETY: `tile_records` yields one record per group.
+                // SAFETY: g < `job.groups()`.
                 unsafe { e.add(f, ints, job, g, &affine) };
             }
         }

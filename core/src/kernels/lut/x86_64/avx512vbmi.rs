@@ -127,12 +127,14 @@ crate::kernels::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fm
 struct Epilogue<'a> {
     job: &'a Job<'a>,
     bytes: *const u8,
+    scales: ScaleFormat,
     wide: bool,
 }
 
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
-        Epilogue { job, bytes: job.bytes.as_ptr(), wide: job.layout.scales() == ScaleFormat::F32 }
+        let scales = job.layout.scales();
+        Epilogue { job, bytes: job.bytes.as_ptr(), scales, wide: scales == ScaleFormat::F32 }
     }
 
     /// The 32 f32 scales (or minima) of the block at byte `at`.
@@ -155,6 +157,16 @@ impl<'a> Epilogue<'a> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
     #[inline]
     fn affine(&self, tile: usize, g: usize) -> ((__m512, __m512), Option<(__m512, __m512)>) {
+        if let ScaleFormat::SubBlock { .. } = self.scales {
+            // codes times d, multiplied out by the portable code (compiled for AVX-512 here)
+            let (scales, mins) = self.job.affine(tile, g, &|b| super::avx512::f16x32(b));
+            let regs = |v: [f32; TILE_ROWS]| {
+                // SAFETY: [f32; 32] and two __m512 are the same plain bits.
+                let [lo, hi] = unsafe { core::mem::transmute::<[f32; TILE_ROWS], [__m512; 2]>(v) };
+                (lo, hi)
+            };
+            return (regs(scales), mins.map(regs));
+        }
         let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
         (self.block(self.job.scale_block_offset(tile, g)), mins)
     }
