@@ -384,6 +384,33 @@ pub enum Value<'a> {
 }
 
 impl<'a> Value<'a> {
+    /// The value's bytes as GGUF stores them after its type id, handed to `out` piece by
+    /// piece: what a writer copying another file's metadata emits.
+    pub fn write_payload(&self, out: &mut impl FnMut(&[u8])) {
+        match *self {
+            Value::U8(x) => out(&[x]),
+            Value::I8(x) => out(&[x as u8]),
+            Value::U16(x) => out(&x.to_le_bytes()),
+            Value::I16(x) => out(&x.to_le_bytes()),
+            Value::U32(x) => out(&x.to_le_bytes()),
+            Value::I32(x) => out(&x.to_le_bytes()),
+            Value::F32(x) => out(&x.to_le_bytes()),
+            Value::Bool(x) => out(&[x as u8]),
+            Value::String(s) => {
+                out(&(s.len() as u64).to_le_bytes());
+                out(s);
+            }
+            Value::Array(a) => {
+                out(&a.elem_type().id().to_le_bytes());
+                out(&a.len().to_le_bytes());
+                out(a.bytes());
+            }
+            Value::U64(x) => out(&x.to_le_bytes()),
+            Value::I64(x) => out(&x.to_le_bytes()),
+            Value::F64(x) => out(&x.to_le_bytes()),
+        }
+    }
+
     pub fn value_type(&self) -> ValueType {
         match self {
             Value::U8(_) => ValueType::U8,

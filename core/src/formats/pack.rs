@@ -224,29 +224,7 @@ impl<'a> Writer<'a> {
     /// Copies one metadata entry of another GGUF file as it was.
     pub fn value(&mut self, key: &str, v: &Value<'_>) {
         self.key(key, v.value_type().id());
-        let out = &mut self.kvs;
-        match *v {
-            Value::U8(x) => out.push(x),
-            Value::I8(x) => out.push(x as u8),
-            Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::Bool(x) => out.push(x as u8),
-            Value::String(s) => {
-                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-                out.extend_from_slice(s);
-            }
-            Value::Array(a) => {
-                out.extend_from_slice(&a.elem_type().id().to_le_bytes());
-                out.extend_from_slice(&a.len().to_le_bytes());
-                out.extend_from_slice(a.bytes());
-            }
-            Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        }
+        v.write_payload(&mut |bytes| self.kvs.extend_from_slice(bytes));
     }
 
     /// Every metadata entry of `g` but its alignment and `lutra.*` keys (this file sets

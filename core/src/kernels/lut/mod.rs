@@ -310,10 +310,10 @@ pub(crate) struct Job<'a> {
     record_mask: usize,
     record_bytes: usize,
     code_bytes: usize,
-    /// Offset of the super-block header in a record (after all its groups' codes), the
-    /// header's bytes, and one group's scale (and minimum) blocks.
-    header_at: usize,
-    header_bytes: usize,
+    /// Where a record's first group's codes and scales start, and one group's scale (and
+    /// minimum) blocks (`Layout::record_bytes`); the super-block header is at the start.
+    codes_at: usize,
+    scales_at: usize,
     group_scale_bytes: usize,
     scale_block_bytes: usize,
     quads_per_group: usize,
@@ -345,7 +345,6 @@ impl<'a> Job<'a> {
         }
         let per_record = l.groups_per_record();
         // (tile 0, group 0)'s offsets give the record's inner ones
-        let header_at = l.super_block_offset(0, 0);
         let scales_at = l.scale_block_offset(0, 0);
         let next_scales_at = if per_record > 1 { l.scale_block_offset(0, 1) } else { scales_at };
         Ok(Job {
@@ -358,8 +357,8 @@ impl<'a> Job<'a> {
             record_mask: per_record - 1,
             record_bytes: l.record_bytes(),
             code_bytes: l.tile_group_bytes(),
-            header_at,
-            header_bytes: scales_at - header_at,
+            codes_at: l.tile_group_offset(0, 0),
+            scales_at,
             group_scale_bytes: next_scales_at - scales_at,
             scale_block_bytes: l.scales().block_bytes(),
             quads_per_group: l.group() / 16,
@@ -398,17 +397,28 @@ impl<'a> Job<'a> {
     /// Codes of tile-group (tile, g).
     #[inline(always)]
     pub fn tile_group(&self, tile: usize, g: usize) -> &'a [u8] {
-        &self.bytes[self.record_offset(tile, g) + (g & self.record_mask) * self.code_bytes..][..self.code_bytes]
+        // one group per record (every format but `SubBlock`): the record starts with the
+        // codes; the general form costs a few percent on small models' decode
+        let at = if self.record_mask == 0 {
+            (tile * self.groups + g) * self.record_bytes
+        } else {
+            self.record_offset(tile, g) + self.codes_at + (g & self.record_mask) * self.code_bytes
+        };
+        &self.bytes[at..][..self.code_bytes]
     }
     /// Byte offset of (tile, g)'s super-block header (`Layout::super_block_offset`).
     #[inline(always)]
     pub fn super_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.record_offset(tile, g) + self.header_at
+        self.record_offset(tile, g)
     }
     /// Byte offset of the 32 scales of tile-group (tile, g) (`Layout::scale_block_offset`).
     #[inline(always)]
     pub fn scale_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.super_block_offset(tile, g) + self.header_bytes + (g & self.record_mask) * self.group_scale_bytes
+        if self.record_mask == 0 {
+            // one group per record, as in `tile_group`
+            return (tile * self.groups + g) * self.record_bytes + self.code_bytes;
+        }
+        self.record_offset(tile, g) + self.scales_at + (g & self.record_mask) * self.group_scale_bytes
     }
     /// Byte offset of the 32 minima of tile-group (tile, g) (`Layout::min_block_offset`).
     #[inline(always)]
@@ -442,7 +452,9 @@ impl<'a> Job<'a> {
     }
     /// Tile-group (tile, g)'s 32 scales and, with `Offset::Min`, 32 minima, as f32; each
     /// ISA passes its f16 conversion. Sub-block scales are multiplied out here, `d·code`
-    /// and `−(dmin·min_code)`, the very products the `F32` form stores.
+    /// and `−(dmin·min_code)`, the very products the `F32` form stores. (The x86 kernels'
+    /// own epilogues: they convert f16 in one instruction.)
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn affine<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(
         &self,
@@ -450,20 +462,62 @@ impl<'a> Job<'a> {
         g: usize,
         f16x32: &C,
     ) -> ([f32; TILE_ROWS], Option<[f32; TILE_ROWS]>) {
+        let mut header = SuperBlockHeader::default();
+        self.affine_cached(tile, g, f16x32, &mut header)
+    }
+
+    /// `affine`, converting a super-block's `d` (and `dmin`) once for all its groups
+    /// (`header` keeps the last ones): for ISAs without an f16 conversion instruction.
+    #[inline(always)]
+    pub fn affine_cached<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(
+        &self,
+        tile: usize,
+        g: usize,
+        f16x32: &C,
+        header: &mut SuperBlockHeader,
+    ) -> ([f32; TILE_ROWS], Option<[f32; TILE_ROWS]>) {
         let at = self.scale_block_offset(tile, g);
         let ScaleFormat::SubBlock { bits, signed } = self.layout.scales() else {
             let mins = self.has_mins().then(|| self.scale_block(self.min_block_offset(tile, g), f16x32));
             return (self.scale_block(at, f16x32), mins);
         };
         let head = self.super_block_offset(tile, g);
-        let (d, codes) = (self.f16_block(head, f16x32), sub_codes(&self.bytes[at..], bits, signed));
-        let scales = core::array::from_fn(|r| d[r] * codes[r]);
-        let mins = self.has_mins().then(|| {
-            let dmin = self.f16_block(head + 64, f16x32);
-            let codes = sub_codes(&self.bytes[self.min_block_offset(tile, g)..], bits, false);
-            core::array::from_fn(|r| -(dmin[r] * codes[r]))
-        });
-        (scales, mins)
+        if header.record != head + 1 {
+            header.d = self.f16_block(head, f16x32);
+            if self.has_mins() {
+                header.dmin = self.f16_block(head + 64, f16x32);
+            }
+            header.record = head + 1;
+        }
+        let codes = sub_codes(&self.bytes[at..], bits, signed);
+        let mut scales = [0.0; TILE_ROWS];
+        for r in 0..TILE_ROWS {
+            scales[r] = header.d[r] * codes[r];
+        }
+        if !self.has_mins() {
+            return (scales, None);
+        }
+        let codes = sub_codes(&self.bytes[self.min_block_offset(tile, g)..], bits, false);
+        let mut mins = [0.0; TILE_ROWS];
+        for r in 0..TILE_ROWS {
+            mins[r] = -(header.dmin[r] * codes[r]);
+        }
+        (scales, Some(mins))
+    }
+}
+
+/// The last super-block header `Job::affine_cached` converted: its record's offset + 1
+/// (0: none yet), its 32 `d` and 32 `dmin`.
+#[derive(Clone)]
+pub(crate) struct SuperBlockHeader {
+    record: usize,
+    d: [f32; TILE_ROWS],
+    dmin: [f32; TILE_ROWS],
+}
+
+impl Default for SuperBlockHeader {
+    fn default() -> Self {
+        SuperBlockHeader { record: 0, d: [0.0; TILE_ROWS], dmin: [0.0; TILE_ROWS] }
     }
 }
 
@@ -490,19 +544,20 @@ pub(crate) struct FloatOut<'y> {
     y: &'y mut [f32],
     first_tile: usize,
     acc: [f32; TILE_ROWS],
+    header: SuperBlockHeader,
 }
 
 impl<'y> FloatOut<'y> {
     /// Rows of the tiles from `first_tile` on into `y`.
     pub(crate) fn new(y: &'y mut [f32], first_tile: usize) -> Self {
-        FloatOut { y, first_tile, acc: [0.0; TILE_ROWS] }
+        FloatOut { y, first_tile, acc: [0.0; TILE_ROWS], header: SuperBlockHeader::default() }
     }
 }
 
 impl Epilogue for FloatOut<'_> {
     #[inline(always)]
     fn group<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(&mut self, job: &Job<'_>, tile: usize, g: usize, acc: &[i32; TILE_ROWS], f16x32: C) {
-        let (scales, mins) = job.affine(tile, g, &f16x32);
+        let (scales, mins) = job.affine_cached(tile, g, &f16x32, &mut self.header);
         self.group_with(job, g, acc, &scales, mins.as_ref());
     }
     #[inline(always)]
@@ -598,6 +653,7 @@ macro_rules! define_run_n {
             ys: [&mut [f32]; N],
         ) {
             let mut outs = ys.map(|y| $crate::kernels::lut::FloatOut::new(y, tiles.start));
+            let mut header = $crate::kernels::lut::SuperBlockHeader::default();
             for tile in tiles {
                 for g in 0..jobs[0].groups() {
                     let mut acc = [[0i32; $crate::TILE_ROWS]; N];
@@ -606,7 +662,7 @@ macro_rules! define_run_n {
                     unsafe { tile_group_n(jobs[0].tile_group(tile, g), jobs.map(|j| j.quads(g)), jobs[0].layout.bits(), &mut acc) };
                     let job = jobs[0];
                     let f16x32 = |b: &[u8; 64]| $crate::kernels::lut::f16x32_portable(b);
-                    let (scales, mins) = job.affine(tile, g, &f16x32);
+                    let (scales, mins) = job.affine_cached(tile, g, &f16x32, &mut header);
                     for ((out, job), acc) in outs.iter_mut().zip(jobs).zip(&acc) {
                         out.group_with(job, g, acc, &scales, mins.as_ref());
                     }
@@ -766,7 +822,8 @@ pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables
 /// Every token's rows of `tiles` (one chunk of a `gemm`, for splitting across threads):
 /// `out(b)` is token b's output for those rows (as for `gemv_tiles`), asked for once per
 /// token, in order. Tokens run `gemm_tokens(isa)` at a time through the multi-token
-/// kernels, each token's rows what `gemv_tiles` writes, bit for bit.
+/// kernels (eight on AVX-512 VBMI and AVX2 for sub-block scales), each token's rows what
+/// `gemv_tiles` writes, bit for bit.
 pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
     isa: Isa,
     m: &PackedMatrix<B>,
@@ -779,13 +836,25 @@ pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
         next += 1;
         out(next - 1)
     };
-    for batch in tables.chunks(gemm_tokens(isa)) {
-        // `gemm_tokens` is 1 or 2
-        match *batch {
-            [t0, t1] => gemv_tiles_n(isa, m, [t0, t1], tiles.clone(), [out(), out()])?,
-            _ => {
-                for &t in batch {
-                    gemv_tiles(isa, m, t, tiles.clone(), out())?;
+    // Sub-block scales are multiplied out per tile-group and pass: on AVX-512 VBMI and AVX2
+    // eight tokens share each (a Qwen2.5-1.5B-shaped Q4_K_M prefill ran at 0.7× (VBMI) and
+    // 0.85× (AVX2) the f32-scale form's speed in pairs); other layouts keep `gemm_tokens`.
+    let sub_block = matches!(m.layout().scales(), ScaleFormat::SubBlock { .. });
+    let per_pass = if sub_block && matches!(isa, Isa::Avx512Vbmi | Isa::Avx2) { 8 } else { gemm_tokens(isa) };
+    for batch in tables.chunks(per_pass) {
+        // a short last batch goes in pairs (where `isa` has a pair kernel), then alone
+        if let &[t0, t1, t2, t3, t4, t5, t6, t7] = batch {
+            let ys = [out(), out(), out(), out(), out(), out(), out(), out()];
+            gemv_tiles_n(isa, m, [t0, t1, t2, t3, t4, t5, t6, t7], tiles.clone(), ys)?;
+            continue;
+        }
+        for pair in batch.chunks(2) {
+            match *pair {
+                [t0, t1] if gemm_tokens(isa) > 1 => gemv_tiles_n(isa, m, [t0, t1], tiles.clone(), [out(), out()])?,
+                _ => {
+                    for &t in pair {
+                        gemv_tiles(isa, m, t, tiles.clone(), out())?;
+                    }
                 }
             }
         }
@@ -832,13 +901,9 @@ pub fn gemv_tiles_n<const N: usize, B: AsRef<[u8]>>(
     let jobs_ref = jobs.each_ref();
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vbmi if N == 2 => {
-            let mut ys = ys.into_iter();
-            let (Some(y0), Some(y1)) = (ys.next(), ys.next()) else { unreachable!("N == 2") };
-            // SAFETY: `usable` confirmed the ISA; both jobs are validated against the one
-            // matrix, and each `y` holds exactly the rows of `tiles`.
-            unsafe { x86_64::avx512vbmi::run_float_pair([jobs_ref[0], jobs_ref[1]], tiles, [y0, y1]) };
-        }
+        // SAFETY: `usable` confirmed the ISA; every job is validated against the one
+        // matrix, each `y` holds exactly the rows of `tiles`, and N is even.
+        Isa::Avx512Vbmi if N.is_multiple_of(2) => unsafe { x86_64::avx512vbmi::run_float_n(jobs_ref, tiles, ys) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `usable` confirmed the ISA; every job is validated against the one
         // matrix, and each `y` holds exactly the rows of `tiles`.

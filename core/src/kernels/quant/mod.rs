@@ -36,8 +36,9 @@
 //! Each tile-group's codes are followed by its 32 f16 scales and (with `Offset::Min`)
 //! its 32 f16 minima: one record, so a GEMV streams the matrix front to back. With
 //! `ScaleFormat::SubBlock` a record spans a whole K-quant super-block of 256 columns: the
-//! codes of its groups, then the rows' f16 `d` (and `dmin`), then each group's packed
-//! integer sub-scale (and minimum) codes — the bytes llama.cpp's blocks hold, no more. Sixteen bytes that
+//! rows' f16 `d` (and `dmin`), each group's packed integer sub-scale (and minimum) codes,
+//! then the groups' weight codes — the bytes llama.cpp's blocks hold, no more, and each
+//! group's scales read before its codes, so the stream still only moves forward. Sixteen bytes that
 //! share one chunk are looked up with one 16-entry table (one shuffle per nibble half);
 //! in a pair slice the two planes of a row sit in adjacent bytes, so one
 //! multiply-add-pairs (`pmaddubsw` with weights 1, 2) combines the planes and widens
@@ -116,16 +117,22 @@ impl SubScale {
     }
 }
 
-/// Code `r` (0..32) of a block of 32 sub-block codes `bits` wide. The block holds the low
-/// four bits of rows k and k + 16 in byte k (0..16, as the weight codes pair rows), then
-/// bits 4–5 and (8-bit codes) 6–7 of rows k, k + 8, k + 16, k + 24 in byte k of 8 more
-/// bytes each: so 32 codes unpack with a few whole-vector shifts and masks.
+/// Code `r` (0..32) of a block of 32 sub-block codes `bits` wide. 8-bit codes are one
+/// byte each. Narrower ones keep the low four bits of rows k and k + 16 in byte k (0..16, as
+/// the weight codes pair rows) and, 6-bit ones, bits 4–5 of rows k, k + 8, k + 16, k + 24
+/// in byte k of 8 more: so 32 codes unpack with a few whole-vector shifts and masks.
 #[inline(always)]
 pub(crate) fn sub_code(block: &[u8], bits: u8, signed: bool, r: usize) -> i32 {
-    let mut v = (block[r % 16] >> (4 * (r / 16))) & 15;
-    for (at, shift) in [(16, 4), (24, 6)].into_iter().take((bits as usize - 4) / 2) {
-        v |= ((block[at + r % 8] >> (2 * (r / 8))) & 3) << shift;
-    }
+    let v = if bits == 8 {
+        block[r]
+    } else {
+        let low = (block[r % 16] >> (4 * (r / 16))) & 15;
+        if bits == 6 {
+            low | ((block[16 + r % 8] >> (2 * (r / 8))) & 3) << 4
+        } else {
+            low
+        }
+    };
     widen_sub_code(v, bits, signed)
 }
 
@@ -138,24 +145,42 @@ fn widen_sub_code(v: u8, bits: u8, signed: bool) -> i32 {
     }
 }
 
-/// All 32 codes of a block (`sub_code` for each r), as f32, in a form compilers vectorize.
+/// All 32 codes of a block (`sub_code` for each r), as f32: straight-line loops over
+/// fixed arrays, which compilers turn into a few vector operations (this runs once per
+/// tile-group in every GEMV).
 #[inline(always)]
 pub(crate) fn sub_codes(block: &[u8], bits: u8, signed: bool) -> [f32; TILE_ROWS] {
     let mut v = [0u8; TILE_ROWS];
-    let low: &[u8; 16] = block[..16].try_into().expect("16 bytes of low bits");
-    for k in 0..16 {
-        v[k] = low[k] & 15;
-        v[k + 16] = low[k] >> 4;
-    }
-    for (at, shift) in [(16, 4), (24, 6)].into_iter().take((bits as usize - 4) / 2) {
-        let high: &[u8; 8] = block[at..at + 8].try_into().expect("8 bytes of high bits");
-        for j in 0..4 {
+    if bits == 8 {
+        v.copy_from_slice(&block[..TILE_ROWS]);
+    } else {
+        let low: &[u8; 16] = block[..16].try_into().expect("16 bytes of low bits");
+        for k in 0..16 {
+            v[k] = low[k] & 15;
+            v[k + 16] = low[k] >> 4;
+        }
+        if bits == 6 {
+            let high: &[u8; 8] = block[16..24].try_into().expect("8 bytes of high bits");
             for k in 0..8 {
-                v[8 * j + k] |= ((high[k] >> (2 * j)) & 3) << shift;
+                v[k] |= (high[k] & 3) << 4;
+                v[k + 8] |= ((high[k] >> 2) & 3) << 4;
+                v[k + 16] |= ((high[k] >> 4) & 3) << 4;
+                v[k + 24] |= (high[k] >> 6) << 4;
             }
         }
     }
-    core::array::from_fn(|r| widen_sub_code(v[r], bits, signed) as f32)
+    let mut out = [0.0; TILE_ROWS];
+    if signed {
+        let shift = 8 - bits;
+        for r in 0..TILE_ROWS {
+            out[r] = (((v[r] << shift) as i8) >> shift) as f32;
+        }
+    } else {
+        for r in 0..TILE_ROWS {
+            out[r] = v[r] as f32;
+        }
+    }
+    out
 }
 
 /// Writes `code` as code `r` of a sub-block code block (`sub_code`'s arrangement);
@@ -166,12 +191,16 @@ fn store_sub_code(block: &mut [u8], bits: u8, signed: bool, r: usize, code: i32)
         return Err(());
     }
     let v = code as u8;
+    if bits == 8 {
+        block[r] = v;
+        return Ok(());
+    }
     let shift = 4 * (r / 16);
     block[r % 16] = (block[r % 16] & !(15 << shift)) | ((v & 15) << shift);
-    for (at, from) in [(16, 4), (24, 6)].into_iter().take((bits as usize - 4) / 2) {
+    if bits == 6 {
         let shift = 2 * (r / 8);
-        let byte = &mut block[at + r % 8];
-        *byte = (*byte & !(3 << shift)) | (((v >> from) & 3) << shift);
+        let byte = &mut block[16 + r % 8];
+        *byte = (*byte & !(3 << shift)) | (((v >> 4) & 3) << shift);
     }
     Ok(())
 }
@@ -361,10 +390,11 @@ impl Layout {
             _ => 0,
         }
     }
-    /// Bytes of one record: the codes of its groups (`groups_per_record`), the
-    /// super-block header if any, then each group's 32 scales and (with `Offset::Min`) 32
-    /// minima. Records follow each other tile by tile, column by column, so a GEMV reads
-    /// the matrix as one sequential stream.
+    /// Bytes of one record: a group's codes then its 32 scales and (with `Offset::Min`)
+    /// 32 minima; with `ScaleFormat::SubBlock`, the super-block header, every group's
+    /// scale codes, then every group's weight codes (`groups_per_record`), so a GEMV meets
+    /// each group's scales before or beside its codes. Records follow each other tile by
+    /// tile, column by column: the matrix is read as one sequential stream.
     pub fn record_bytes(&self) -> usize {
         let per_group = self.tile_group_bytes() + self.scales.block_bytes() * self.scale_kinds();
         self.groups_per_record() * per_group + self.header_bytes()
@@ -393,19 +423,29 @@ impl Layout {
         let per_record = self.groups_per_record();
         (tile * (self.groups() / per_record) + g / per_record) * self.record_bytes()
     }
+    /// Where a record's codes and scale blocks start, from the record's start.
+    fn codes_and_scales_at(&self) -> (usize, usize) {
+        match self.scales {
+            ScaleFormat::SubBlock { .. } => {
+                let scales = self.header_bytes();
+                (scales + self.groups_per_record() * self.scales.block_bytes() * self.scale_kinds(), scales)
+            }
+            _ => (0, self.tile_group_bytes()),
+        }
+    }
     /// Byte offset of the codes of tile-group (tile, g).
     pub fn tile_group_offset(&self, tile: usize, g: usize) -> usize {
-        self.record_offset(tile, g) + g % self.groups_per_record() * self.tile_group_bytes()
+        self.record_offset(tile, g) + self.codes_and_scales_at().0 + g % self.groups_per_record() * self.tile_group_bytes()
     }
     /// Byte offset of the super-block header of (tile, g)'s record: 32 f16 `d`, then
-    /// (with `Offset::Min`) 32 f16 `dmin` (`ScaleFormat::SubBlock` only).
+    /// (with `Offset::Min`) 32 f16 `dmin` (`ScaleFormat::SubBlock` only: the record's start).
     pub fn super_block_offset(&self, tile: usize, g: usize) -> usize {
-        self.record_offset(tile, g) + self.groups_per_record() * self.tile_group_bytes()
+        self.record_offset(tile, g)
     }
     /// Byte offset of the 32 scales of tile-group (tile, g).
     pub fn scale_block_offset(&self, tile: usize, g: usize) -> usize {
         let per_group = self.scales.block_bytes() * self.scale_kinds();
-        self.super_block_offset(tile, g) + self.header_bytes() + g % self.groups_per_record() * per_group
+        self.record_offset(tile, g) + self.codes_and_scales_at().1 + g % self.groups_per_record() * per_group
     }
     /// Byte offset of the 32 minima of tile-group (tile, g) (`Offset::Min` only).
     pub fn min_block_offset(&self, tile: usize, g: usize) -> usize {

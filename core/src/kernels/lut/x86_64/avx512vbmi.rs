@@ -232,20 +232,25 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
     }
 }
 
-/// `run_float_bits` for two tokens over the same tiles (`rows_pair`), each token's
-/// epilogue the same FMAs in the same order, so each `y` is what `run_float` writes.
+/// `run_float_bits` for N tokens (N even) over the same tiles: each tile-group's codes are
+/// looked up a pair of tokens at a time (`rows_pair`) while they sit in L1, and its scales
+/// are loaded (or, for sub-block scales, multiplied out) once for all N. Each token's
+/// epilogue is the same FMAs in the same order, so each `y` is what `run_float` writes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
-unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Range<usize>, mut ys: [&mut [f32]; 2]) {
+unsafe fn run_float_n_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, mut ys: [&mut [f32]; N]) {
     let e = Epilogue::new(jobs[0]);
     let first = tiles.start;
     for tile in tiles {
-        let mut f = [(_mm512_setzero_ps(), _mm512_setzero_ps()); 2];
+        let mut f = [(_mm512_setzero_ps(), _mm512_setzero_ps()); N];
         for g in 0..jobs[0].groups() {
-            // SAFETY: the tile-group and both tokens' group tables have the layout's lengths.
-            let ints = unsafe { rows_pair::<BITS>(jobs[0].tile_group(tile, g), [jobs[0].quads(g), jobs[1].quads(g)]) };
+            let codes = jobs[0].tile_group(tile, g);
             let affine = e.affine(tile, g);
-            for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
-                e.add(f, ints, job, g, affine);
+            for (f, jobs) in f.chunks_exact_mut(2).zip(jobs.chunks_exact(2)) {
+                // SAFETY: the tile-group and both tokens' group tables have the layout's lengths.
+                let ints = unsafe { rows_pair::<BITS>(codes, [jobs[0].quads(g), jobs[1].quads(g)]) };
+                for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
+                    e.add(f, ints, job, g, affine);
+                }
             }
         }
         for (f, y) in f.into_iter().zip(ys.iter_mut()) {
@@ -254,23 +259,24 @@ unsafe fn run_float_pair_bits<const BITS: usize>(jobs: [&Job<'_>; 2], tiles: Ran
     }
 }
 
-/// `run_float` for two tokens' tables over the same matrix and tiles.
+/// `run_float` for N tokens' tables (N even) over the same matrix and tiles.
 ///
 /// # Safety
-/// As `run_float`, for both jobs, which must share one matrix.
-pub(crate) unsafe fn run_float_pair(jobs: [&Job<'_>; 2], tiles: Range<usize>, ys: [&mut [f32]; 2]) {
+/// As `run_float`, for every job, which must share one matrix; N is even.
+pub(crate) unsafe fn run_float_n<const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, ys: [&mut [f32]; N]) {
+    debug_assert!(N.is_multiple_of(2));
     // SAFETY (all arms): the caller's contract. A `Layout` holds 1..=8 bits (private
     // fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
         match jobs[0].layout.bits() {
-            1 => run_float_pair_bits::<1>(jobs, tiles, ys),
-            2 => run_float_pair_bits::<2>(jobs, tiles, ys),
-            3 => run_float_pair_bits::<3>(jobs, tiles, ys),
-            4 => run_float_pair_bits::<4>(jobs, tiles, ys),
-            5 => run_float_pair_bits::<5>(jobs, tiles, ys),
-            6 => run_float_pair_bits::<6>(jobs, tiles, ys),
-            7 => run_float_pair_bits::<7>(jobs, tiles, ys),
-            _ => run_float_pair_bits::<8>(jobs, tiles, ys),
+            1 => run_float_n_bits::<1, N>(jobs, tiles, ys),
+            2 => run_float_n_bits::<2, N>(jobs, tiles, ys),
+            3 => run_float_n_bits::<3, N>(jobs, tiles, ys),
+            4 => run_float_n_bits::<4, N>(jobs, tiles, ys),
+            5 => run_float_n_bits::<5, N>(jobs, tiles, ys),
+            6 => run_float_n_bits::<6, N>(jobs, tiles, ys),
+            7 => run_float_n_bits::<7, N>(jobs, tiles, ys),
+            _ => run_float_n_bits::<8, N>(jobs, tiles, ys),
         }
     }
 }
