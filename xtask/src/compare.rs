@@ -29,35 +29,52 @@ const USAGE: &str = "usage: cargo xtask compare [--tier native|avx2] [--pairs N]
   --tier avx2   llama.cpp built with ggml's AVX2 kernels only and lutra capped at AVX2 (LUTRA_MAX_ISA),
                 the tier most CPUs have, on a host that has more; native (default): each engine's best
   --pairs N     invocations of each engine per row (at least 5; default 5)
-  --models      gemma, gemma-q4_0, gemma-q8_0, stories-q4_0, stories-q8_0 (default: all)";
+  --models      gemma, gemma-q4_0, gemma-q8_0, stories-q4_0, stories-q8_0 (default: these five), and
+                the files of `cargo xtask models shapes` as SHAPE-TYPE: qwen2.5-1.5b-q4_k_m, llama-3.2-3b-q6_k, …
+                (pp512 / tg128, as the issue tables quote llama-bench)";
 
 /// A benchmark file: its name in the table, path under models/, and prompt and generated
 /// tokens (stories15M's GGUF holds a context of 128, which lutra keeps to).
+#[derive(Clone)]
 struct Bench {
-    name: &'static str,
-    file: &'static str,
+    name: String,
+    file: String,
     pp: usize,
     tg: usize,
 }
 
-const BENCHES: &[Bench] = &[
-    Bench { name: "gemma", file: "gemma-3-270m-q4_k_m.gguf", pp: 256, tg: 128 },
-    Bench { name: "gemma-q4_0", file: "gemma-3-270m-q4_0.gguf", pp: 256, tg: 128 },
-    Bench { name: "gemma-q8_0", file: "gemma-3-270m-q8_0.gguf", pp: 256, tg: 128 },
-    Bench { name: "stories-q4_0", file: "stories15M/stories15M-q4_0.gguf", pp: 127, tg: 127 },
-    Bench { name: "stories-q8_0", file: "stories15M/stories15M-q8_0.gguf", pp: 127, tg: 127 },
+const BENCHES: &[(&str, &str, usize, usize)] = &[
+    ("gemma", "gemma-3-270m-q4_k_m.gguf", 256, 128),
+    ("gemma-q4_0", "gemma-3-270m-q4_0.gguf", 256, 128),
+    ("gemma-q8_0", "gemma-3-270m-q8_0.gguf", 256, 128),
+    ("stories-q4_0", "stories15M/stories15M-q4_0.gguf", 127, 127),
+    ("stories-q8_0", "stories15M/stories15M-q8_0.gguf", 127, 127),
 ];
+
+/// The default benches, then every shape file `cargo xtask models shapes` can write.
+fn benches() -> Vec<Bench> {
+    let mut out: Vec<Bench> = BENCHES.iter().map(|&(name, file, pp, tg)| Bench { name: name.into(), file: file.into(), pp, tg }).collect();
+    for shape in crate::shapes::SHAPES {
+        for ty in crate::shapes::TYPES {
+            let file = crate::shapes::shape_file(std::path::Path::new(""), shape.name, ty);
+            let name = format!("{}-{}", shape.name, ty.to_lowercase());
+            out.push(Bench { name, file: file.to_string_lossy().into_owned(), pp: 512, tg: 128 });
+        }
+    }
+    out
+}
 
 struct Options {
     tier: String,
     pairs: usize,
     threads: Vec<usize>,
-    models: Vec<&'static Bench>,
+    models: Vec<Bench>,
     json: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { tier: "native".into(), pairs: 5, threads: vec![1, 2], models: BENCHES.iter().collect(), json: false };
+    let all = benches();
+    let mut o = Options { tier: "native".into(), pairs: 5, threads: vec![1, 2], models: all[..BENCHES.len()].to_vec(), json: false };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value\n{USAGE}"));
@@ -71,7 +88,7 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--models" => {
                 o.models = value()?
                     .split(',')
-                    .map(|m| BENCHES.iter().find(|b| b.name == m).ok_or_else(|| format!("unknown model {m:?}\n{USAGE}")))
+                    .map(|m| all.iter().find(|b| b.name == m).cloned().ok_or_else(|| format!("unknown model {m:?}\n{USAGE}")))
                     .collect::<Result<_, _>>()?
             }
             "--json" => o.json = true,
@@ -98,13 +115,16 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
     let lutra = target.join("release/lutra");
     let models = root.join("models");
     for b in &o.models {
-        let path = models.join(b.file);
+        let path = models.join(&b.file);
         if path.exists() {
             continue;
         }
+        if b.file.starts_with("shapes/") {
+            return Err(format!("{} missing: run `cargo xtask models shapes`", path.display()));
+        }
         // Gemma's pure Q4_0 / Q8_0 files, requantized by llama.cpp from the Q4_K_M one
         let source = models.join("gemma-3-270m-q4_k_m.gguf");
-        let kind = match b.name {
+        let kind = match b.name.as_str() {
             "gemma-q4_0" => "Q4_0",
             "gemma-q8_0" => "Q8_0",
             _ => return Err(format!("{} missing: run `cargo xtask models all`", path.display())),
@@ -125,7 +145,7 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
         o.pairs
     );
     for b in &o.models {
-        let path = models.join(b.file);
+        let path = models.join(&b.file);
         for &threads in &o.threads {
             let (mut ours, mut theirs) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
             for pair in 0..o.pairs {

@@ -42,6 +42,7 @@ mod demo;
 mod fuzz;
 mod models;
 mod process;
+mod shapes;
 mod toolchain;
 mod web;
 

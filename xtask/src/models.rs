@@ -31,6 +31,11 @@ const VOCAB_DIR: &str = "llama-vocab";
 pub(crate) fn models(args: &[String]) -> Result {
     let root = workspace_root();
     let start = Instant::now();
+    if args.first().map(String::as_str) == Some("shapes") {
+        crate::shapes::write_shapes(&root, &args[1..])?;
+        println!("models ready in {:.1}s", start.elapsed().as_secs_f64());
+        return Ok(());
+    }
     let names: Vec<&str> = if args.is_empty() { vec!["stories15M"] } else { args.iter().map(String::as_str).collect() };
     for name in names {
         match name {
@@ -48,7 +53,10 @@ pub(crate) fn models(args: &[String]) -> Result {
                 fetch_vocab(&root)?;
                 write_stories_gguf(&root)?;
             }
-            other => return Err(format!("unknown model `{other}`; models: stories15M (default), gemma, vocab, stories-gguf, all")),
+            other => {
+                let known = "stories15M (default), gemma, vocab, stories-gguf, all, shapes [--shapes ..] [--types ..]";
+                return Err(format!("unknown model `{other}`; models: {known}"));
+            }
         }
     }
     println!("models ready in {:.1}s", start.elapsed().as_secs_f64());
