@@ -1,5 +1,5 @@
 //! The page's threads as the engine's `Workers`: the bindings the worker scripts call
-//! and [`products`], which every engine call runs its products through. The pool itself
+//! and `products`, which every engine call runs its products through. The pool itself
 //! (shared memory, `memory.atomic.wait32`) is `crate::threads`, in the threaded build only.
 
 use lutra_core::engine::SingleThread;

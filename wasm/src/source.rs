@@ -1,5 +1,5 @@
 //! Model bytes from JS: a whole file received in chunks ([`ModelFile`]), or pieces of a
-//! file read on demand through a JS function ([`JsSource`]), so wasm memory never holds a
+//! file read on demand through a JS function (`JsSource`), so wasm memory never holds a
 //! giant JS `ArrayBuffer` copy.
 
 use core::ops::Range;

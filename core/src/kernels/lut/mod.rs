@@ -685,10 +685,14 @@ pub(crate) use define_run_n;
 /// simd128: in Chromium 156 on that host the page's builds prefilled Gemma 3 1.22–1.25×
 /// and stories15M 1.14–1.19× faster in pairs (`www/bench/prefill.mjs --chromium`). NEON
 /// has the same two-token kernel (tested bit for bit) but runs one token at a time until
-/// an ARM machine measures it.
-pub fn gemm_tokens(isa: Isa) -> usize {
-    match isa {
-        Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 | Isa::Simd128 => 2,
+/// an ARM machine measures it. Sub-block scales are multiplied out once per tile-group
+/// and pass, so AVX-512 VBMI and AVX2 take eight tokens of those (in lookups of two): a
+/// Qwen2.5-1.5B-shaped Q4_K_M prefill ran at 0.7× (VBMI) and 0.85× (AVX2) the f32-scale
+/// form's speed in pairs.
+pub fn gemm_tokens(isa: Isa, scales: ScaleFormat) -> usize {
+    match (isa, scales) {
+        (Isa::Avx512Vbmi | Isa::Avx2, ScaleFormat::SubBlock { .. }) => 8,
+        (Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 | Isa::Simd128, _) => 2,
         _ => 1,
     }
 }
@@ -821,9 +825,8 @@ pub fn gemm_with<B: AsRef<[u8]>>(isa: Isa, m: &PackedMatrix<B>, tables: &[Tables
 
 /// Every token's rows of `tiles` (one chunk of a `gemm`, for splitting across threads):
 /// `out(b)` is token b's output for those rows (as for `gemv_tiles`), asked for once per
-/// token, in order. Tokens run `gemm_tokens(isa)` at a time through the multi-token
-/// kernels (eight on AVX-512 VBMI and AVX2 for sub-block scales), each token's rows what
-/// `gemv_tiles` writes, bit for bit.
+/// token, in order. Tokens run `gemm_tokens` at a time through the multi-token kernels,
+/// each token's rows what `gemv_tiles` writes, bit for bit.
 pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
     isa: Isa,
     m: &PackedMatrix<B>,
@@ -836,11 +839,7 @@ pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
         next += 1;
         out(next - 1)
     };
-    // Sub-block scales are multiplied out per tile-group and pass: on AVX-512 VBMI and AVX2
-    // eight tokens share each (a Qwen2.5-1.5B-shaped Q4_K_M prefill ran at 0.7× (VBMI) and
-    // 0.85× (AVX2) the f32-scale form's speed in pairs); other layouts keep `gemm_tokens`.
-    let sub_block = matches!(m.layout().scales(), ScaleFormat::SubBlock { .. });
-    let per_pass = if sub_block && matches!(isa, Isa::Avx512Vbmi | Isa::Avx2) { 8 } else { gemm_tokens(isa) };
+    let per_pass = gemm_tokens(isa, m.layout().scales());
     for batch in tables.chunks(per_pass) {
         // a short last batch goes in pairs (where `isa` has a pair kernel), then alone
         if let &[t0, t1, t2, t3, t4, t5, t6, t7] = batch {
@@ -850,7 +849,7 @@ pub fn gemm_tiles<'y, B: AsRef<[u8]>>(
         }
         for pair in batch.chunks(2) {
             match *pair {
-                [t0, t1] if gemm_tokens(isa) > 1 => gemv_tiles_n(isa, m, [t0, t1], tiles.clone(), [out(), out()])?,
+                [t0, t1] if per_pass > 1 => gemv_tiles_n(isa, m, [t0, t1], tiles.clone(), [out(), out()])?,
                 _ => {
                     for &t in pair {
                         gemv_tiles(isa, m, t, tiles.clone(), out())?;

@@ -338,45 +338,13 @@ impl<'a> Epilogue<'a> {
     }
 }
 
-/// The float GEMV of N tokens over the same tiles, sums and epilogue in registers.
+/// The float GEMV of N tokens over the same tiles, the epilogue in registers. Each
+/// tile-group's codes are looked up P tokens at a time (P divides N; P = N while the
+/// tokens' sums fit in registers) while they sit in L1, and its scales are loaded (or, for
+/// sub-block scales, multiplied out) once for all N. Every token's epilogue is the same
+/// operations in the same order, so each `y` is its GEMV's.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_float_bits<const BITS: usize, const N: usize, const LANE_SUM: bool>(
-    jobs: [&Job<'_>; N],
-    tiles: Range<usize>,
-    mut ys: [&mut [f32]; N],
-) {
-    let e = Epilogue::new(jobs[0]);
-    let first = tiles.start;
-    let job = jobs[0];
-    let n_quads = job.layout.group() / 16;
-    let per_set = pairs_per_set(n_quads);
-    let table_blocks = jobs.map(|j| j.tables.quads.as_ptr());
-    for tile in tiles {
-        let mut f = [[_mm256_setzero_ps(); 4]; N];
-        for g in 0..job.groups() {
-            // group g's table blocks; every token's hold `groups · n_quads` (`Job::new`)
-            let tables = table_blocks.map(|t| t.wrapping_add(g * n_quads).cast::<u8>());
-            // SAFETY: `tile_group` is the tile-group's codes; the table pointers are in
-            // bounds (above), all jobs sharing one matrix.
-            let ints = unsafe { rows::<BITS, N, LANE_SUM>(job.tile_group(tile, g), tables, n_quads, per_set) };
-            let affine = e.affine(tile, g);
-            for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
-                // SAFETY: g < `job.groups()`.
-                unsafe { e.add(f, ints, job, g, &affine) };
-            }
-        }
-        for (f, y) in f.into_iter().zip(ys.iter_mut()) {
-            e.store(f, tile, first, y);
-        }
-    }
-}
-
-/// `run_float_bits` for N tokens (N even, more than fit in registers at once): each
-/// tile-group's codes are looked up a pair of tokens at a time while they sit in L1, and its
-/// scales are loaded (or, for sub-block scales, multiplied out) once for all N. Each token's
-/// epilogue is the same operations in the same order, so each `y` is its GEMV's.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_float_pairs_bits<const BITS: usize, const N: usize, const LANE_SUM: bool>(
+unsafe fn run_float_bits<const BITS: usize, const N: usize, const P: usize, const LANE_SUM: bool>(
     jobs: [&Job<'_>; N],
     tiles: Range<usize>,
     mut ys: [&mut [f32]; N],
@@ -392,15 +360,16 @@ unsafe fn run_float_pairs_bits<const BITS: usize, const N: usize, const LANE_SUM
         for g in 0..job.groups() {
             let codes = job.tile_group(tile, g);
             let affine = e.affine(tile, g);
-            for ((f, jobs), blocks) in f.chunks_exact_mut(2).zip(jobs.chunks_exact(2)).zip(table_blocks.chunks_exact(2)) {
-                // group g's table blocks of this pair of tokens (`Job::new` checked their lengths)
-                let tables = [blocks[0], blocks[1]].map(|t| t.wrapping_add(g * n_quads).cast::<u8>());
+            for first in (0..N).step_by(P) {
+                // group g's table blocks of tokens first..first + P; every token's hold
+                // `groups · n_quads` (`Job::new`)
+                let tables: [*const u8; P] = core::array::from_fn(|i| table_blocks[first + i].wrapping_add(g * n_quads).cast());
                 // SAFETY: `codes` is the tile-group's; the table pointers are in bounds
                 // (above), all jobs sharing one matrix.
-                let ints = unsafe { rows::<BITS, 2, LANE_SUM>(codes, tables, n_quads, per_set) };
-                for ((f, ints), job) in f.iter_mut().zip(ints).zip(jobs) {
+                let ints = unsafe { rows::<BITS, P, LANE_SUM>(codes, tables, n_quads, per_set) };
+                for (i, ints) in ints.into_iter().enumerate() {
                     // SAFETY: g < `job.groups()`.
-                    unsafe { e.add(f, ints, job, g, &affine) };
+                    unsafe { e.add(&mut f[first + i], ints, jobs[first + i], g, &affine) };
                 }
             }
         }
@@ -418,49 +387,41 @@ unsafe fn run_float_pairs_bits<const BITS: usize, const N: usize, const LANE_SUM
 /// The CPU must support AVX2, FMA and F16C; every job is validated (by `Job::new`) against
 /// one `Shuffle` matrix, and each `y` holds exactly the rows of `tiles`.
 pub(crate) unsafe fn run_float<const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, ys: [&mut [f32]; N]) {
-    let lane_sum = lanes_fit(jobs[0].layout.bits() as usize, jobs[0].layout.group() / 16);
-    if N > 4 && N.is_multiple_of(2) {
-        // SAFETY (all arms): as below.
-        unsafe {
-            match (jobs[0].layout.bits(), lane_sum) {
-                (1, _) => run_float_pairs_bits::<1, N, true>(jobs, tiles, ys),
-                (2, true) => run_float_pairs_bits::<2, N, true>(jobs, tiles, ys),
-                (2, false) => run_float_pairs_bits::<2, N, false>(jobs, tiles, ys),
-                (3, true) => run_float_pairs_bits::<3, N, true>(jobs, tiles, ys),
-                (3, false) => run_float_pairs_bits::<3, N, false>(jobs, tiles, ys),
-                (4, true) => run_float_pairs_bits::<4, N, true>(jobs, tiles, ys),
-                (4, false) => run_float_pairs_bits::<4, N, false>(jobs, tiles, ys),
-                (5, true) => run_float_pairs_bits::<5, N, true>(jobs, tiles, ys),
-                (5, false) => run_float_pairs_bits::<5, N, false>(jobs, tiles, ys),
-                (6, true) => run_float_pairs_bits::<6, N, true>(jobs, tiles, ys),
-                (6, false) => run_float_pairs_bits::<6, N, false>(jobs, tiles, ys),
-                (7, true) => run_float_pairs_bits::<7, N, true>(jobs, tiles, ys),
-                (7, false) => run_float_pairs_bits::<7, N, false>(jobs, tiles, ys),
-                (_, true) => run_float_pairs_bits::<8, N, true>(jobs, tiles, ys),
-                (_, false) => run_float_pairs_bits::<8, N, false>(jobs, tiles, ys),
-            }
+    // SAFETY: the caller's contract; 2 divides N where it is taken.
+    unsafe {
+        if N > 4 && N.is_multiple_of(2) {
+            run_float_p::<N, 2>(jobs, tiles, ys)
+        } else {
+            run_float_p::<N, N>(jobs, tiles, ys)
         }
-        return;
     }
+}
+
+/// `run_float` with P tokens per lookup call.
+///
+/// # Safety
+/// As `run_float`; P divides N.
+unsafe fn run_float_p<const N: usize, const P: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, ys: [&mut [f32]; N]) {
+    let lane_sum = lanes_fit(jobs[0].layout.bits() as usize, jobs[0].layout.group() / 16);
     // SAFETY (all arms): the caller's contract, and LANE_SUM only where `lanes_fit`. A
     // `Layout` holds 1..=8 bits (private fields, made only by `Layout::new`), so `_` is 8.
     unsafe {
         match (jobs[0].layout.bits(), lane_sum) {
-            (1, _) => run_float_bits::<1, N, true>(jobs, tiles, ys),
-            (2, true) => run_float_bits::<2, N, true>(jobs, tiles, ys),
-            (2, false) => run_float_bits::<2, N, false>(jobs, tiles, ys),
-            (3, true) => run_float_bits::<3, N, true>(jobs, tiles, ys),
-            (3, false) => run_float_bits::<3, N, false>(jobs, tiles, ys),
-            (4, true) => run_float_bits::<4, N, true>(jobs, tiles, ys),
-            (4, false) => run_float_bits::<4, N, false>(jobs, tiles, ys),
-            (5, true) => run_float_bits::<5, N, true>(jobs, tiles, ys),
-            (5, false) => run_float_bits::<5, N, false>(jobs, tiles, ys),
-            (6, true) => run_float_bits::<6, N, true>(jobs, tiles, ys),
-            (6, false) => run_float_bits::<6, N, false>(jobs, tiles, ys),
-            (7, true) => run_float_bits::<7, N, true>(jobs, tiles, ys),
-            (7, false) => run_float_bits::<7, N, false>(jobs, tiles, ys),
-            (_, true) => run_float_bits::<8, N, true>(jobs, tiles, ys),
-            (_, false) => run_float_bits::<8, N, false>(jobs, tiles, ys),
+            (1, _) => run_float_bits::<1, N, P, true>(jobs, tiles, ys),
+            (2, true) => run_float_bits::<2, N, P, true>(jobs, tiles, ys),
+            (2, false) => run_float_bits::<2, N, P, false>(jobs, tiles, ys),
+            (3, true) => run_float_bits::<3, N, P, true>(jobs, tiles, ys),
+            (3, false) => run_float_bits::<3, N, P, false>(jobs, tiles, ys),
+            (4, true) => run_float_bits::<4, N, P, true>(jobs, tiles, ys),
+            (4, false) => run_float_bits::<4, N, P, false>(jobs, tiles, ys),
+            (5, true) => run_float_bits::<5, N, P, true>(jobs, tiles, ys),
+            (5, false) => run_float_bits::<5, N, P, false>(jobs, tiles, ys),
+            (6, true) => run_float_bits::<6, N, P, true>(jobs, tiles, ys),
+            (6, false) => run_float_bits::<6, N, P, false>(jobs, tiles, ys),
+            (7, true) => run_float_bits::<7, N, P, true>(jobs, tiles, ys),
+            (7, false) => run_float_bits::<7, N, P, false>(jobs, tiles, ys),
+            (_, true) => run_float_bits::<8, N, P, true>(jobs, tiles, ys),
+            (_, false) => run_float_bits::<8, N, P, false>(jobs, tiles, ys),
         }
     }
 }

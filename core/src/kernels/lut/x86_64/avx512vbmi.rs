@@ -128,13 +128,11 @@ struct Epilogue<'a> {
     job: &'a Job<'a>,
     bytes: *const u8,
     scales: ScaleFormat,
-    wide: bool,
 }
 
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
-        let scales = job.layout.scales();
-        Epilogue { job, bytes: job.bytes.as_ptr(), scales, wide: scales == ScaleFormat::F32 }
+        Epilogue { job, bytes: job.bytes.as_ptr(), scales: job.layout.scales() }
     }
 
     /// The 32 f32 scales (or minima) of the block at byte `at`.
@@ -144,7 +142,7 @@ impl<'a> Epilogue<'a> {
         // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
         // `job.bytes` (layout-checked).
         unsafe {
-            if self.wide {
+            if self.scales == ScaleFormat::F32 {
                 (_mm512_loadu_ps(self.bytes.add(at).cast()), _mm512_loadu_ps(self.bytes.add(at + 64).cast()))
             } else {
                 let v = _mm512_loadu_si512(self.bytes.add(at).cast());
