@@ -438,16 +438,16 @@ pub fn import_q6_k_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resul
         let b = &blocks[(row * per_row + g / 16) * Q6_K_BLOCK_BYTES..][..Q6_K_BLOCK_BYTES];
         let d = f16_at(b, 208, row, g)?;
         let (ql, qh, sc) = (&b[..128], &b[128..192], &b[192..208]);
+        // a group of 16 lies within one (n, k) run of 32: its low nibbles and high bit
+        // pairs are consecutive bytes at one shift
         let first = (g % 16) * 16;
-        for (i, c) in gc.codes.iter_mut().enumerate() {
-            let e = first + i;
-            let (n, k, l) = (e / 128, (e % 128) / 32, e % 32);
-            let low = ql[64 * n + l + 32 * (k % 2)];
-            let low = if k < 2 { low & 15 } else { low >> 4 };
-            let high = (qh[32 * n + l] >> (2 * k)) & 3;
-            *c = low | (high << 4);
-        }
         let (n, k, l) = (first / 128, (first % 128) / 32, first % 32);
+        let low = &ql[64 * n + l + 32 * (k % 2)..][..16];
+        let high = &qh[32 * n + l..][..16];
+        let low_shift = if k < 2 { 0 } else { 4 };
+        for ((c, &lo), &hi) in gc.codes.iter_mut().zip(low).zip(high) {
+            *c = ((lo >> low_shift) & 15) | (((hi >> (2 * k)) & 3) << 4);
+        }
         gc.sub = SubScale { d, dmin: 0.0, code: sc[8 * n + l / 16 + 2 * k] as i8 as i32, min_code: 0 };
         Ok(())
     })
@@ -587,6 +587,13 @@ impl PackedMatrix<crate::AlignedBytes> {
         let sub_source = matches!(m.layout().scales, ScaleFormat::SubBlock { .. });
         if same(&layout) != same(m.layout()) || (matches!(layout.scales, ScaleFormat::SubBlock { .. }) && !sub_source) {
             return Err(Error::BadShape { rows: layout.rows, cols: layout.cols });
+        }
+        if layout == m.layout().with_interleave(layout.interleave) {
+            // only the code order changes: each tile-group's bytes are reordered in place
+            return Self::build(layout, |l, o| {
+                super::reorder_codes(m.layout(), m.as_bytes(), l.interleave, o);
+                Ok(())
+            });
         }
         Self::build(layout, |l, o| {
             pack(l, o, |row, g, gc| {

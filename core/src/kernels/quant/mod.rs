@@ -475,17 +475,41 @@ impl<B: AsRef<[u8]>> PackedMatrix<B> {
             return Err(Error::BufferSize { what: "packed matrix bytes", expected: layout.total_bytes(), got });
         }
         let m = PackedMatrix { layout, data };
-        for i in 0..layout.scale_count() {
-            let (s, min) = m.scale_and_min(i);
-            if !s.is_finite() || !min.is_finite() {
-                let tile_group = i / TILE_ROWS;
-                return Err(Error::NonFiniteScale {
-                    row: (tile_group / layout.groups()) * TILE_ROWS + i % TILE_ROWS,
-                    group: tile_group % layout.groups(),
-                });
+        for tile in 0..layout.tiles() {
+            for g in 0..layout.groups() {
+                if let Some(r) = m.first_non_finite_scale(tile, g) {
+                    return Err(Error::NonFiniteScale { row: tile * TILE_ROWS + r, group: g });
+                }
             }
         }
         Ok(m)
+    }
+
+    /// The first row of tile-group (tile, g) whose scale or minimum is not finite, read
+    /// from the stored blocks (sub-block codes are small integers: a finite f16 `d` and
+    /// `dmin` make every product finite, so a record's header is checked at its first group).
+    fn first_non_finite_scale(&self, tile: usize, g: usize) -> Option<usize> {
+        let l = &self.layout;
+        let bytes = self.data.as_ref();
+        let f16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let block_finite = |at: usize, r: usize| match l.scales {
+            ScaleFormat::F16 => f16_bits_finite(f16_at(at + 2 * r)),
+            ScaleFormat::F32 => {
+                f32::from_le_bytes([bytes[at + 4 * r], bytes[at + 4 * r + 1], bytes[at + 4 * r + 2], bytes[at + 4 * r + 3]]).is_finite()
+            }
+            ScaleFormat::SubBlock { .. } => true,
+        };
+        let has_mins = l.offset == Offset::Min;
+        if let ScaleFormat::SubBlock { .. } = l.scales {
+            if !g.is_multiple_of(l.groups_per_record()) {
+                return None;
+            }
+            let head = l.super_block_offset(tile, g);
+            let kinds = if has_mins { 2 } else { 1 };
+            return (0..TILE_ROWS).find(|&r| (0..kinds).any(|k| !f16_bits_finite(f16_at(head + 2 * (k * TILE_ROWS + r)))));
+        }
+        let (scales, mins) = (l.scale_block_offset(tile, g), has_mins.then(|| l.min_block_offset(tile, g)));
+        (0..TILE_ROWS).find(|&r| !block_finite(scales, r) || mins.is_some_and(|at| !block_finite(at, r)))
     }
 
     pub fn layout(&self) -> &Layout {
@@ -667,6 +691,8 @@ where
     let g_len = layout.group;
     for tile in 0..layout.tiles() {
         for g in 0..layout.groups() {
+            // where this tile-group's scales go, worked out once for its 32 rows
+            let blocks = ScaleBlocks::of(layout, tile, g);
             for r in 0..TILE_ROWS {
                 let row = tile * TILE_ROWS + r;
                 let codes = &mut scratch[r * g_len..(r + 1) * g_len];
@@ -680,15 +706,13 @@ where
                         *c &= mask;
                     }
                 }
-                if let ScaleFormat::SubBlock { .. } = layout.scales {
-                    store_sub_scale(layout, out, tile, g, r, sub)?;
+                if let ScaleFormat::SubBlock { bits, signed } = layout.scales {
+                    store_sub_scale(&blocks, (bits, signed), out, row, g, r, sub)?;
                     continue;
                 }
-                store_scale(layout, out, layout.scale_block_offset(tile, g), r, scale)
-                    .map_err(|_| Error::NonFiniteScale { row, group: g })?;
-                if layout.offset == Offset::Min {
-                    store_scale(layout, out, layout.min_block_offset(tile, g), r, min)
-                        .map_err(|_| Error::NonFiniteScale { row, group: g })?;
+                store_scale(layout, out, blocks.scales, r, scale).map_err(|_| Error::NonFiniteScale { row, group: g })?;
+                if let Some(mins) = blocks.mins {
+                    store_scale(layout, out, mins, r, min).map_err(|_| Error::NonFiniteScale { row, group: g })?;
                 }
             }
             let at = layout.tile_group_offset(tile, g);
@@ -697,41 +721,62 @@ where
                 *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
             let out = &mut out[at..at + layout.tile_group_bytes()];
-            match layout.interleave {
-                Interleave::Shuffle => pack_shuffle(words, g_len, layout.bits, out),
-                Interleave::Permute => pack_permute(words, g_len, layout.bits, out),
-            }
+            pack_codes(words, g_len, layout.bits, layout.interleave, out);
         }
     }
     Ok(())
 }
 
-/// Row `r` of tile-group (tile, g)'s sub-block scale: `d` (and `dmin`) into the
-/// super-block header (written by its first group, checked by the others), its codes
-/// into the group's blocks.
-fn store_sub_scale(layout: &Layout, out: &mut [u8], tile: usize, g: usize, r: usize, sub: SubScale) -> Result<(), Error> {
-    let ScaleFormat::SubBlock { bits, signed } = layout.scales else { return Ok(()) };
-    let row = tile * TILE_ROWS + r;
+/// Where one tile-group's scales are stored: its scale block, its minima block
+/// (`Offset::Min`), and for `ScaleFormat::SubBlock` its record's super-block header and
+/// whether this group is the record's first (which writes the header).
+struct ScaleBlocks {
+    scales: usize,
+    mins: Option<usize>,
+    header: usize,
+    first_in_record: bool,
+}
+
+impl ScaleBlocks {
+    fn of(layout: &Layout, tile: usize, g: usize) -> ScaleBlocks {
+        ScaleBlocks {
+            scales: layout.scale_block_offset(tile, g),
+            mins: (layout.offset == Offset::Min).then(|| layout.min_block_offset(tile, g)),
+            header: layout.super_block_offset(tile, g),
+            first_in_record: g.is_multiple_of(layout.groups_per_record()),
+        }
+    }
+}
+
+/// Row `r` (matrix row `row`) of tile-group `g`'s sub-block scale, codes `bits` wide
+/// (`signed` or not): `d` (and `dmin`) into the super-block header (written by its first
+/// group, checked by the others), its codes into the group's blocks.
+fn store_sub_scale(
+    at: &ScaleBlocks,
+    (bits, signed): (u8, bool),
+    out: &mut [u8],
+    row: usize,
+    g: usize,
+    r: usize,
+    sub: SubScale,
+) -> Result<(), Error> {
     let bad = Error::BadSubScale { row, group: g };
-    let head = layout.super_block_offset(tile, g);
-    let first = g.is_multiple_of(layout.groups_per_record());
-    let has_mins = layout.offset == Offset::Min;
-    for (at, v) in [(head, sub.d), (head + 2 * TILE_ROWS, sub.dmin)].into_iter().take(if has_mins { 2 } else { 1 }) {
+    let header = [(at.header, sub.d), (at.header + 2 * TILE_ROWS, sub.dmin)];
+    for (slot_at, v) in header.into_iter().take(if at.mins.is_some() { 2 } else { 1 }) {
         let f16 = crate::f16::f32_to_f16_bits(v);
         if !f16_bits_finite(f16) {
             return Err(Error::NonFiniteScale { row, group: g });
         }
-        let slot = &mut out[at + 2 * r..at + 2 * r + 2];
-        if first {
+        let slot = &mut out[slot_at + 2 * r..slot_at + 2 * r + 2];
+        if at.first_in_record {
             slot.copy_from_slice(&f16.to_le_bytes());
         } else if slot != f16.to_le_bytes() {
             return Err(bad);
         }
     }
-    let block = layout.scale_block_offset(tile, g);
-    store_sub_code(&mut out[block..], bits, signed, r, sub.code).map_err(|_| bad)?;
-    if has_mins {
-        store_sub_code(&mut out[layout.min_block_offset(tile, g)..], bits, false, r, sub.min_code).map_err(|_| bad)?;
+    store_sub_code(&mut out[at.scales..], bits, signed, r, sub.code).map_err(|_| bad)?;
+    if let Some(mins) = at.mins {
+        store_sub_code(&mut out[mins..], bits, false, r, sub.min_code).map_err(|_| bad)?;
     }
     Ok(())
 }
@@ -758,94 +803,159 @@ fn store_scale(layout: &Layout, out: &mut [u8], block: usize, r: usize, v: f32) 
     Ok(())
 }
 
-/// 4-bit index of (row r, plane p, chunk c) from a row-major 32 × group code block held
-/// as 4-code little-endian words (`words[r·group/4 + c]` is codes 4c..4c+4 of row r): bit p
-/// of code 4c + t at bit t.
-#[inline]
-fn index(words: &[u32], group: usize, r: usize, p: usize, c: usize) -> u8 {
-    plane_nibble(words[r * group / 4 + c], p)
-}
-
-/// Bit `p` of each of the four codes in `word` (one per byte), code t's at bit t. The
-/// masked bits sit at 0, 8, 16, 24; the multiply by 2^24 + 2^17 + 2^10 + 2^3 moves bit 8t
-/// to 24 + t, and every other product lands on a distinct bit outside 24..28, so no carry
-/// reaches the nibble.
+/// One packed byte: bit `p` of the four codes of `low` (one per byte, code t's at bit t)
+/// in its low nibble, of the four of `high` in its high nibble, in one multiply: the
+/// eight masked bits sit at 8t, and the multiply by
+/// Σ 2^(56 − 7t) moves bit 8t to 56 + t, every other product to a distinct bit outside
+/// 56..64 (8t − 7s ∈ 0..8 only for s = t), so no carry reaches the top byte.
 #[inline(always)]
-fn plane_nibble(word: u32, p: usize) -> u8 {
-    let bits = u64::from((word >> p) & 0x0101_0101);
-    ((bits * 0x0102_0408) >> 24) as u8 & 0x0f
+fn plane_byte(low: u32, high: u32, p: usize) -> u8 {
+    let bits = ((u64::from(high) << 32 | u64::from(low)) >> p) & 0x0101_0101_0101_0101;
+    (bits.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8
 }
 
-fn pack_permute(codes: &[u32], group: usize, bits: u8, out: &mut [u8]) {
+/// Every byte of a packed tile-group in order, as `f(o, (row_low, row_high), chunk,
+/// plane)`: byte `o` holds bit `plane` of the four codes of chunk `chunk` (codes
+/// 4·chunk..4·chunk + 4) of row `row_low` in its low nibble and of row `row_high` in its
+/// high one. The one definition of both code orders, which packing and unpacking share.
+#[inline(always)]
+fn plane_bytes(group: usize, bits: u8, interleave: Interleave, mut f: impl FnMut(usize, (usize, usize), usize, usize)) {
+    let bits = bits as usize;
     let mut o = 0;
-    for quad in 0..group / 16 {
-        for p in 0..bits as usize {
-            for r in 0..16 {
-                for lane in 0..4 {
-                    let c = 4 * quad + lane;
-                    out[o] = index(codes, group, r, p, c) | (index(codes, group, 16 + r, p, c) << 4);
-                    o += 1;
+    match interleave {
+        // per quad of 16 codes and plane: 16 row pairs (r, r + 16), four chunk bytes each
+        Interleave::Permute => {
+            for quad in 0..group / 16 {
+                for p in 0..bits {
+                    for r in 0..16 {
+                        for lane in 0..4 {
+                            f(o, (r, r + 16), 4 * quad + lane, p);
+                            o += 1;
+                        }
+                    }
                 }
             }
         }
-    }
-    debug_assert_eq!(o, out.len());
-}
-
-fn pack_shuffle(codes: &[u32], group: usize, bits: u8, out: &mut [u8]) {
-    let bits = bits as usize;
-    let mut o = 0;
-    for j in 0..bits / 2 {
-        for quad in 0..group / 16 {
-            for h in 0..2 {
-                for lane in 0..4 {
-                    let c = 4 * quad + lane;
+        // plane pairs (2j, 2j + 1) interleaved per quad, half and chunk over rows
+        // (r, r + 8); then an odd last plane over rows (r, r + 16)
+        Interleave::Shuffle => {
+            for j in 0..bits / 2 {
+                for quad in 0..group / 16 {
+                    for h in 0..2 {
+                        for lane in 0..4 {
+                            for i in 0..16 {
+                                let r = 16 * h + i / 2;
+                                f(o, (r, r + 8), 4 * quad + lane, 2 * j + i % 2);
+                                o += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            if bits % 2 == 1 {
+                for c in 0..group / 4 {
                     for i in 0..16 {
-                        let p = 2 * j + i % 2;
-                        let r = 16 * h + i / 2;
-                        out[o] = index(codes, group, r, p, c) | (index(codes, group, r + 8, p, c) << 4);
+                        f(o, (i, i + 16), c, bits - 1);
                         o += 1;
                     }
                 }
             }
         }
     }
-    if bits % 2 == 1 {
-        let p = bits - 1;
-        for quad in 0..group / 16 {
-            for lane in 0..4 {
-                let c = 4 * quad + lane;
-                for i in 0..16 {
-                    out[o] = index(codes, group, i, p, c) | (index(codes, group, 16 + i, p, c) << 4);
-                    o += 1;
-                }
-            }
+}
+
+/// A tile-group's codes (32 rows × `group`, as 4-code words, row-major) packed into `out`
+/// in `interleave` order.
+fn pack_codes(words: &[u32], group: usize, bits: u8, interleave: Interleave, out: &mut [u8]) {
+    let chunks = group / 4;
+    debug_assert_eq!(out.len(), TILE_ROWS * group * bits as usize / 8);
+    plane_bytes(group, bits, interleave, |o, (low, high), c, p| {
+        out[o] = plane_byte(words[low * chunks + c], words[high * chunks + c], p);
+    });
+}
+
+/// The inverse of [`pack_codes`]: a packed tile-group back into 4-code words.
+#[cfg(any(test, feature = "alloc"))]
+fn unpack_codes(packed: &[u8], group: usize, bits: u8, interleave: Interleave, words: &mut [u32]) {
+    let chunks = group / 4;
+    words.fill(0);
+    // bit t of a nibble to bit 8t (t < 4): products t + 7s land on 8t only for s = t
+    let spread = |nibble: u8| u32::from(nibble).wrapping_mul(0x0020_4081) & 0x0101_0101;
+    plane_bytes(group, bits, interleave, |o, (low, high), c, p| {
+        let b = packed[o];
+        words[low * chunks + c] |= spread(b & 15) << p;
+        words[high * chunks + c] |= spread(b >> 4) << p;
+    });
+}
+
+/// `src`, packed in `from`, with its codes in `to` order instead (into `out`, as long):
+/// scales, headers and record offsets are the same in both orders, only the bytes of
+/// each tile-group's codes move.
+#[cfg(feature = "alloc")]
+fn reorder_codes(from: &Layout, src: &[u8], to: Interleave, out: &mut [u8]) {
+    out.copy_from_slice(src);
+    let mut words = [0u32; TILE_ROWS * 256 / 4];
+    let words = &mut words[..TILE_ROWS * from.group / 4];
+    let n = from.tile_group_bytes();
+    for tile in 0..from.tiles() {
+        for g in 0..from.groups() {
+            let at = from.tile_group_offset(tile, g);
+            unpack_codes(&src[at..at + n], from.group, from.bits, from.interleave, words);
+            pack_codes(words, from.group, from.bits, to, &mut out[at..at + n]);
         }
     }
-    debug_assert_eq!(o, out.len());
 }
 
 #[cfg(test)]
 mod tests {
-    use super::plane_nibble;
+    use super::{pack_codes, plane_byte, unpack_codes, Interleave, TILE_ROWS};
+    use alloc::vec;
+    use alloc::vec::Vec;
 
-    /// Against the definition, bit by bit: words whose four code bytes take each value
-    /// 0..=255 at one position (the others random), every plane.
+    /// Unpacking gives back the codes packed, in both orders, for every width and group.
     #[test]
-    fn plane_nibble_gathers_bit_p_of_each_code() {
+    fn unpacking_inverts_packing() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for bits in 1..=8u8 {
+            for group in [16, 32, 64, 128, 256] {
+                let mask = (1u32 << bits) - 1;
+                let words: Vec<u32> = (0..TILE_ROWS * group / 4)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        (state as u32) & (mask * 0x0101_0101)
+                    })
+                    .collect();
+                for interleave in [Interleave::Shuffle, Interleave::Permute] {
+                    let mut packed = vec![0u8; TILE_ROWS * group * bits as usize / 8];
+                    pack_codes(&words, group, bits, interleave, &mut packed);
+                    let mut back = vec![0u32; words.len()];
+                    unpack_codes(&packed, group, bits, interleave, &mut back);
+                    assert_eq!(back, words, "{bits} bits, group {group}, {interleave:?}");
+                }
+            }
+        }
+    }
+
+    /// Against the definition, bit by bit: word pairs whose eight code bytes take each
+    /// value 0..=255 at one position (the others random), every plane.
+    #[test]
+    fn plane_byte_gathers_bit_p_of_each_code() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        // every byte value at every position; under Miri one random word each, not 64
-        let words_per_value = if cfg!(miri) { 1 } else { 64 };
-        for i in 0..4 * 256 * words_per_value {
+        // every byte value at every position; under Miri one random pair each, not 32
+        let pairs_per_value = if cfg!(miri) { 1 } else { 32 };
+        for i in 0..8 * 256 * pairs_per_value {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            let mut codes = (state as u32).to_le_bytes();
-            codes[i / (256 * words_per_value)] = (i / words_per_value % 256) as u8;
-            let word = u32::from_le_bytes(codes);
+            let mut codes = state.to_le_bytes();
+            codes[i / (256 * pairs_per_value)] = (i / pairs_per_value % 256) as u8;
+            let low = u32::from_le_bytes([codes[0], codes[1], codes[2], codes[3]]);
+            let high = u32::from_le_bytes([codes[4], codes[5], codes[6], codes[7]]);
             for p in 0..8 {
-                let want = (0..4).fold(0u8, |acc, t| acc | (((codes[t] >> p) & 1) << t));
-                assert_eq!(plane_nibble(word, p), want, "codes {codes:?}, plane {p}");
+                let want = (0..8).fold(0u8, |acc, t| acc | (((codes[t] >> p) & 1) << t));
+                assert_eq!(plane_byte(low, high, p), want, "codes {codes:?}, plane {p}");
             }
         }
     }
