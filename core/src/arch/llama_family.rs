@@ -361,9 +361,12 @@ impl LlamaFamily {
         let per_layer = 7 + 2 + if c.arch.qk_norm() { 2 } else { 0 };
         let bias_count: usize = (0..h.layers).map(|l| biases(l).iter().flatten().count()).sum();
         let total = 2 + usize::from(has_output) + usize::from(rope_freqs.is_some()) + per_layer * h.layers + bias_count;
+        // a packed file keeps each int8 matrix's scales as a tensor of their own
+        let packed = crate::formats::pack::is_packed(g);
+        let scale_tensors = if packed { g.tensors().filter(|t| t.name.ends_with(".scales")).count() } else { 0 };
         // llama.cpp refuses a file with tensors its graph does not read; so does lutra,
         // naming the first, before importing anything
-        if g.tensor_count() != total as u64 {
+        if g.tensor_count() != (total + scale_tensors) as u64 {
             return Err(unsupported("tensor", unread_tensor(g, &c, total)));
         }
 
@@ -414,6 +417,42 @@ impl LlamaFamily {
         let output_norm = imp.vector("output_norm.weight".into(), h.dim)?;
         let output = if has_output { Some(imp.matrix("output.weight".into(), (h.vocab_size, h.dim))?) } else { None };
         Ok(LlamaFamily { config: c, token_embd, layers, output_norm, output, rope_factors })
+    }
+
+    /// Packs a model imported from GGUF `source` into `w`: the file's metadata, and every
+    /// tensor under its GGUF name as the kernels read it, so [`LlamaFamily::from_gguf_source`]
+    /// reads it back in place.
+    fn write_packed_gguf<'a>(&'a self, source: &Gguf<'_>, w: &mut crate::formats::pack::Writer<'a>) {
+        w.copy_metadata(source);
+        w.str(crate::formats::pack::SOURCE_KEY, "gguf");
+        if let Embedding::Weights(embd) = &self.token_embd {
+            w.matrix("token_embd.weight", embd);
+        }
+        if let Some(factors) = &self.rope_factors {
+            w.f32s("rope_freqs.weight", factors);
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            let name = |t: &str| format!("blk.{l}.{t}.weight");
+            w.f32s(&name("attn_norm"), &layer.attn_norm);
+            for (t, p) in [("attn_q", &layer.wq), ("attn_k", &layer.wk), ("attn_v", &layer.wv), ("attn_output", &layer.wo)] {
+                w.matrix(&name(t), &p.weights);
+                if let Some(bias) = &p.bias {
+                    w.f32s(&format!("blk.{l}.{t}.bias"), bias);
+                }
+            }
+            if let Some((q_norm, k_norm)) = &layer.qk_norm {
+                w.f32s(&name("attn_q_norm"), q_norm);
+                w.f32s(&name("attn_k_norm"), k_norm);
+            }
+            w.f32s(&name("ffn_norm"), &layer.ffn_norm);
+            w.matrix(&name("ffn_gate"), &layer.w_gate);
+            w.matrix(&name("ffn_up"), &layer.w_up);
+            w.matrix(&name("ffn_down"), &layer.w_down);
+        }
+        w.f32s("output_norm.weight", &self.output_norm);
+        if let Some(head) = &self.output {
+            w.matrix("output.weight", head);
+        }
     }
 
     /// Bits per weight of the LM head's bit planes (8 for int8 codes).
@@ -559,7 +598,10 @@ fn unread_tensor(g: &Gguf<'_>, c: &LlamaFamilyConfig, expected: usize) -> String
         Some((l, rest)) => l.parse::<usize>().is_ok_and(|l| l < c.hparams.layers) && layer_tensor(rest),
         None => ["token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"].contains(&name),
     };
-    match g.tensors().find(|t| !read(t.name)) {
+    // a packed file's int8 scales belong to their matrix
+    let packed = crate::formats::pack::is_packed(g);
+    let matrix = |name| if packed { str::strip_suffix(name, ".scales").unwrap_or(name) } else { name };
+    match g.tensors().find(|t| !read(matrix(t.name))) {
         Some(t) => format!("{} (not part of the {} graph)", t.name, c.arch.name()),
         None => format!("{} tensors in the file, {expected} expected (one is missing)", g.tensor_count()),
     }
@@ -645,9 +687,18 @@ impl Architecture for LlamaFamily {
     fn layer_windows(&self) -> Vec<usize> {
         alloc::vec![0; self.config.hparams.layers]
     }
-    /// llama2.c models only (their `origin` is the checkpoint's `tokenizer.bin`).
+    /// `origin` is the GGUF file it was imported from (its metadata and tokenizer are
+    /// kept), or a llama2.c model's `tokenizer.bin`.
     fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut crate::formats::pack::Writer<'a>) -> Result<(), ModelError> {
-        super::llama::write_packed(self, origin, writer)
+        if let Embedding::F32 { .. } = self.token_embd {
+            return super::llama::write_packed(self, origin, writer);
+        }
+        let g = Gguf::parse(origin)?;
+        if crate::formats::pack::is_packed(&g) {
+            return Err(ModelError::BadPackedFile("already packed".into()));
+        }
+        self.write_packed_gguf(&g, writer);
+        Ok(())
     }
     fn new_state(&self, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
         LlamaFamilyState::with_cache(self, cache)

@@ -168,6 +168,8 @@ pub struct Writer<'a> {
     kvs: Vec<u8>,
     kv_count: u64,
     tensors: Vec<(String, GgmlType, u64, Cow<'a, [u8]>)>,
+    /// Bit planes in the order every kernel reads (else as this machine's were imported).
+    portable: bool,
 }
 
 impl Default for Writer<'_> {
@@ -179,11 +181,19 @@ impl Default for Writer<'_> {
 impl<'a> Writer<'a> {
     /// A file that starts with room for the header checksum, then the format version.
     pub fn new() -> Self {
-        let mut w = Writer { kvs: Vec::new(), kv_count: 0, tensors: Vec::new() };
+        let mut w = Writer { kvs: Vec::new(), kv_count: 0, tensors: Vec::new(), portable: true };
         w.u64(HEADER_CHECKSUM_KEY, 0);
         w.u32(FORMAT_KEY, VERSION);
         w.u32("general.alignment", ALIGNMENT as u32);
         w
+    }
+
+    /// A file for this machine's fastest kernel only: bit-plane matrices keep the code
+    /// order they were imported in (AVX-512 VBMI's 64-entry tables), written as they are
+    /// rather than reordered; another machine reads such a file at its scalar speed. For
+    /// an import cache, which keys its files by the kernel tier.
+    pub fn for_this_machine() -> Self {
+        Writer { portable: false, ..Writer::new() }
     }
 
     fn key(&mut self, key: &str, type_id: u32) {
@@ -257,11 +267,11 @@ impl<'a> Writer<'a> {
 
     /// A bit-plane matrix, in the 16-entry-table order every kernel reads (a matrix
     /// packed for AVX-512 VBMI's 64-entry tables is reordered once, here), so one file
-    /// runs unconverted on x86, ARM and wasm.
+    /// runs unconverted on x86, ARM and wasm ([`Writer::for_this_machine`]: as it is).
     pub fn lookup(&mut self, name: &str, m: &'a PackedMatrix<AlignedBytes>) {
         let portable = match m.layout().interleave() {
-            Interleave::Shuffle => None,
-            Interleave::Permute => PackedMatrix::repack(m, Interleave::Shuffle).ok(),
+            Interleave::Permute if self.portable => PackedMatrix::repack(m, Interleave::Shuffle).ok(),
+            _ => None,
         };
         let (layout, bytes) = match portable {
             Some(p) => (*p.layout(), Cow::Owned(p.as_bytes().to_vec())),
