@@ -27,6 +27,7 @@ pub use lutra_core::sampler::SamplerConfig;
 
 pub mod calibrate;
 pub mod hugepage;
+pub mod import_cache;
 pub mod inspect;
 mod load;
 pub mod memory;

@@ -15,6 +15,7 @@ use lutra_core::model::ModelError;
 use lutra_core::Backing;
 use memmap2::Mmap;
 
+use crate::import_cache;
 use crate::inspect::map_file;
 use crate::progress::Progress;
 use crate::Error;
@@ -36,11 +37,15 @@ pub struct LoadOptions {
     /// Threads that convert a GGUF file's matrices (`None`: one per core). The import is
     /// the same on any count.
     pub import_threads: Option<usize>,
+    /// A directory where a GGUF file's imported weights are kept as a `.lutra` file and read
+    /// in place on later loads of the same file ([`crate::import_cache`]; `None`: off).
+    /// [`crate::import_cache::default_dir`] is the CLI's.
+    pub import_cache: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { tokenizer: None, bits: 4, progress: false, max_memory: None, import_threads: None }
+        LoadOptions { tokenizer: None, bits: 4, progress: false, max_memory: None, import_threads: None, import_cache: None }
     }
 }
 
@@ -58,28 +63,37 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
         if let Some(limit) = limit.filter(|l| needed > l.bytes) {
             return Err(Error::OutOfMemory { what: format!("{}: its weights", path.display()), needed, limit, fitting_context: None });
         }
-        let model = if pack::is_packed(&gguf) {
-            // a packed .lutra: its matrices are read in place from the mapping, kept for
-            // as long as the model lives
-            let mut bar = Bar::new(opts.progress, "checking tensors".into());
-            let model = engine::Model::from_gguf_source(&gguf, &mut Lent(file.clone()), |p| bar.update(&p));
-            bar.finish();
-            model
-        } else {
-            let threads = opts.import_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let bar = Mutex::new(Bar::new(opts.progress, "importing tensors".into()));
-            // a file the engine refuses is refused before any conversion
-            let runs = gguf.get_str("general.architecture").is_some_and(engine::runs_architecture);
-            let ready = if runs { import_ahead(&gguf, &file.0, threads.max(1), &bar) } else { HashMap::new() };
-            bar.into_inner().unwrap_or_else(|e| e.into_inner()).finish();
-            let mut source = ImportedAhead { file: InMemory(file.bytes()), ready };
-            engine::Model::from_gguf_source(&gguf, &mut source, |p| {
-                if let Some(range) = p.consumed.clone() {
-                    release(&file.0, range);
+        if pack::is_packed(&gguf) {
+            return load_packed(&gguf, &file, opts.progress).map(gathered).map_err(in_file);
+        }
+        let runs = gguf.get_str("general.architecture").is_some_and(engine::runs_architecture);
+        let cache = opts.import_cache.as_deref().filter(|_| runs).and_then(|dir| import_cache::Entry::for_file(dir, path, &gguf));
+        if let Some(entry) = cache.as_ref().filter(|e| e.exists()) {
+            match load_cached(entry, opts.progress) {
+                Ok(model) => return Ok(gathered(model)),
+                // damaged, or written by another build: imported again below and replaced
+                Err(e) => {
+                    eprintln!("lutra: the import cache's {} is unusable ({e}); importing {} again", entry.path().display(), path.display());
+                    entry.remove();
                 }
-            })
-        };
-        return model.map(gathered).map_err(in_file);
+            }
+        }
+        let threads = opts.import_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let bar = Mutex::new(Bar::new(opts.progress, "importing tensors".into()));
+        // a file the engine refuses is refused before any conversion
+        let ready = if runs { import_ahead(&gguf, &file.0, threads.max(1), &bar) } else { HashMap::new() };
+        bar.into_inner().unwrap_or_else(|e| e.into_inner()).finish();
+        let mut source = ImportedAhead { file: InMemory(file.bytes()), ready };
+        let model = engine::Model::from_gguf_source(&gguf, &mut source, |p| {
+            if let Some(range) = p.consumed.clone() {
+                release(&file.0, range);
+            }
+        })
+        .map_err(in_file)?;
+        if let Some(entry) = cache {
+            save_to_cache(&entry, &model, file.bytes(), opts.progress);
+        }
+        return Ok(gathered(model));
     }
     let tokenizer_path = opts.tokenizer.clone().unwrap_or_else(|| path.parent().unwrap_or(Path::new(".")).join("tokenizer.bin"));
     let tokenizer = map_file(&tokenizer_path).map_err(Error::Open)?;
@@ -90,6 +104,46 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
         engine::Error::Tokenizer(_) => Error::Model { path: tokenizer_path, source: e },
         e => in_file(e),
     })
+}
+
+/// A packed `.lutra` file: its matrices are read in place from the mapping, kept for as
+/// long as the model lives.
+fn load_packed(gguf: &Gguf<'_>, file: &Arc<MappedFile>, progress: bool) -> Result<engine::Model, engine::Error> {
+    let mut bar = Bar::new(progress, "checking tensors".into());
+    let model = engine::Model::from_gguf_source(gguf, &mut Lent(file.clone()), |p| bar.update(&p));
+    bar.finish();
+    model
+}
+
+/// The import cache's entry, loaded as the packed file it is.
+fn load_cached(entry: &import_cache::Entry, progress: bool) -> Result<engine::Model, String> {
+    if progress {
+        eprintln!("lutra: reading the imported weights kept in {}", entry.path().display());
+    }
+    let file = Arc::new(MappedFile(map_file(entry.path()).map_err(|e| e.to_string())?));
+    let gguf = Gguf::parse(file.bytes()).map_err(|e| e.to_string())?;
+    if !pack::is_packed(&gguf) {
+        return Err("not a packed file".into());
+    }
+    load_packed(&gguf, &file, progress).map_err(|e| e.to_string())
+}
+
+/// Writes `model` (imported from GGUF bytes `origin`) to the import cache, saying where;
+/// a failure (a full disk, a read-only cache) is only reported: the model is loaded.
+fn save_to_cache(entry: &import_cache::Entry, model: &engine::Model, origin: &[u8], progress: bool) {
+    let t = std::time::Instant::now();
+    match entry.save(model, origin) {
+        Ok(bytes) if progress => eprintln!(
+            "lutra: kept the imported weights in {} ({}, {:.2} s); later loads of this file read them in place \
+             (--no-import-cache or {}=off: not kept)",
+            entry.path().display(),
+            crate::memory::human(bytes),
+            t.elapsed().as_secs_f64(),
+            import_cache::ENV
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("lutra: could not keep the imported weights in the import cache: {e}"),
+    }
 }
 
 /// `model` with its matrices too small for huge pages of their own moved into one

@@ -41,7 +41,7 @@ enum Command {
     Inspect(InspectArgs),
     /// Pack a model into a .lutra file: weights as the kernels read them, loaded without conversion
     Pack(pack::PackArgs),
-    /// Generate text from a model (Gemma 3 GGUF or llama2.c checkpoint), streaming to stdout
+    /// Generate text from a model (GGUF: Gemma 3, Llama, Qwen 2/3; a packed .lutra; or a llama2.c checkpoint), streaming to stdout
     Run(RunArgs),
     /// Chat with a model in its chat format: one line of stdin per turn, answers streamed to stdout
     Chat(ChatArgs),
@@ -145,6 +145,9 @@ pub struct ModelArgs {
     /// Chat format: one of llama.cpp's builtin template names (chatml, llama3, llama2, mistral-v7, phi3, gemma, ...), instead of the one recognized in the file's tokenizer.chat_template
     #[arg(long)]
     pub chat_template: Option<String>,
+    /// Import the GGUF file's weights afresh and keep no copy. By default the imported form is kept in the user's cache directory (~/.cache/lutra/imports; LUTRA_IMPORT_CACHE=DIR moves it, LUTRA_IMPORT_CACHE=off turns it off) and later loads of the same file read it in place
+    #[arg(long)]
+    pub no_import_cache: bool,
 }
 
 impl ModelArgs {
@@ -155,6 +158,7 @@ impl ModelArgs {
             bits: self.bits,
             progress,
             max_memory: self.max_memory,
+            import_cache: if self.no_import_cache { None } else { lutra::import_cache::default_dir() },
             ..Default::default()
         };
         let model = lutra::Model::load_with(&self.model, &opts).map_err(|e| e.to_string())?;

@@ -162,7 +162,7 @@ fn classes() -> Vec<Class> {
 }
 
 fn lutra(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lutra")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_lutra")).env("LUTRA_IMPORT_CACHE", "off").args(args).output().unwrap()
 }
 
 fn write(name: &str, bytes: &[u8]) -> PathBuf {

@@ -13,6 +13,7 @@ fn model(name: &str) -> PathBuf {
 
 fn chat(model: &Path, stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .env("LUTRA_IMPORT_CACHE", "off")
         .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-n", "8", "-t", "1", "--ctx", "512"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

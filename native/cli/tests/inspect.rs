@@ -48,7 +48,7 @@ fn write(name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 fn lutra(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lutra")).arg("inspect").args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_lutra")).env("LUTRA_IMPORT_CACHE", "off").arg("inspect").args(args).output().unwrap()
 }
 
 /// A refused file: non-zero exit, one `lutra: error:` line naming `needle`, no panic.
@@ -104,6 +104,7 @@ fn reports_a_valid_file() {
 
     // the kernels each type runs on: on the scalar tier Q4_0 is looked up, Q8_0 multiplied
     let out = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .env("LUTRA_IMPORT_CACHE", "off")
         .args(["inspect", "--kernels", path.to_str().unwrap()])
         .env("LUTRA_MAX_ISA", "scalar")
         .output()
@@ -122,6 +123,7 @@ fn reports_a_valid_file() {
     assert_eq!(imported("Q8_0"), ["8.500", "13.600", "1.600"], "{stdout}");
     assert_eq!(imported("F32"), ["32.000", "32.000", "1.000"], "{stdout}");
     let out = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .env("LUTRA_IMPORT_CACHE", "off")
         .args(["inspect", "--kernels", "--json", path.to_str().unwrap()])
         .env("LUTRA_MAX_ISA", "scalar")
         .output()

@@ -44,7 +44,13 @@ fn model(variant: usize, vocab_name: &str) -> PathBuf {
 }
 
 fn lutra(args: &[&str], stdin: &str) -> (bool, String, String) {
+    lutra_with_cache("off", args, stdin)
+}
+
+/// `lutra` with `LUTRA_IMPORT_CACHE` set to `cache` (a directory, or `off`).
+fn lutra_with_cache(cache: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lutra"))
+        .env("LUTRA_IMPORT_CACHE", cache)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -192,4 +198,93 @@ fn chat_through_a_pipe_feeds_llama_cpps_formatting_of_the_conversation() {
     assert!(exact >= 7, "only {exact} templates fed exactly llama.cpp's text");
     let (ok, _, stderr) = lutra(&["chat", "-m", m, "--chat-template", "no-such-template"], "hi\n");
     assert!(!ok && stderr.contains("unknown chat template \"no-such-template\"") && stderr.contains("chatml"), "{stderr}");
+}
+
+/// `lutra pack` takes `llama`, `qwen2` and `qwen3` GGUF files: the `.lutra` file runs,
+/// keeps the chat template (its `chat` formats turns as the GGUF's does) and the
+/// tokenizer, and writes text (the same text where this machine's fastest kernel reads
+/// the portable code order; tests/tests/llama_family.rs checks packed logits against
+/// llama.cpp's on every variant).
+#[test]
+fn pack_writes_llama_family_files_that_run() {
+    for (variant, vocab_name) in [(2, "qwen2"), (0, "llama-bpe"), (3, "phi-3"), (4, "qwen2")] {
+        let path = model(variant, vocab_name);
+        let packed = path.with_extension(format!("{}.lutra", std::process::id()));
+        let (m, p) = (path.to_str().unwrap(), packed.to_str().unwrap());
+        let (ok, _, stderr) = lutra(&["pack", "-m", m, "-o", p], "");
+        assert!(ok && stderr.contains("packed "), "pack {vocab_name}: {stderr}");
+        let run = |file: &str| lutra(&["run", "-m", file, "-p", "The otter swims", "-n", "12", "--temp", "0", "-t", "1"], "");
+        let ((ok, from_gguf, stderr), (ok_packed, from_packed, stderr_packed)) = (run(m), run(p));
+        assert!(ok && ok_packed, "{vocab_name}: {stderr}{stderr_packed}");
+        assert!(from_packed.starts_with("The otter swims") && from_packed.len() > "The otter swims".len(), "{from_packed}");
+        if lutra_core::Isa::best().interleave() == lutra_core::Interleave::Shuffle {
+            assert_eq!(from_packed, from_gguf, "{vocab_name}: packed and GGUF text differ");
+        }
+        let prompt = |file: &str| lutra(&["chat", "-m", file, "-n", "0", "--verbose-prompt"], "hi\n").2;
+        let (gguf_prompt, packed_prompt) = (prompt(m), prompt(p));
+        let fed = |s: &str| s.lines().filter(|l| l.contains("prompt:")).map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(fed(&packed_prompt), fed(&gguf_prompt), "{vocab_name}: the packed file formats chat turns differently");
+        std::fs::remove_file(&packed).ok();
+    }
+}
+
+/// The import cache: the first load of a GGUF file keeps its imported weights (and says
+/// where), the next reads them in place with the same greedy text, a damaged entry is
+/// imported again and replaced, a changed source file gets a new entry that replaces
+/// the old one, and `--no-import-cache` neither reads nor writes one.
+#[test]
+fn the_import_cache_keeps_imported_weights_and_gives_the_same_text() {
+    let source = model(2, "qwen2");
+    // a copy of its own, so that changing it disturbs no other test
+    let path = source.with_extension(format!("cache-{}.gguf", std::process::id()));
+    std::fs::copy(&source, &path).unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("import-cache-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let (m, cache) = (path.to_str().unwrap(), dir.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "-m", m, "-p", "The otter swims", "-n", "16", "--temp", "0", "-t", "1"];
+        args.extend_from_slice(extra);
+        lutra_with_cache(cache, &args, "")
+    };
+    let entries = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&dir).map_or(vec![], |d| d.flatten().map(|e| e.path()).collect());
+        v.sort();
+        v
+    };
+
+    let (ok, uncached, stderr) = run(&["--no-import-cache"]);
+    assert!(ok && !stderr.contains("import cache") && !stderr.contains("kept in"), "{stderr}");
+    assert!(entries().is_empty(), "--no-import-cache wrote {:?}", entries());
+
+    let (ok, first, stderr) = run(&[]);
+    assert!(ok && stderr.contains("kept the imported weights in") && stderr.contains(cache), "{stderr}");
+    let kept = entries();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].extension().is_some_and(|e| e == "lutra"), "{kept:?}");
+
+    let (ok, second, stderr) = run(&[]);
+    assert!(ok && stderr.contains("reading the imported weights kept in"), "{stderr}");
+    assert_eq!((&first, &second), (&uncached, &uncached), "cached and imported text differ");
+
+    // a damaged entry: refused by its checksums, imported again, replaced
+    let mut bytes = std::fs::read(&kept[0]).unwrap();
+    let at = bytes.len() - 64;
+    bytes[at] ^= 0x01;
+    std::fs::write(&kept[0], &bytes).unwrap();
+    let (ok, third, stderr) = run(&[]);
+    assert!(ok && stderr.contains("unusable") && stderr.contains("kept the imported weights in"), "{stderr}");
+    assert_eq!(third, uncached);
+    assert_eq!(entries(), kept);
+
+    // the source file changed (its modification time): a new entry replaces the old one
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+    let (ok, fourth, stderr) = run(&[]);
+    assert!(ok && stderr.contains("kept the imported weights in"), "{stderr}");
+    assert_eq!(fourth, uncached);
+    let now = entries();
+    assert!(now.len() == 1 && now != kept, "{kept:?} then {now:?}");
+
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_file(&path).ok();
 }

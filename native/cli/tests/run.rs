@@ -11,7 +11,7 @@ fn models() -> PathBuf {
 }
 
 fn lutra(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lutra")).args(args).output().expect("run lutra")
+    Command::new(env!("CARGO_BIN_EXE_lutra")).env("LUTRA_IMPORT_CACHE", "off").args(args).output().expect("run lutra")
 }
 
 fn failed_with(out: &Output, needle: &str) {
