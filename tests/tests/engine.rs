@@ -354,3 +354,84 @@ fn weight_estimate_from_the_header_matches_the_loaded_model() {
     let matrices = Model::from_gguf(&bytes).unwrap().info().matrix_bytes as u64;
     assert_eq!(estimate, matrices + vectors, "estimate {estimate}, matrices {matrices}, vectors {vectors}");
 }
+
+/// `kl_divergence` on a base file in `llama-perplexity --kl-divergence-base`'s format,
+/// written here: the stored distributions are stories15M's own next-token logits plus a
+/// known perturbation, so the mean KL, the top-token agreement, the decisive positions
+/// and both perplexities have references computed here in f64 from the same stored
+/// log-probs. Damaged files, and files for another vocabulary, are refused.
+#[test]
+fn kl_divergence_reads_llama_perplexity_base_files() {
+    use lutra_core::engine::{kl_divergence, LlamaLogits};
+    let model = stories(4);
+    let vocab = model.vocab_size();
+    let (ctx, chunks, first) = (16usize, 2usize, 8usize);
+    let tokens: Vec<u32> = (0..ctx * chunks).map(|i| (1 + i * 997 % 31_000) as u32).collect();
+    let nv = 2 * vocab.div_ceil(2) + 4;
+    let mut file = b"_logits_".to_vec();
+    for v in [ctx, vocab, chunks] {
+        file.extend_from_slice(&(v as i32).to_le_bytes());
+    }
+    tokens.iter().for_each(|&t| file.extend_from_slice(&(t as i32).to_le_bytes()));
+    let (mut kl_sum, mut same, mut decisive, mut differ, mut nll, mut nll_base, mut n) = (0.0f64, 0, 0, 0, 0.0f64, 0.0f64, 0);
+    let argmax = |v: &[f64]| (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b });
+    for chunk in tokens.chunks(ctx) {
+        let mut session = Session::new(&model, ctx, &Attention::Exact).unwrap();
+        let mut prefix = vec![model.bos()];
+        prefix.extend_from_slice(&chunk[1..=first]);
+        session.append(&prefix).unwrap();
+        for pos in first..ctx - 1 {
+            if pos > first {
+                session.append(&[chunk[pos]]).unwrap();
+            }
+            let logits: Vec<f64> = session.logits(&SingleThread).unwrap().iter().map(|&l| l as f64).collect();
+            let lse = |v: &[f64]| {
+                let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+            };
+            // llama.cpp's record: log-probs over the top 16 nats in 65 535 steps
+            let base: Vec<f64> = logits.iter().enumerate().map(|(i, l)| l + 0.5 * (i as f64 * 0.37).sin()).collect();
+            let (max, lse_base) = (base.iter().copied().fold(f64::NEG_INFINITY, f64::max), lse(&base));
+            let min = base.iter().copied().fold(f64::INFINITY, f64::min).max(max - 16.0);
+            let (scale, min_log_prob) = (((max - min) / 65535.0) as f32, (min - lse_base) as f32);
+            file.extend_from_slice(&scale.to_le_bytes());
+            file.extend_from_slice(&min_log_prob.to_le_bytes());
+            let q: Vec<u16> = base.iter().map(|&b| if b > min { ((b - min) / scale as f64).round() as u16 } else { 0 }).collect();
+            q.iter().for_each(|q| file.extend_from_slice(&q.to_le_bytes()));
+            file.resize(file.len() + 2 * (nv - 4 - vocab), 0);
+            // the references, from the stored values
+            let stored: Vec<f64> = q.iter().map(|&q| (scale * q as f32 + min_log_prob) as f64).collect();
+            let lse_l = lse(&logits);
+            kl_sum += stored.iter().zip(&logits).filter(|(p, _)| **p > -16.0).map(|(p, l)| p.exp() * (p - (l - lse_l))).sum::<f64>();
+            let (top, top_base) = (argmax(&logits), argmax(&stored));
+            same += usize::from(top == top_base);
+            let runner_up = stored.iter().enumerate().filter(|&(j, _)| j != top_base).map(|(_, &p)| p).fold(f64::NEG_INFINITY, f64::max);
+            if stored[top_base] - runner_up >= 0.1 {
+                decisive += 1;
+                differ += usize::from(top != top_base);
+            }
+            let next = chunk[pos + 1] as usize;
+            (nll, nll_base, n) = (nll + lse_l - logits[next], nll_base - stored[next], n + 1);
+        }
+    }
+    let base = LlamaLogits::parse(&file).unwrap();
+    let k = kl_divergence(&model, &SingleThread, &base, &Attention::Exact, ValueFormat::F16).unwrap();
+    assert_eq!(k.positions, n);
+    assert!((k.mean - kl_sum / n as f64).abs() < 1e-6 * (kl_sum / n as f64), "mean KL {} against {}", k.mean, kl_sum / n as f64);
+    assert!(k.mean > 0.01, "the perturbation should show: {}", k.mean);
+    assert_eq!((k.same_top, k.decisive, k.decisive_differ), (same, decisive, differ));
+    assert!((k.ppl - (nll / n as f64).exp()).abs() < 1e-9 * k.ppl && (k.ppl_base - (nll_base / n as f64).exp()).abs() < 1e-6 * k.ppl_base);
+
+    // refused: another format, cut short, another vocabulary, a token outside it
+    assert!(matches!(LlamaLogits::parse(b"_logitz_\0\0\0\0"), Err(Error::LogitsFile(_))));
+    assert!(matches!(LlamaLogits::parse(&file[..file.len() - 1]), Err(Error::LogitsFile(_))));
+    let mut other_vocab = file.clone();
+    other_vocab[12..16].copy_from_slice(&(vocab as i32 + 2).to_le_bytes());
+    other_vocab.resize(other_vocab.len() + 4 * n, 0);
+    let wrong = LlamaLogits::parse(&other_vocab).unwrap();
+    assert!(matches!(kl_divergence(&model, &SingleThread, &wrong, &Attention::Exact, ValueFormat::F16), Err(Error::LogitsFile(_))));
+    let mut bad_token = file.clone();
+    bad_token[20..24].copy_from_slice(&(vocab as i32).to_le_bytes());
+    let bad = LlamaLogits::parse(&bad_token).unwrap();
+    assert!(matches!(kl_divergence(&model, &SingleThread, &bad, &Attention::Exact, ValueFormat::F16), Err(Error::LogitsFile(_))));
+}

@@ -82,6 +82,9 @@ pub enum Error {
         /// The model's vocabulary size.
         vocab_size: usize,
     },
+    /// A file of llama.cpp log-probabilities (`llama-perplexity --kl-divergence-base`)
+    /// that is damaged or does not fit the model.
+    LogitsFile(alloc::string::String),
     /// A text too short for one chunk of perplexity, or a chunk length out of range.
     PerplexityText {
         /// Tokens of the text.
@@ -131,6 +134,7 @@ impl fmt::Display for Error {
                 write!(f, "cannot rewind to position {position}: the session holds {len} tokens")
             }
             Error::TokenOutOfRange { token, vocab_size } => write!(f, "token {token} outside the vocabulary of {vocab_size}"),
+            Error::LogitsFile(why) => write!(f, "llama.cpp logits file: {why}"),
             Error::PerplexityText { tokens, ctx, max } => write!(
                 f,
                 "perplexity needs a chunk length between 4 and the model's context {max} and a text of at least one chunk: got --ctx {ctx} and {tokens} tokens"

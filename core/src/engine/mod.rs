@@ -30,6 +30,6 @@ pub use crate::sampler::SamplerConfig;
 pub use error::Error;
 pub use generate::{CancelFlag, Generation, StopReason, Token};
 pub use model::{runs_architecture, Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};
-pub use perplexity::{perplexity, Perplexity};
+pub use perplexity::{kl_divergence, perplexity, KlDivergence, LlamaLogits, Perplexity};
 pub use session::{default_context, CacheInfo, Session, DEFAULT_CONTEXT};
 pub use text::TextStream;
