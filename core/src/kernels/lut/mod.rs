@@ -646,8 +646,30 @@ macro_rules! define_run_n {
         /// # Safety
         /// The ISA must be available; every job is validated (by `Job::new`) against one
         /// matrix, and each `y` holds exactly the rows of `tiles`.
+        /// Up to two tokens share each lookup pass; more (an even number) go through it a
+        /// pair at a time, and share the tile-group's scales (multiplied out once).
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn run_float_n<const N: usize>(
+            jobs: [&$crate::kernels::lut::Job<'_>; N],
+            tiles: core::ops::Range<usize>,
+            ys: [&mut [f32]; N],
+        ) {
+            // SAFETY: the caller's contract; 2 divides N where it is taken.
+            unsafe {
+                if N > 2 && N.is_multiple_of(2) {
+                    run_float_p::<N, 2>(jobs, tiles, ys)
+                } else {
+                    run_float_p::<N, N>(jobs, tiles, ys)
+                }
+            }
+        }
+
+        /// `run_float_n` with the lookups in passes of `P` tokens (`P` divides `N`).
+        ///
+        /// # Safety
+        /// As `run_float_n`.
+        #[target_feature(enable = $feature)]
+        unsafe fn run_float_p<const N: usize, const P: usize>(
             jobs: [&$crate::kernels::lut::Job<'_>; N],
             tiles: core::ops::Range<usize>,
             ys: [&mut [f32]; N],
@@ -657,9 +679,13 @@ macro_rules! define_run_n {
             for tile in tiles {
                 for g in 0..jobs[0].groups() {
                     let mut acc = [[0i32; $crate::TILE_ROWS]; N];
-                    // SAFETY: the caller's contract; all jobs share the matrix, so every
-                    // token's group tables have the layout's `group / 16` blocks.
-                    unsafe { tile_group_n(jobs[0].tile_group(tile, g), jobs.map(|j| j.quads(g)), jobs[0].layout.bits(), &mut acc) };
+                    for (pass, acc) in acc.chunks_exact_mut(P).enumerate() {
+                        let quads: [_; P] = core::array::from_fn(|i| jobs[pass * P + i].quads(g));
+                        let acc: &mut [[i32; $crate::TILE_ROWS]; P] = acc.try_into().expect("chunks of P");
+                        // SAFETY: the caller's contract; all jobs share the matrix, so every
+                        // token's group tables have the layout's `group / 16` blocks.
+                        unsafe { tile_group_n(jobs[0].tile_group(tile, g), quads, jobs[0].layout.bits(), acc) };
+                    }
                     let job = jobs[0];
                     let f16x32 = |b: &[u8; 64]| $crate::kernels::lut::f16x32_portable(b);
                     let (scales, mins) = job.affine_cached(tile, g, &f16x32, &mut header);
@@ -691,7 +717,7 @@ pub(crate) use define_run_n;
 /// form's speed in pairs.
 pub fn gemm_tokens(isa: Isa, scales: ScaleFormat) -> usize {
     match (isa, scales) {
-        (Isa::Avx512Vbmi | Isa::Avx2, ScaleFormat::SubBlock { .. }) => 8,
+        (Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 | Isa::Simd128, ScaleFormat::SubBlock { .. }) => 8,
         (Isa::Avx512Vbmi | Isa::Avx2 | Isa::Ssse3 | Isa::Simd128, _) => 2,
         _ => 1,
     }
