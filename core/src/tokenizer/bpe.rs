@@ -977,7 +977,7 @@ impl BpeTokenizer {
         if merges.is_empty() {
             return Err(VocabError::NoMerges);
         }
-        let (mut list, mut joined) = (Vec::new(), Vec::new());
+        let mut list = Vec::new();
         for (i, v) in merges.iter().enumerate() {
             let index = i as u64;
             let s = match v {
@@ -989,9 +989,7 @@ impl BpeTokenizer {
             let unknown = VocabError::MergeUnknownPiece { index };
             let l = t.lookup(left.as_bytes()).ok_or(unknown.clone())?;
             let r = t.lookup(right.as_bytes()).ok_or(unknown.clone())?;
-            joined.clear();
-            joined.extend_from_slice(left.as_bytes());
-            joined.extend_from_slice(right.as_bytes());
+            let joined = [left.as_bytes(), right.as_bytes()].concat();
             let result = t.lookup(&joined).ok_or(unknown)?;
             let rank = u32::try_from(i).map_err(|_| VocabError::BadMerge { index })?;
             list.push(Merge { left: l, right: r, rank, result });
