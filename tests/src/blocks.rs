@@ -97,6 +97,8 @@ impl<'a> Reader<'a> {
 /// equal llama.cpp's weights).
 pub fn import_and_dequantize(type_name: &str, blocks: &[u8], rows: usize, cols: usize) -> Result<Vec<Vec<f32>>, Error> {
     let lookup: PackedMatrix<AlignedBytes> = match type_name {
+        "Q1_0" => PackedMatrix::from_q1_0(blocks, rows, cols),
+        "Q2_0" => PackedMatrix::from_q2_0(blocks, rows, cols),
         "Q4_0" => PackedMatrix::from_q4_0(blocks, rows, cols),
         "Q5_0" => PackedMatrix::from_q5_0(blocks, rows, cols),
         "Q4_1" => PackedMatrix::from_q4_1(blocks, rows, cols),

@@ -13,7 +13,7 @@ fn imports_equal_llama_cpp_on_the_golden_blocks() {
     let cases = read_cases(&std::fs::read(&path).unwrap()).unwrap();
     let mut types: Vec<&str> = cases.iter().map(|c| c.type_name.as_str()).collect();
     types.dedup();
-    assert_eq!(types, ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "TQ1_0", "TQ2_0"]);
+    assert_eq!(types, ["Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "TQ1_0", "TQ2_0"]);
     let refused = cases.iter().filter(|c| matches!(c.expected, Expected::NonFiniteScaleInRow(_))).count();
     assert_eq!(refused, 5 * types.len(), "each type poisoned with each non-finite kind");
     let failures: Vec<String> = cases.iter().filter_map(|c| check_case(c).err()).collect();
@@ -32,4 +32,34 @@ fn imports_equal_llama_cpp_on_random_blocks() {
             }
         }
     }
+}
+
+/// Q1_0 stores its step `2d` in the file's f16 scales (as many bytes as the file: 1.125
+/// bits per weight), unless some |d| > 32752 makes `2d` overflow f16: then f32 scales keep
+/// every weight ±d exactly. Q2_0 keeps its f16 `d` (2.25 bits per weight).
+#[test]
+fn one_and_two_bit_imports_are_as_compact_as_the_file() {
+    use lutra_core::kernels::quant::ScaleFormat;
+    use lutra_core::PackedMatrix;
+    let (rows, cols) = (64, 512);
+    let block = |d: u16, payload: u8, size: usize| {
+        let mut b = d.to_le_bytes().to_vec();
+        b.resize(size, payload);
+        b
+    };
+    let q1: Vec<u8> = (0..rows * cols / 128).flat_map(|i| block(0x2000 + i as u16, 0x5a, 18)).collect();
+    let m = PackedMatrix::from_q1_0(&q1, rows, cols).unwrap();
+    assert_eq!((m.layout().scales(), m.layout().total_bytes()), (ScaleFormat::F16, q1.len()));
+    let mut wide = q1.clone();
+    wide[18..20].copy_from_slice(&0x7800u16.to_le_bytes()); // 32768, block 1 of row 0
+    let m = PackedMatrix::from_q1_0(&wide, rows, cols).unwrap();
+    assert_eq!(m.layout().scales(), ScaleFormat::F32);
+    let mut row = vec![0f32; cols];
+    m.dequantize_row(0, &mut row).unwrap();
+    // 0x5a = 0b0101_1010: elements 1, 3, 4, 6 of each byte are +d
+    let want: Vec<f32> = (0..128).map(|j| if 0x5au8 >> (j % 8) & 1 == 1 { 32768.0 } else { -32768.0 }).collect();
+    assert_eq!(row[128..256], want[..]);
+    let q2: Vec<u8> = (0..rows * cols / 64).flat_map(|i| block(0x2000 + i as u16, 0xe4, 18)).collect();
+    let m = PackedMatrix::from_q2_0(&q2, rows, cols).unwrap();
+    assert_eq!((m.layout().scales(), m.layout().total_bytes()), (ScaleFormat::F16, q2.len()));
 }

@@ -9,14 +9,21 @@
 //! position, for the 8-bit and F32 files (lutra runs F32 as its Q8_0 quantization; llama.cpp
 //! runs it in F32) and the Q4_0 file alike (lookup kernels over 8-bit activation tables
 //! where llama.cpp quantizes activations to Q8_0; measured 0.99974); top-1 agreement
-//! wherever llama.cpp's lead is ≥ 0.5.
+//! wherever llama.cpp's lead is ≥ 0.5. The 2-bit Q2_0 file's bounds are cosine 0.997
+//! (measured 0.99844) and top-1 where the lead is ≥ 1.0 (its logits, ~20 in size, are up to
+//! 0.45 off llama.cpp's): its weights use three codes, −1, 0 and +1, so the result is small
+//! beside the int8 table error of two planes, one of them doubled — one Q2_0 GEMV of
+//! 256 × 1024 is 8.3e-3 off the f64 product of its own weights in relative L2 where
+//! llama.cpp's Q8_0-activation dot product is 3.9e-3 (Q1_0: 6.6e-3 and 3.9e-3; Q4_0:
+//! 5.5e-3 and 3.8e-3). The Q1_0 file, one plane with every weight ±d, keeps the 8-bit
+//! files' bounds (measured 0.99969).
 
 use lutra_core::arch::llama_family::{LlamaFamily, LlamaFamilyState};
 use lutra_core::arch::Architecture;
 use lutra_core::formats::gguf::Gguf;
 use lutra_core::formats::pack::Writer;
 use lutra_core::model::SingleThread;
-use lutra_tests::tiny_llama::{FamilyGolden, VARIANTS};
+use lutra_tests::tiny_llama::{FamilyGolden, Storage, Variant, VARIANTS};
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
@@ -40,7 +47,7 @@ fn tiny_llama_family_files_agree_with_llama_cpp() {
             v.name
         );
         let model = LlamaFamily::from_gguf(&Gguf::parse(&gguf).unwrap()).unwrap();
-        assert_agrees_with_llama_cpp(&model, &golden, v.name);
+        assert_agrees_with_llama_cpp(&model, &golden, v, v.name);
     }
 }
 
@@ -49,7 +56,8 @@ fn golden(name: &str) -> FamilyGolden {
     FamilyGolden::parse(&std::fs::read(&path).unwrap()).unwrap()
 }
 
-fn assert_agrees_with_llama_cpp(model: &LlamaFamily, golden: &FamilyGolden, name: &str) {
+fn assert_agrees_with_llama_cpp(model: &LlamaFamily, golden: &FamilyGolden, v: &Variant, name: &str) {
+    let (bound, decisive_lead) = if v.storage == Storage::Q2_0 { (0.997, 1.0) } else { (0.999, 0.5) };
     let mut state = LlamaFamilyState::new(model, golden.tokens.len()).unwrap();
     let (mut worst, mut decisive) = (f64::INFINITY, 0);
     for (pos, (&token, want)) in golden.tokens.iter().zip(&golden.logits).enumerate() {
@@ -57,13 +65,15 @@ fn assert_agrees_with_llama_cpp(model: &LlamaFamily, golden: &FamilyGolden, name
         worst = worst.min(cosine(got, want));
         let mut sorted = want.clone();
         sorted.sort_by(|a, b| b.total_cmp(a));
-        if sorted[0] - sorted[1] >= 0.5 {
+        if sorted[0] - sorted[1] >= decisive_lead {
             decisive += 1;
             assert_eq!(argmax(got), argmax(want), "{name}: top-1 differs at decisive position {pos}");
         }
     }
-    let bound = 0.999;
-    eprintln!("{name}: worst cosine {worst:.6} over {} positions (bound {bound}), {decisive} decisive top-1 agreed", golden.tokens.len());
+    eprintln!(
+        "{name}: worst cosine {worst:.6} over {} positions (bound {bound}), {decisive} decisive (lead ≥ {decisive_lead}) top-1 agreed",
+        golden.tokens.len()
+    );
     assert!(worst >= bound, "{name}: cosine {worst} below {bound}");
 }
 
@@ -89,7 +99,7 @@ fn packed_llama_family_files_run_as_imported() {
             let g = Gguf::parse(&packed).unwrap();
             assert!(lutra_core::formats::pack::is_packed(&g));
             let reread = LlamaFamily::from_gguf(&g).unwrap_or_else(|e| panic!("{} ({kind} pack): {e}", v.name));
-            assert_agrees_with_llama_cpp(&reread, &golden(v.name), &format!("{} ({kind} pack)", v.name));
+            assert_agrees_with_llama_cpp(&reread, &golden(v.name), v, &format!("{} ({kind} pack)", v.name));
             if kind == "portable" {
                 // bit planes in 16-entry-table order run on another kernel where this
                 // machine's fastest reads 64-entry ones

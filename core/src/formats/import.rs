@@ -1,4 +1,4 @@
-//! GGUF tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
+//! GGUF tensors (Q1_0, Q2_0, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0) into lutra's packed matrices, without loss: each llama.cpp block type
 //! maps to a bit-plane layout whose dequantization equals llama.cpp's bit for bit.
 //! Float matrices (F32, F16, BF16) become their Q8_0 quantization, as `llama-quantize`
 //! would make it.
@@ -89,6 +89,8 @@ pub fn weights(
         GgmlType::Q3_K => PackedMatrix::from_q3_k(data, rows, cols),
         GgmlType::TQ2_0 => PackedMatrix::from_tq2_0(data, rows, cols),
         GgmlType::TQ1_0 => PackedMatrix::from_tq1_0(data, rows, cols),
+        GgmlType::Q1_0 => PackedMatrix::from_q1_0(data, rows, cols),
+        GgmlType::Q2_0 => PackedMatrix::from_q2_0(data, rows, cols),
         other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
     }?;
     consumed(0..data.len());
@@ -126,6 +128,9 @@ fn imported_form(t: GgmlType) -> Option<ImportedForm> {
         GgmlType::Q2_K => ImportedForm::Lookup(convert::q2_k_layout),
         GgmlType::Q3_K => ImportedForm::Lookup(convert::q3_k_layout),
         GgmlType::TQ2_0 | GgmlType::TQ1_0 => ImportedForm::Lookup(convert::tq2_0_layout),
+        // f16 steps; a file with weights past ±32752 takes f32 ones (`q1_0_layout_for`)
+        GgmlType::Q1_0 => ImportedForm::Lookup(convert::q1_0_layout),
+        GgmlType::Q2_0 => ImportedForm::Lookup(convert::q2_0_layout),
         _ => return None,
     })
 }

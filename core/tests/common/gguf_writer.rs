@@ -165,6 +165,36 @@ impl Tensor {
         }
         Tensor { name: name.into(), dims: vec![cols as u64, rows as u64], ggml_type: 2, data }
     }
+
+    /// A `rows × cols` matrix, Q1_0 as llama.cpp's `quantize_row_q1_0_ref` makes it: per 128
+    /// values an f16 scale `d` = their mean magnitude, and bit j of byte j / 8 set where
+    /// value j is ≥ 0 (weight `+d`, else `−d`).
+    pub fn q1_0(name: &str, rows: usize, cols: usize, values: &[f32]) -> Tensor {
+        assert!(cols.is_multiple_of(128) && values.len() == rows * cols, "writer misuse: Q1_0 shape");
+        let mut data = Vec::with_capacity(rows * cols / 128 * 18);
+        for block in values.chunks_exact(128) {
+            let d = block.iter().map(|x| x.abs()).sum::<f32>() / 128.0;
+            data.extend(half::f16::from_f32(d).to_bits().to_le_bytes());
+            data.extend(block.chunks_exact(8).map(|b| (0..8).fold(0u8, |byte, j| byte | u8::from(b[j] >= 0.0) << j)));
+        }
+        Tensor { name: name.into(), dims: vec![cols as u64, rows as u64], ggml_type: 41, data }
+    }
+
+    /// A `rows × cols` matrix, Q2_0 as llama.cpp's `quantize_row_q2_0_ref` makes it: per 64
+    /// values an f16 scale `d` = the largest magnitude, codes `clamp(round(x / d), −1, 2) + 1`,
+    /// value j in bits 2(j % 4) of byte j / 4.
+    pub fn q2_0(name: &str, rows: usize, cols: usize, values: &[f32]) -> Tensor {
+        assert!(cols.is_multiple_of(64) && values.len() == rows * cols, "writer misuse: Q2_0 shape");
+        let mut data = Vec::with_capacity(rows * cols / 64 * 18);
+        for block in values.chunks_exact(64) {
+            let d = block.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            data.extend(half::f16::from_f32(d).to_bits().to_le_bytes());
+            let code = |x: f32| ((x * id).round() as i32 + 1).clamp(0, 3) as u8;
+            data.extend(block.chunks_exact(4).map(|b| (0..4).fold(0u8, |byte, j| byte | code(b[j]) << (2 * j))));
+        }
+        Tensor { name: name.into(), dims: vec![cols as u64, rows as u64], ggml_type: 42, data }
+    }
 }
 
 /// A GGUF v3 file, tensor data aligned to 32 bytes.

@@ -1,7 +1,7 @@
 //! Tiny random-weight GGUF files of the Llama family (`llama` with Llama 3's RoPE
 //! factors and GQA, `llama` Mistral-style with an untied head and linear RoPE scaling,
 //! `qwen2` with q/k/v biases, `qwen3` with QK-norm and a head width that is not dim/heads),
-//! in F32, Q8_0 and Q4_0, written deterministically so a test can rebuild exactly the file
+//! in F32, Q8_0, Q4_0, and Q1_0 and Q2_0 (with a Q8_0 embedding and head), written deterministically so a test can rebuild exactly the file
 //! llama.cpp computed the golden logits on (`llama_family_golden` example,
 //! tests/golden/llama-family/).
 //!
@@ -24,6 +24,11 @@ pub enum Storage {
     F32,
     Q8_0,
     Q4_0,
+    /// Block matrices in Q1_0 (one sign bit per weight), embedding and head in Q8_0: as
+    /// PrismML's 1-bit Bonsai files are.
+    Q1_0,
+    /// Block matrices in Q2_0 (codes −1…+2), embedding and head in Q8_0.
+    Q2_0,
 }
 
 /// One tiny model: what differs between the files.
@@ -141,6 +146,40 @@ pub const VARIANTS: &[Variant] = &[
         qkv_bias: false,
         qk_norm: true,
     },
+    Variant {
+        name: "qwen3-bonsai-style-q1_0",
+        arch: "qwen3",
+        storage: Storage::Q1_0,
+        dim: 128,
+        hidden: 256,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: Some(32),
+        rope_base: 1_000_000.0,
+        linear_rope_factor: None,
+        llama3_rope: false,
+        untied: true,
+        qkv_bias: false,
+        qk_norm: true,
+    },
+    Variant {
+        name: "llama-tied-q2_0",
+        arch: "llama",
+        storage: Storage::Q2_0,
+        dim: 128,
+        hidden: 192,
+        layers: 2,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: None,
+        rope_base: 10_000.0,
+        linear_rope_factor: None,
+        llama3_rope: false,
+        untied: false,
+        qkv_bias: false,
+        qk_norm: false,
+    },
 ];
 
 impl Variant {
@@ -194,10 +233,14 @@ impl Variant {
         let mut tensors = Vec::new();
         let mut matrix = |name: String, rows: usize, cols: usize, scale: f32, rng: &mut SplitMix64| {
             let values: Vec<f32> = (0..rows * cols).map(|_| scale * (2.0 * rng.unit() as f32 - 1.0)).collect();
+            let embedding_or_head = name == "token_embd.weight" || name == "output.weight";
             tensors.push(match self.storage {
                 Storage::F32 => Tensor::f32_matrix(&name, rows, cols, &values),
                 Storage::Q8_0 => Tensor::q8_0(&name, rows, cols, &values),
+                Storage::Q1_0 | Storage::Q2_0 if embedding_or_head => Tensor::q8_0(&name, rows, cols, &values),
                 Storage::Q4_0 => Tensor::q4_0(&name, rows, cols, &values),
+                Storage::Q1_0 => Tensor::q1_0(&name, rows, cols, &values),
+                Storage::Q2_0 => Tensor::q2_0(&name, rows, cols, &values),
             });
         };
         // uniform(−s, s) with s = √(3/cols): unit-variance products of unit-variance inputs

@@ -21,6 +21,10 @@ pub const Q5_1_BLOCK_BYTES: usize = 24;
 pub const Q5_K_BLOCK_BYTES: usize = 176;
 /// llama.cpp `block_tq2_0`: 64 bytes of 2-bit codes, then f16 d; 256 elements.
 pub const TQ2_0_BLOCK_BYTES: usize = 66;
+/// llama.cpp `block_q1_0`: f16 d, 16 bytes of sign bits (element j: bit j % 8 of byte j / 8); 128 elements.
+pub const Q1_0_BLOCK_BYTES: usize = 18;
+/// llama.cpp `block_q2_0`: f16 d, 16 bytes of 2-bit codes (element j: bits 2(j % 4) of byte j / 4); 64 elements.
+pub const Q2_0_BLOCK_BYTES: usize = 18;
 /// llama.cpp `block_q4_K`: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles.
 pub const Q4_K_BLOCK_BYTES: usize = 144;
 /// llama.cpp `block_q6_K`: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 i8 scales, f16 d.
@@ -349,6 +353,66 @@ pub fn import_tq2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
     })
 }
 
+/// Largest |d| of a Q1_0 block whose step `2d` is still a finite f16.
+const Q1_0_F16_STEP_MAX: f32 = 32752.0;
+
+/// Layout of an imported Q1_0 matrix: 1 bit, group 128, `Offset::Symmetric` (weight
+/// `(q − ½)·s`) with step `s = 2d`. Doubling an f16 is exact, so `s` keeps the file's
+/// f16 scales unless some |d| > 32752 (weights past ±32752, which no trained model has
+/// but a file may hold): then f32 scales hold `2d` exactly.
+pub fn q1_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 1, 128, Offset::Symmetric)
+}
+
+/// `q1_0_layout`, with f32 scales where `blocks` hold a scale whose double overflows f16.
+pub fn q1_0_layout_for(blocks: &[u8], rows: usize, cols: usize) -> Result<Layout, Error> {
+    let layout = q1_0_layout(rows, cols)?;
+    let wide = blocks.chunks_exact(Q1_0_BLOCK_BYTES).any(|b| {
+        let d = u16::from_le_bytes([b[0], b[1]]);
+        f16_bits_finite(d) && f16_bits_to_f32(d).abs() > Q1_0_F16_STEP_MAX
+    });
+    if wide {
+        layout.with_scales(ScaleFormat::F32)
+    } else {
+        Ok(layout)
+    }
+}
+
+/// Import llama.cpp Q1_0 rows without loss: bit j of a block is element j's sign, weight
+/// `±d` = `(q − ½)·2d`.
+pub fn import_q1_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q1_0 bytes", layout.rows * (layout.cols / 128) * Q1_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 128;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q1_0_BLOCK_BYTES..][..Q1_0_BLOCK_BYTES];
+        gc.scale = 2.0 * block_scale(b, row, g)?;
+        for (j, c) in gc.codes.iter_mut().enumerate() {
+            *c = (b[2 + j / 8] >> (j % 8)) & 1;
+        }
+        Ok(())
+    })
+}
+
+/// Layout of an imported Q2_0 matrix: 2 bits, group 64, zero point 1 (codes −1, 0, +1, +2).
+pub fn q2_0_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
+    Layout::new(rows, cols, 2, 64, Offset::Zero(1))
+}
+
+/// Import llama.cpp Q2_0 rows without loss: element j of a block is
+/// `(qs[j / 4] >> 2(j % 4)) & 3`, weight `(q − 1)·d`.
+pub fn import_q2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Result<(), Error> {
+    check_len("Q2_0 bytes", layout.rows * (layout.cols / 64) * Q2_0_BLOCK_BYTES, blocks.len())?;
+    let per_row = layout.cols / 64;
+    pack(layout, out, |row, g, gc| {
+        let b = &blocks[(row * per_row + g) * Q2_0_BLOCK_BYTES..][..Q2_0_BLOCK_BYTES];
+        gc.scale = block_scale(b, row, g)?;
+        for (j, c) in gc.codes.iter_mut().enumerate() {
+            *c = (b[2 + j / 4] >> (2 * (j % 4))) & 3;
+        }
+        Ok(())
+    })
+}
+
 /// Layout of an imported Q4_K matrix: 4 bits, group 32, the file's 6-bit scale and
 /// minimum codes under its f16 `d` and `dmin` per super-block (4.5 bits per weight).
 pub fn q4_k_layout(rows: usize, cols: usize) -> Result<Layout, Error> {
@@ -636,6 +700,16 @@ impl PackedMatrix<crate::AlignedBytes> {
     /// Import llama.cpp `TQ2_0` blocks (ternary, 256 per block).
     pub fn from_tq2_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(tq2_0_layout(rows, cols)?, |l, o| import_tq2_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q1_0` blocks (one sign bit per weight, 128 per block).
+    pub fn from_q1_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q1_0_layout_for(blocks, rows, cols)?, |l, o| import_q1_0_into(blocks, l, o))
+    }
+
+    /// Import llama.cpp `Q2_0` blocks (codes −1…+2, 64 per block).
+    pub fn from_q2_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        Self::build(q2_0_layout(rows, cols)?, |l, o| import_q2_0_into(blocks, l, o))
     }
 
     /// Import llama.cpp `Q4_K` blocks (super-blocks of 256).

@@ -19,7 +19,9 @@ pub struct BlockType {
 }
 
 /// Every block type lutra imports from GGUF.
-pub const BLOCK_TYPES: [BlockType; 12] = [
+pub const BLOCK_TYPES: [BlockType; 14] = [
+    BlockType { name: "Q1_0", ty: sys::GGML_TYPE_Q1_0, scale_offsets: &[0] },
+    BlockType { name: "Q2_0", ty: sys::GGML_TYPE_Q2_0, scale_offsets: &[0] },
     BlockType { name: "Q4_0", ty: sys::GGML_TYPE_Q4_0, scale_offsets: &[0] },
     BlockType { name: "Q4_1", ty: sys::GGML_TYPE_Q4_1, scale_offsets: &[0, 2] },
     BlockType { name: "Q5_0", ty: sys::GGML_TYPE_Q5_0, scale_offsets: &[0] },
