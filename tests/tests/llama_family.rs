@@ -98,6 +98,8 @@ fn packed_llama_family_files_run_as_imported() {
                 .unwrap();
             let g = Gguf::parse(&packed).unwrap();
             assert!(lutra_core::formats::pack::is_packed(&g));
+            let source_types = lutra_core::formats::pack::tensor_type_counts(&Gguf::parse(&gguf).unwrap());
+            assert_eq!(lutra_core::formats::pack::tensor_type_counts(&g), source_types, "{}: the source's tensor types", v.name);
             let reread = LlamaFamily::from_gguf(&g).unwrap_or_else(|e| panic!("{} ({kind} pack): {e}", v.name));
             assert_agrees_with_llama_cpp(&reread, &golden(v.name), v, &format!("{} ({kind} pack)", v.name));
             if kind == "portable" {

@@ -1,6 +1,6 @@
 use alloc::boxed::Box;
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -222,14 +222,7 @@ impl Model {
             });
             progress(LoadProgress { done: p.done, total: p.total, tensor: p.tensor, consumed: file });
         };
-        let mut types: Vec<(String, usize)> = Vec::new();
-        for t in gguf.tensors() {
-            let name = t.ggml_type.name();
-            match types.iter_mut().find(|(n, _)| n == name) {
-                Some((_, count)) => *count += 1,
-                None => types.push((name.to_string(), 1)),
-            }
-        }
+        let types = pack::tensor_type_counts(gguf);
         let file_template = gguf.get_str(crate::tokenizer::spm::KEY_CHAT_TEMPLATE);
         let chat = file_template.and_then(ChatTemplate::detect).or(Network::default_chat(arch));
         let net = Network::from_gguf(arch, gguf, source, &mut report).ok_or_else(|| Error::UnsupportedArchitecture(arch.into()))??;

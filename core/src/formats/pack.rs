@@ -33,12 +33,41 @@ pub const VERSION: u32 = 4;
 pub const FORMAT_KEY: &str = "lutra.format";
 pub const SOURCE_KEY: &str = "lutra.source";
 pub const HEADER_CHECKSUM_KEY: &str = "lutra.header_checksum";
+/// The source GGUF's tensor types and counts (`Q6_K=1,Q1_0=196,F32=141`), which a packed
+/// file's own I8 tensors no longer tell.
+pub const SOURCE_TENSOR_TYPES_KEY: &str = "lutra.source_tensor_types";
 /// Tensor data alignment: one AVX-512 load never splits a cache line.
 pub const ALIGNMENT: usize = 64;
 
 const LOOKUP: u32 = 0;
 const INT8: u32 = 1;
 const INT8_FIVE_BIT: u32 = 2;
+
+/// The tensor types of `g` with their counts, in order of first appearance; for a packed
+/// file those of the GGUF it was packed from, where it records them.
+pub fn tensor_type_counts(g: &Gguf<'_>) -> Vec<(String, usize)> {
+    if let Some(recorded) = g.get_str(SOURCE_TENSOR_TYPES_KEY) {
+        let parsed: Option<Vec<(String, usize)>> = recorded
+            .split(',')
+            .map(|entry| {
+                let (name, count) = entry.split_once('=')?;
+                Some((name.to_string(), count.parse().ok()?))
+            })
+            .collect();
+        if let Some(types) = parsed {
+            return types;
+        }
+    }
+    let mut types: Vec<(String, usize)> = Vec::new();
+    for t in g.tensors() {
+        let name = t.ggml_type.name();
+        match types.iter_mut().find(|(n, _)| n == name) {
+            Some((_, count)) => *count += 1,
+            None => types.push((name.to_string(), 1)),
+        }
+    }
+    types
+}
 
 /// Whether `g` is a packed `.lutra` file (it carries a format version).
 pub fn is_packed(g: &Gguf<'_>) -> bool {
@@ -238,8 +267,10 @@ impl<'a> Writer<'a> {
     }
 
     /// Every metadata entry of `g` but its alignment and `lutra.*` keys (this file sets
-    /// its own).
+    /// its own), and `g`'s tensor types.
     pub fn copy_metadata(&mut self, g: &Gguf<'_>) {
+        let types: Vec<String> = tensor_type_counts(g).iter().map(|(t, n)| format!("{t}={n}")).collect();
+        self.str(SOURCE_TENSOR_TYPES_KEY, &types.join(","));
         for (key, value) in g.metadata() {
             if key != "general.alignment" && !key.starts_with("lutra.") {
                 self.value(key, &value);
