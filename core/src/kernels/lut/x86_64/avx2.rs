@@ -358,6 +358,7 @@ unsafe fn run_float_bits<const BITS: usize, const N: usize, const P: usize, cons
     for tile in tiles {
         let mut f = [[_mm256_setzero_ps(); 4]; N];
         for g in 0..job.groups() {
+            job.prefetch_ahead(tile, g);
             let codes = job.tile_group(tile, g);
             let affine = e.affine(tile, g);
             for first in (0..N).step_by(P) {

@@ -27,24 +27,34 @@ unsafe fn rows<const BITS: usize>(w: &[u8], quads: &[Block64]) -> (__m512i, __m5
     let mut lo = [_mm512_setzero_si512(); 4];
     let mut hi = [_mm512_setzero_si512(); 4];
     let mut p = w.as_ptr();
-    // quads taken in pairs (groups of 16 columns have a single quad)
-    for pair in quads.chunks(2) {
-        for (qi, quad) in pair.iter().enumerate() {
-            // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
-            unsafe {
-                let table = _mm512_load_si512(quad.0.as_ptr().cast());
-                for plane in 0..BITS {
-                    let k = (qi * BITS + plane) % 4;
-                    let weight = _mm512_set1_epi8(1 << plane);
-                    let v = _mm512_loadu_si512(p.cast());
-                    p = p.add(64);
-                    let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
-                    let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
-                    lo[k] = _mm512_dpbusd_epi32(lo[k], weight, _mm512_permutexvar_epi8(i_lo, table));
-                    hi[k] = _mm512_dpbusd_epi32(hi[k], weight, _mm512_permutexvar_epi8(i_hi, table));
-                }
+    // One quad's planes into accumulator k (0..4). Every k below is a constant once the
+    // loops over 0..4 and 0..BITS unroll, so the accumulators stay in registers (a
+    // runtime index spills them to the stack: 1-bit GEMV ran at a quarter of its speed).
+    let mut quad_into = |quad: &Block64, k0: usize| {
+        // SAFETY: `quad` is 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
+        unsafe {
+            let table = _mm512_load_si512(quad.0.as_ptr().cast());
+            for plane in 0..BITS {
+                let k = (k0 + plane) % 4;
+                let weight = _mm512_set1_epi8(1 << plane);
+                let v = _mm512_loadu_si512(p.cast());
+                p = p.add(64);
+                let i_lo = _mm512_ternarylogic_epi32(v, nibble, lane_select, AND_OR);
+                let i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nibble, lane_select, AND_OR);
+                lo[k] = _mm512_dpbusd_epi32(lo[k], weight, _mm512_permutexvar_epi8(i_lo, table));
+                hi[k] = _mm512_dpbusd_epi32(hi[k], weight, _mm512_permutexvar_epi8(i_hi, table));
             }
         }
+    };
+    let mut fours = quads.chunks_exact(4);
+    for four in &mut fours {
+        for (qi, quad) in four.iter().enumerate() {
+            quad_into(quad, qi * BITS);
+        }
+    }
+    // groups of 16 and 32 columns have one or two quads
+    for quad in fours.remainder() {
+        quad_into(quad, 0);
     }
     let sum4 = |a: [__m512i; 4]| _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3]));
     let (rows_lo, rows_hi) = (sum4(lo), sum4(hi));
@@ -222,6 +232,7 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
     for tile in tiles {
         let mut f = (_mm512_setzero_ps(), _mm512_setzero_ps());
         for g in 0..job.groups() {
+            job.prefetch_ahead(tile, g);
             // SAFETY: the tile-group and the group's tables have the layout's lengths.
             let ints = unsafe { rows::<BITS>(job.tile_group(tile, g), job.quads(g)) };
             e.add(&mut f, ints, job, g, e.affine(tile, g));
@@ -241,6 +252,7 @@ unsafe fn run_float_n_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N
     for tile in tiles {
         let mut f = [(_mm512_setzero_ps(), _mm512_setzero_ps()); N];
         for g in 0..jobs[0].groups() {
+            jobs[0].prefetch_ahead(tile, g);
             let codes = jobs[0].tile_group(tile, g);
             let affine = e.affine(tile, g);
             for (f, jobs) in f.chunks_exact_mut(2).zip(jobs.chunks_exact(2)) {
