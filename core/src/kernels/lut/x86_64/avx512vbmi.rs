@@ -71,15 +71,16 @@ unsafe fn rows_pair<const BITS: usize>(w: &[u8], quads: [&[Block64]; 2]) -> [(__
     debug_assert_eq!(quads[0].len(), quads[1].len());
     let nibble = _mm512_set1_epi8(0x0f);
     let lane_select = _mm512_set1_epi32(0x3020_1000);
-    // two accumulators per (token, half): eight dpbusd chains, as `rows` has
+    // two accumulators per (token, half): eight dpbusd chains, as `rows` has; k is a
+    // constant once the loops unroll (quads in twos), as in `rows`
     let mut acc = [[_mm512_setzero_si512(); 4]; 2];
     let mut p = w.as_ptr();
-    for (q, (quad0, quad1)) in quads[0].iter().zip(quads[1]).enumerate() {
+    let mut quad_into = |quad0: &Block64, quad1: &Block64, k0: usize| {
         // SAFETY: both quads are 64 aligned bytes; `p` walks exactly `w` (BITS·64 bytes per quad).
         unsafe {
             let tables = [_mm512_load_si512(quad0.0.as_ptr().cast()), _mm512_load_si512(quad1.0.as_ptr().cast())];
             for plane in 0..BITS {
-                let k = (q * BITS + plane) % 2;
+                let k = (k0 + plane) % 2;
                 let weight = _mm512_set1_epi8(1 << plane);
                 let v = _mm512_loadu_si512(p.cast());
                 p = p.add(64);
@@ -91,6 +92,15 @@ unsafe fn rows_pair<const BITS: usize>(w: &[u8], quads: [&[Block64]; 2]) -> [(__
                 }
             }
         }
+    };
+    let (mut twos0, mut twos1) = (quads[0].chunks_exact(2), quads[1].chunks_exact(2));
+    for (two0, two1) in (&mut twos0).zip(&mut twos1) {
+        quad_into(&two0[0], &two1[0], 0);
+        quad_into(&two0[1], &two1[1], BITS);
+    }
+    // a group of 16 columns has one quad
+    for (quad0, quad1) in twos0.remainder().iter().zip(twos1.remainder()) {
+        quad_into(quad0, quad1, 0);
     }
     acc.map(|a| (_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3])))
 }
