@@ -30,7 +30,8 @@ const USAGE: &str = "usage: cargo xtask compare [--tier native|avx2] [--pairs N]
                 the tier most CPUs have, on a host that has more; native (default): each engine's best
   --pairs N     invocations of each engine per row (at least 5; default 5)
   --models      gemma, gemma-q4_0, gemma-q8_0, stories-q4_0, stories-q8_0 (default: these five), and
-                the files of `cargo xtask models shapes` as SHAPE-TYPE: qwen2.5-1.5b-q4_k_m, llama-3.2-3b-q6_k, …
+                the files of `cargo xtask models shapes` as SHAPE-TYPE: qwen2.5-1.5b-q4_k_m, llama-3.2-3b-q6_k,
+                qwen2.5-1.5b-q1_0 (with --types Q1_0,Q2_0,TQ1_0,TQ2_0,Q2_K,Q3_K_S,Q4_0 there), …
                 (pp512 / tg128, as the issue tables quote llama-bench)";
 
 /// A benchmark file: its name in the table, path under models/, and prompt and generated
@@ -55,7 +56,7 @@ const BENCHES: &[(&str, &str, usize, usize)] = &[
 fn benches() -> Vec<Bench> {
     let mut out: Vec<Bench> = BENCHES.iter().map(|&(name, file, pp, tg)| Bench { name: name.into(), file: file.into(), pp, tg }).collect();
     for shape in crate::shapes::SHAPES {
-        for ty in crate::shapes::TYPES {
+        for ty in crate::shapes::TYPES.iter().chain(crate::shapes::LOW_BIT_TYPES) {
             let file = crate::shapes::shape_file(std::path::Path::new(""), shape.name, ty);
             let name = format!("{}-{}", shape.name, ty.to_lowercase());
             out.push(Bench { name, file: file.to_string_lossy().into_owned(), pp: 512, tg: 128 });
@@ -140,7 +141,7 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
         .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
         .unwrap_or_else(|| "unknown CPU".into());
     let mut table = format!(
-        "CPU: {cpu}; kernels: {}; medians of {} invocation pairs\n\n| model | threads | test | lutra tok/s | llama.cpp tok/s | ratio |\n|---|---|---|---|---|---|\n",
+        "CPU: {cpu}; kernels: {}; medians of {} invocation pairs\n\n| model | threads | test | lutra tok/s | llama.cpp tok/s | ratio | weights per token: lutra / llama.cpp |\n|---|---|---|---|---|---|---|\n",
         if o.tier == "avx2" { "AVX2 (lutra LUTRA_MAX_ISA=avx2, llama.cpp GGML_NATIVE=OFF GGML_AVX2=ON)" } else { "each engine's best for this CPU" },
         o.pairs
     );
@@ -148,6 +149,7 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
         let path = models.join(&b.file);
         for &threads in &o.threads {
             let (mut ours, mut theirs) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+            let mut model_bytes = None;
             for pair in 0..o.pairs {
                 for engine in if pair % 2 == 0 { [0, 1] } else { [1, 0] } {
                     if engine == 0 {
@@ -155,7 +157,8 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
                         ours[0].push(pp);
                         ours[1].push(tg);
                     } else {
-                        let [pp, tg] = llama_bench(&bin, &path, b, threads)?;
+                        let ([pp, tg], size) = llama_bench(&bin, &path, b, threads)?;
+                        model_bytes = size.or(model_bytes);
                         theirs[0].push(pp);
                         theirs[1].push(tg);
                     }
@@ -166,11 +169,18 @@ pub fn compare(root: &Path, args: &[String]) -> Result<(), String> {
                 let ratio = l / c;
                 if o.json {
                     println!(
-                        "{{\"model\":\"{}\",\"tier\":\"{}\",\"threads\":{threads},\"test\":\"{test}\",\"lutra_tps\":{l:.1},\"llamacpp_tps\":{c:.1},\"ratio\":{ratio:.3}}}",
-                        b.name, o.tier
+                        "{{\"model\":\"{}\",\"tier\":\"{}\",\"threads\":{threads},\"test\":\"{test}\",\"lutra_tps\":{l:.1},\"llamacpp_tps\":{c:.1},\"ratio\":{ratio:.3},\"model_bytes\":{}}}",
+                        b.name,
+                        o.tier,
+                        model_bytes.map_or("null".into(), |v| format!("{v:.0}"))
                     );
                 }
-                table += &format!("| {} | {threads} | {test} | {l:.1} | {c:.1} | {ratio:.2}× |\n", b.name);
+                // a decode step reads every weight once (the tied embedding as the head)
+                let per_token = match (i, model_bytes) {
+                    (1, Some(bytes)) => format!("{:.0} MB: {:.1} / {:.1} GB/s", bytes / 1e6, bytes * l / 1e9, bytes * c / 1e9),
+                    _ => "–".into(),
+                };
+                table += &format!("| {} | {threads} | {test} | {l:.1} | {c:.1} | {ratio:.2}× | {per_token} |\n", b.name);
             }
         }
     }
@@ -207,19 +217,21 @@ fn lutra_run(lutra: &Path, model: &Path, b: &Bench, threads: usize, tier: &str) 
     }
 }
 
-/// One `llama-bench` invocation (its own warm-up, one timed repetition): pp and tg tokens/s.
-fn llama_bench(bin: &Path, model: &Path, b: &Bench, threads: usize) -> Result<[f64; 2], String> {
+/// One `llama-bench` invocation (its own warm-up, one timed repetition): pp and tg tokens/s,
+/// and the model's tensor bytes as llama-bench reports them (`model_size`).
+fn llama_bench(bin: &Path, model: &Path, b: &Bench, threads: usize) -> Result<([f64; 2], Option<f64>), String> {
     let mut c = Command::new(bin.join("llama-bench"));
     c.args(["-o", "jsonl", "-r", "1", "-t", &threads.to_string(), "-p", &b.pp.to_string(), "-n", &b.tg.to_string(), "-m"]).arg(model);
     let out = capture(&mut c)?;
     let mut result = [None, None];
+    let size = out.lines().find_map(|l| number(l, "model_size"));
     for line in out.lines().filter(|l| l.contains("\"avg_ts\"")) {
         let (prompt, gen) = (number(line, "n_prompt").unwrap_or(0.0), number(line, "n_gen").unwrap_or(0.0));
         let slot = if gen == 0.0 && prompt > 0.0 { 0 } else { 1 };
         result[slot] = number(line, "avg_ts");
     }
     match result {
-        [Some(pp), Some(tg)] => Ok([pp, tg]),
+        [Some(pp), Some(tg)] => Ok(([pp, tg], size)),
         _ => Err(format!("llama-bench printed no pp and tg results:\n{out}")),
     }
 }

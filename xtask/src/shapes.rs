@@ -76,6 +76,10 @@ pub(crate) const SHAPES: &[Shape] = &[
 /// The llama.cpp quantization types each shape is written in (`llama-quantize` names).
 pub(crate) const TYPES: &[&str] = &["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"];
 
+/// The types of the bit-scaling comparison (1 to 4 bits), written on request:
+/// `cargo xtask models shapes --types Q1_0,Q2_0,...`.
+pub(crate) const LOW_BIT_TYPES: &[&str] = &["Q1_0", "Q2_0", "TQ1_0", "TQ2_0", "Q2_K", "Q3_K_S", "Q4_0"];
+
 /// models/shapes/NAME-type.gguf.
 pub(crate) fn shape_file(models: &Path, shape: &str, ty: &str) -> PathBuf {
     models.join("shapes").join(format!("{shape}-{}.gguf", ty.to_lowercase()))
