@@ -327,6 +327,7 @@ pub(crate) struct Job<'a> {
 /// alone kept a cold 8960×1536 GEMV at 6–7 GB/s, about half of what a plain read reaches
 /// (`lutra bench gemv --regime cold`); 4 KiB ahead gave 11–13 GB/s at every bit width
 /// (2 KiB: 10–11, 8 and 16 KiB: no better).
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_AHEAD: usize = 4096;
 
 impl<'a> Job<'a> {
