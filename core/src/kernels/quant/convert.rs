@@ -353,9 +353,6 @@ pub fn import_tq2_0_into(blocks: &[u8], layout: &Layout, out: &mut [u8]) -> Resu
     })
 }
 
-/// Largest |d| of a Q1_0 block whose step `2d` is still a finite f16.
-const Q1_0_F16_STEP_MAX: f32 = 32752.0;
-
 /// Layout of an imported Q1_0 matrix: 1 bit, group 128, `Offset::Symmetric` (weight
 /// `(q − ½)·s`) with step `s = 2d`. Doubling an f16 is exact, so `s` keeps the file's
 /// f16 scales unless some |d| > 32752 (weights past ±32752, which no trained model has
@@ -369,7 +366,7 @@ pub fn q1_0_layout_for(blocks: &[u8], rows: usize, cols: usize) -> Result<Layout
     let layout = q1_0_layout(rows, cols)?;
     let wide = blocks.chunks_exact(Q1_0_BLOCK_BYTES).any(|b| {
         let d = u16::from_le_bytes([b[0], b[1]]);
-        f16_bits_finite(d) && f16_bits_to_f32(d).abs() > Q1_0_F16_STEP_MAX
+        f16_bits_finite(d) && !f16_bits_finite(f32_to_f16_bits(2.0 * f16_bits_to_f32(d)))
     });
     if wide {
         layout.with_scales(ScaleFormat::F32)
