@@ -477,22 +477,9 @@ impl<'a> Job<'a> {
     }
     /// Tile-group (tile, g)'s 32 scales and, with `Offset::Min`, 32 minima, as f32; each
     /// ISA passes its f16 conversion. Sub-block scales are multiplied out here, `d·code`
-    /// and `−(dmin·min_code)`, the very products the `F32` form stores. (The x86 kernels'
-    /// own epilogues: they convert f16 in one instruction.)
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub fn affine<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(
-        &self,
-        tile: usize,
-        g: usize,
-        f16x32: &C,
-    ) -> ([f32; TILE_ROWS], Option<[f32; TILE_ROWS]>) {
-        let mut header = SuperBlockHeader::default();
-        self.affine_cached(tile, g, f16x32, &mut header)
-    }
-
-    /// `affine`, converting a super-block's `d` (and `dmin`) once for all its groups
-    /// (`header` keeps the last ones): for ISAs without an f16 conversion instruction.
+    /// and `−(dmin·min_code)`, the very products the `F32` form stores, converting a
+    /// super-block's `d` (and `dmin`) once for all its groups (`header` keeps the last
+    /// ones). (The x86 kernels' epilogues do this in registers.)
     #[inline(always)]
     pub fn affine_cached<C: Fn(&[u8; 64]) -> [f32; TILE_ROWS]>(
         &self,

@@ -277,15 +277,64 @@ impl<'a> Epilogue<'a> {
         }
     }
 
+    /// The 32 sub-block codes at byte `at` as f32 (`quant::sub_codes`' arrangement: low
+    /// nibbles of 16 bytes are rows 0–16, high nibbles rows 16–32; 6-bit codes take two
+    /// more bits per row from the next 8 bytes, 2·(row / 8) up in byte row % 8).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sub_codes(&self, at: usize, bits: u8, signed: bool) -> [__m256; 4] {
+        let len = match bits {
+            8 => 32,
+            6 => 24,
+            _ => 16,
+        };
+        let p = self.job.bytes[at..at + len].as_ptr();
+        // SAFETY: each load reads only the `len` bytes checked just above.
+        let v = unsafe {
+            if bits == 8 {
+                _mm256_loadu_si256(p.cast())
+            } else {
+                let (low, nibble) = (_mm_loadu_si128(p.cast()), _mm_set1_epi8(0x0f));
+                let v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(low), nibble), _mm_and_si128(low, nibble));
+                if bits == 6 {
+                    // qword j (rows 8j..8j + 8) shifted down 2j: byte k's low two bits are
+                    // bits 2j, 2j + 1 of high byte k
+                    let high = _mm256_set1_epi64x(p.add(16).cast::<i64>().read_unaligned());
+                    let picked = _mm256_srlv_epi64(high, _mm256_set_epi64x(6, 4, 2, 0));
+                    // two bits ≤ 3, so the 16-bit shift moves nothing across bytes
+                    _mm256_or_si256(v, _mm256_slli_epi16::<4>(_mm256_and_si256(picked, _mm256_set1_epi8(3))))
+                } else {
+                    v
+                }
+            }
+        };
+        let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+        let shift = _mm_cvtsi32_si128(32 - bits as i32);
+        eights.map(|e| {
+            let c = _mm256_cvtepu8_epi32(e);
+            _mm256_cvtepi32_ps(if signed { _mm256_sra_epi32(_mm256_sll_epi32(c, shift), shift) } else { c })
+        })
+    }
+
     /// Tile-group (tile, g)'s scales, and minima when the layout has them.
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
     fn affine(&self, tile: usize, g: usize) -> ([__m256; 4], Option<[__m256; 4]>) {
-        if let ScaleFormat::SubBlock { .. } = self.scales {
-            // codes times d, multiplied out by the portable code (compiled for AVX2 here)
-            let (scales, mins) = self.job.affine(tile, g, &|b| f16x32(b));
-            // SAFETY: [f32; 32] and four __m256 are the same plain bits.
-            return unsafe { (core::mem::transmute::<[f32; TILE_ROWS], [__m256; 4]>(scales), mins.map(|m| core::mem::transmute(m))) };
+        if let ScaleFormat::SubBlock { bits, signed } = self.scales {
+            // codes times d in registers: the same f32 products as the portable
+            // `Job::affine_cached` (one IEEE multiply each), without its round trip through memory,
+            // which cost group-16 types (Q2_K, Q3_K, Q6_K) as much as their lookups
+            let head = self.job.super_block_offset(tile, g);
+            let (d, codes) = (self.block(head), self.sub_codes(self.job.scale_block_offset(tile, g), bits, signed));
+            let scales = [0, 1, 2, 3].map(|i| _mm256_mul_ps(d[i], codes[i]));
+            if !self.job.has_mins() {
+                return (scales, None);
+            }
+            let (dmin, codes) = (self.block(head + 64), self.sub_codes(self.job.min_block_offset(tile, g), bits, false));
+            // −(dmin·code): negation only flips the sign bit, as the portable code's does
+            let sign = _mm256_set1_ps(-0.0);
+            return (scales, Some([0, 1, 2, 3].map(|i| _mm256_xor_ps(_mm256_mul_ps(dmin[i], codes[i]), sign))));
         }
         let at = self.job.scale_block_offset(tile, g);
         let mins = if self.job.has_mins() { Some(self.block(self.job.min_block_offset(tile, g))) } else { None };
