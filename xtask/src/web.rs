@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::models::{fetch_gemma, fetch_stories, GEMMA_FILE};
+use crate::models::{fetch_gemma, fetch_stories, write_one_bit_qwen3, GEMMA_FILE};
 use crate::process::{cargo, expect_contains, run, run_capture};
 use crate::toolchain::{nightly_ready, NIGHTLY, THREADS_RUSTFLAGS, WASM32};
 use crate::{workspace_root, Result};
@@ -88,8 +88,11 @@ pub(crate) fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
     }
     build_web(root, target_dir, gemma)?;
     run(cargo(root).args(["build", "--release", "-p", "lutra-cli"]))?;
+    // the page loads a 1-bit qwen3 file from disk
+    let one_bit = write_one_bit_qwen3(root, &target_dir.join("web"))?;
     let mut c = Command::new("node");
     c.args(["--test", "test/"]).current_dir(root.join("www")).env("LUTRA_BIN", target_dir.join("release/lutra"));
+    c.env("LUTRA_WEB_Q1_0", &one_bit);
     if gemma {
         c.env("LUTRA_WEB_GEMMA", "1");
     }

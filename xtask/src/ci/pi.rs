@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::Ci;
-use crate::models::{fetch_stories, GEMMA_FILE};
+use crate::models::{fetch_stories, write_one_bit_qwen3, GEMMA_FILE};
 use crate::process::{cargo, expect_contains, run, run_capture, show};
 use crate::toolchain::{AARCH64_MUSL, BARE_METAL};
 use crate::Result;
 
-/// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M packed by the host CLI, its
-/// greedy text against the host CLI's on the same file at the SSSE3 tier (NEON and SSE
+/// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M and a tiny 1-bit qwen3 file
+/// packed by the host CLI, their greedy text against the host CLI's on the same files at
+/// the SSSE3 tier (NEON and SSE
 /// add floats in the same 128-bit order); non-.lutra and truncated files are refused.
 pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     fetch_stories(&ci.root)?;
@@ -37,25 +38,30 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
         }
         Ok((text.trim_end().to_string(), err))
     };
-    let (on_pi, stats) = stdout(Command::new("qemu-aarch64").arg(&pi).arg(&packed).args(["-p", prompt, "-n", n, "--temp", "0"]))?;
-    let (on_x86, _) = stdout(
-        Command::new(&lutra)
-            .env("LUTRA_MAX_ISA", "ssse3")
-            .arg("run")
-            .arg("-m")
-            .arg(&packed)
-            .args(["-p", prompt, "-n", n, "--temp", "0", "-t", "1"]),
-    )?;
-    println!("lutra-pi (aarch64, qemu): {on_pi:?}\n{}", stats.trim_end());
-    if on_pi != on_x86 || on_pi.len() <= prompt.len() {
-        return Err(format!("lutra-pi under qemu-aarch64 wrote {on_pi:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}"));
+    // and a 1-bit qwen3 file as Bonsai ships (Q1_0 layers, Q8_0 embedding and head)
+    let one_bit = dir.join("qwen3-bonsai-style-q1_0.lutra");
+    run(Command::new(&lutra).arg("pack").arg("-m").arg(write_one_bit_qwen3(&ci.root, &dir)?).arg("-o").arg(&one_bit))?;
+    for (file, prompt, n) in [(&packed, prompt, n), (&one_bit, "Otters hold hands while they sleep", "24")] {
+        let (on_pi, stats) = stdout(Command::new("qemu-aarch64").arg(&pi).arg(file).args(["-p", prompt, "-n", n, "--temp", "0"]))?;
+        let (on_x86, _) = stdout(
+            Command::new(&lutra)
+                .env("LUTRA_MAX_ISA", "ssse3")
+                .arg("run")
+                .arg("-m")
+                .arg(file)
+                .args(["-p", prompt, "-n", n, "--temp", "0", "-t", "1"]),
+        )?;
+        println!("lutra-pi (aarch64, qemu): {on_pi:?}\n{}", stats.trim_end());
+        if on_pi != on_x86 || on_pi.len() <= prompt.len() {
+            return Err(format!(
+                "lutra-pi under qemu-aarch64 on {} wrote {on_pi:?}\n  the x86 CLI (SSSE3 tier) wrote {on_x86:?}",
+                file.display()
+            ));
+        }
+        println!("lutra-pi: aarch64 NEON text = x86 SSSE3 text on {}", file.display());
     }
     let size = fs::metadata(&pi).map_err(|e| e.to_string())?.len();
-    println!(
-        "lutra-pi: aarch64 NEON text = x86 SSSE3 text on {}; static binary {:.1} MiB",
-        packed.display(),
-        size as f64 / (1 << 20) as f64
-    );
+    println!("lutra-pi: static binary {:.1} MiB", size as f64 / (1 << 20) as f64);
     // refused, with a message, before any import
     let refused = |file: &Path, why: &str| -> Result {
         let out = Command::new("qemu-aarch64").arg(&pi).arg(file).args(["-p", prompt, "-n", "4"]).output().map_err(|e| e.to_string())?;
@@ -71,7 +77,7 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     let bytes = fs::read(&packed).map_err(|e| e.to_string())?;
     fs::write(&truncated, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())?;
     refused(&truncated, "truncated")?;
-    ci.counts.push(("lutra-pi under qemu-aarch64 (text = x86, 2 refusals)".into(), 3));
+    ci.counts.push(("lutra-pi under qemu-aarch64 (stories15M and a Q1_0 qwen3 file: text = x86; 2 refusals)".into(), 4));
 
     // peak RSS of the x86 build (qemu-user's own would be measured under emulation):
     // the compile-time arena, the mapped file and at most 2 MiB besides
