@@ -2,8 +2,10 @@
 // for GGUF files, against wllama (npm @wllama/wllama: llama.cpp in wasm, 1 thread, the
 // same file from the same origin, bench/wllama.html), interleaved round by round:
 // `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128] [--simd relaxed,baseline] [--threads 1,1t,2]
-// [--variants SIMD:THREADS,...] [--native-tiers best,avx2,ssse3] [--no-native] [--no-wllama]`, after `cargo xtask test-web
-// [--gemma]` has built www/pkg and placed the models. Prints one JSON line per model,
+// [--variants SIMD:THREADS,...] [--native-tiers best,avx2,ssse3] [--no-native] [--no-wllama] [--gguf FILE,...]`,
+// after `cargo xtask test-web [--gemma]` has built www/pkg and placed the models. --gguf adds
+// files from disk, loaded through the page's file picker (their first-token time counts the
+// load; wllama reads a hard link under www/models/bench/). Prints one JSON line per model,
 // then a table; medians over the rounds. wllama's figure is llama.cpp's own
 // predicted_per_second (its decode alone); lutra's counts from the last prompt token on.
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
@@ -41,6 +43,15 @@ const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
 const models = [
   { name: 'stories15M', args: ['-m', path.join(root, 'models/stories15M/model.bin'), '--bits', '4'], prompt: 'Once upon a time' },
   ...(args.includes('--gemma') ? [{ name: 'gemma', args: ['-m', path.join(root, 'models/gemma-3-270m-q4_k_m.gguf')], prompt: 'Otters are', gguf: 'models/gemma-3-270m-q4_k_m.gguf' }] : []),
+  ...opt('--gguf', '').split(',').filter(Boolean).map((file) => {
+    const disk = path.resolve(file);
+    const link = path.join(www, 'models/bench', path.basename(disk));
+    fs.mkdirSync(path.dirname(link), { recursive: true });
+    if (!fs.existsSync(link)) {
+      try { fs.linkSync(disk, link); } catch { fs.copyFileSync(disk, link); }
+    }
+    return { name: path.basename(disk, '.gguf'), args: ['-m', disk], prompt: 'Otters are', gguf: path.relative(www, link), disk };
+  }),
 ];
 const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 
@@ -55,8 +66,19 @@ const context = await chromium.launchPersistentContext(profile, {
 
 async function page(model, variant) {
   const p = await context.newPage();
-  const t0 = Date.now();
-  await p.goto(`${base}index.html?model=${model.name}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0&autorun=1${variant.query}`);
+  let t0 = Date.now();
+  const builtIn = model.disk ? 'stories15M' : model.name;
+  await p.goto(`${base}index.html?model=${builtIn}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0${model.disk ? '' : '&autorun=1'}${variant.query}`);
+  if (model.disk) {
+    // a file from disk: the picker replaces the built-in model once that has loaded
+    await p.waitForSelector('body[data-state="ready"]', { timeout: 600000 });
+    const before = await p.textContent('#status');
+    t0 = Date.now();
+    await p.setInputFiles('#file', model.disk);
+    await p.waitForFunction((s) => ['ready', 'error'].includes(document.body.dataset.state) && document.getElementById('status').textContent !== s, before, { timeout: 600000 });
+    if ((await p.evaluate(() => document.body.dataset.state)) === 'error') throw new Error(`${model.name}: ${await p.textContent('#error')}`);
+    await p.click('#generate');
+  }
   await p.waitForFunction(() => document.getElementById('output').textContent.length > 0 || document.body.dataset.state === 'error', null, { timeout: 600000 });
   if ((await p.evaluate(() => document.body.dataset.state)) === 'error') throw new Error(`${model.name}: ${await p.textContent('#error')}`);
   const firstToken = Date.now() - t0;
@@ -93,8 +115,12 @@ function native(model, tier) {
 const rows = [];
 for (const model of models) {
   for (const v of variants) await page(model, v); // warm-up: fills the Cache API, compiles the modules
-  const useWllama = model.gguf && withWllama;
-  if (useWllama) await wllama(model);
+  let useWllama = model.gguf && withWllama;
+  let wllamaError;
+  if (useWllama) {
+    // a type wllama's llama.cpp lacks (Q1_0 in 3.13.0) is a column it cannot fill, not a failed run
+    try { await wllama(model); } catch (e) { wllamaError = e.message; useWllama = false; console.error(`${model.name}: ${wllamaError}`); }
+  }
   const byVariant = Object.fromEntries(variants.map((v) => [v.key, []]));
   const tiers = Object.fromEntries(nativeTiers.map((t) => [t, []]));
   const cli = tiers[nativeTiers[0]];
@@ -129,6 +155,7 @@ for (const model of models) {
     row[`chromium_tps_${v.key}_rounds`] = byVariant[v.key].map((w) => w.tps);
     row[`chromium_prefill_tps_${v.key}`] = median(byVariant[v.key].map((w) => w.prefillTps));
   }
+  if (wllamaError) row.wllama_error = wllamaError;
   if (wl.length) {
     row.wllama_tps = median(wl);
     row.vs_wllama = row.chromium_tps / row.wllama_tps;
