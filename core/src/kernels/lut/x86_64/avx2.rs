@@ -254,38 +254,6 @@ struct Epilogue<'a> {
     scales: ScaleFormat,
 }
 
-/// The 32 sub-block codes at the start of `block`, unsigned, one byte per row
-/// (`quant::sub_codes`' arrangement: low nibbles of 16 bytes are rows 0–16, high nibbles
-/// rows 16–32; 6-bit codes take two more bits per row from the next 8 bytes, 2·(row / 8)
-/// up in byte row % 8). Shared with the VBMI epilogue.
-#[target_feature(enable = "avx2")]
-#[inline]
-pub(super) fn sub_code_bytes(block: &[u8], bits: u8) -> __m256i {
-    let len = match bits {
-        8 => 32,
-        6 => 24,
-        _ => 16,
-    };
-    let p = block[..len].as_ptr();
-    // SAFETY: each load reads only the `len` bytes checked just above.
-    unsafe {
-        if bits == 8 {
-            return _mm256_loadu_si256(p.cast());
-        }
-        let (low, nibble) = (_mm_loadu_si128(p.cast()), _mm_set1_epi8(0x0f));
-        let v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(low), nibble), _mm_and_si128(low, nibble));
-        if bits != 6 {
-            return v;
-        }
-        // qword j (rows 8j..8j + 8) shifted down 2j: byte k's low two bits are bits 2j,
-        // 2j + 1 of high byte k
-        let high = _mm256_set1_epi64x(p.add(16).cast::<i64>().read_unaligned());
-        let picked = _mm256_srlv_epi64(high, _mm256_set_epi64x(6, 4, 2, 0));
-        // two bits ≤ 3, so the 16-bit shift moves nothing across bytes
-        _mm256_or_si256(v, _mm256_slli_epi16::<4>(_mm256_and_si256(picked, _mm256_set1_epi8(3))))
-    }
-}
-
 impl<'a> Epilogue<'a> {
     fn new(job: &'a Job<'a>) -> Self {
         Epilogue { job, scales: job.layout.scales() }
@@ -309,11 +277,37 @@ impl<'a> Epilogue<'a> {
         }
     }
 
-    /// The 32 sub-block codes at byte `at` as f32.
+    /// The 32 sub-block codes at byte `at` as f32 (`quant::sub_codes`' arrangement: low
+    /// nibbles of 16 bytes are rows 0–16, high nibbles rows 16–32; 6-bit codes take two
+    /// more bits per row from the next 8 bytes, 2·(row / 8) up in byte row % 8).
     #[target_feature(enable = "avx2")]
     #[inline]
     fn sub_codes(&self, at: usize, bits: u8, signed: bool) -> [__m256; 4] {
-        let v = sub_code_bytes(&self.job.bytes[at..], bits);
+        let len = match bits {
+            8 => 32,
+            6 => 24,
+            _ => 16,
+        };
+        let p = self.job.bytes[at..at + len].as_ptr();
+        // SAFETY: each load reads only the `len` bytes checked just above.
+        let v = unsafe {
+            if bits == 8 {
+                _mm256_loadu_si256(p.cast())
+            } else {
+                let (low, nibble) = (_mm_loadu_si128(p.cast()), _mm_set1_epi8(0x0f));
+                let v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(low), nibble), _mm_and_si128(low, nibble));
+                if bits == 6 {
+                    // qword j (rows 8j..8j + 8) shifted down 2j: byte k's low two bits are
+                    // bits 2j, 2j + 1 of high byte k
+                    let high = _mm256_set1_epi64x(p.add(16).cast::<i64>().read_unaligned());
+                    let picked = _mm256_srlv_epi64(high, _mm256_set_epi64x(6, 4, 2, 0));
+                    // two bits ≤ 3, so the 16-bit shift moves nothing across bytes
+                    _mm256_or_si256(v, _mm256_slli_epi16::<4>(_mm256_and_si256(picked, _mm256_set1_epi8(3))))
+                } else {
+                    v
+                }
+            }
+        };
         let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
         let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
         let shift = _mm_cvtsi32_si128(32 - bits as i32);

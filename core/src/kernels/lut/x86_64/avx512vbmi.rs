@@ -156,7 +156,7 @@ impl<'a> Epilogue<'a> {
     }
 
     /// The 32 f32 scales (or minima) of the block at byte `at`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
     #[inline]
     fn block(&self, at: usize) -> (__m512, __m512) {
         // SAFETY: scale and minimum blocks are 64 (f16) or 128 (f32) bytes inside
@@ -171,11 +171,33 @@ impl<'a> Epilogue<'a> {
         }
     }
 
-    /// The 32 sub-block codes at byte `at` as f32.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    /// The 32 sub-block codes at byte `at` as f32 (`quant::sub_codes`' arrangement: low
+    /// nibbles of 16 bytes are rows 0–16, high nibbles rows 16–32; 6-bit codes take two
+    /// more bits per row from the next 8 bytes, 2·(row / 8) up in byte row % 8).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
     #[inline]
     fn sub_codes(&self, at: usize, bits: u8, signed: bool) -> (__m512, __m512) {
-        let v = super::avx2::sub_code_bytes(&self.job.bytes[at..], bits);
+        // SAFETY: a code block is 16 (4-bit), 24 (6-bit) or 32 (8-bit) bytes inside
+        // `job.bytes` (layout-checked); each load reads only its part.
+        let v = unsafe {
+            let p = self.bytes.add(at);
+            if bits == 8 {
+                _mm256_loadu_si256(p.cast())
+            } else {
+                let (low, nibble) = (_mm_loadu_si128(p.cast()), _mm_set1_epi8(0x0f));
+                let v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(low), nibble), _mm_and_si128(low, nibble));
+                if bits == 6 {
+                    let high = _mm256_set1_epi64x(p.add(16).cast::<i64>().read_unaligned());
+                    // qword j (rows 8j..8j + 8): byte k is the 8 bits from bit 8k + 2j of the high bytes
+                    let at_bits = |j: i64| (0..8).fold(0i64, |c, k| c | ((8 * k + 2 * j) << (8 * k)));
+                    let picked = _mm256_multishift_epi64_epi8(_mm256_set_epi64x(at_bits(3), at_bits(2), at_bits(1), at_bits(0)), high);
+                    // two bits ≤ 3, so the 16-bit shift moves nothing across bytes
+                    _mm256_or_si256(v, _mm256_slli_epi16::<4>(_mm256_and_si256(picked, _mm256_set1_epi8(3))))
+                } else {
+                    v
+                }
+            }
+        };
         let (mut lo, mut hi) = (_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)), _mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(v)));
         if signed {
             let shift = _mm512_set1_epi32(32 - bits as i32);
@@ -186,7 +208,7 @@ impl<'a> Epilogue<'a> {
     }
 
     /// Group `g`'s scales, and minima when the layout has them.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
     #[inline]
     fn affine(&self, tile: usize, g: usize) -> ((__m512, __m512), Option<(__m512, __m512)>) {
         if let ScaleFormat::SubBlock { bits, signed } = self.scales {
@@ -213,7 +235,7 @@ impl<'a> Epilogue<'a> {
 
     /// Adds group `g`'s integer sums `ints`, over one token's tables (its `job`), to that
     /// token's `f`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
     #[inline]
     fn add(
         &self,
@@ -238,7 +260,7 @@ impl<'a> Epilogue<'a> {
     }
 
     /// Writes tile `tile`'s rows (of the tiles from `first`) into `y`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
     #[inline]
     fn store(&self, f: (__m512, __m512), tile: usize, first: usize, y: &mut [f32]) {
         let start = (tile - first) * TILE_ROWS;
@@ -257,7 +279,7 @@ impl<'a> Epilogue<'a> {
 
 /// The float GEMV with the epilogue fused in registers: the tile's 32 sums never leave
 /// registers.
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
 unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, y: &mut [f32]) {
     let e = Epilogue::new(job);
     let first = tiles.start;
@@ -277,7 +299,7 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
 /// looked up a pair of tokens at a time (`rows_pair`) while they sit in L1, and its scales
 /// are loaded (or, for sub-block scales, multiplied out) once for all N. Each token's
 /// epilogue is the same FMAs in the same order, so each `y` is what `run_float` writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
 unsafe fn run_float_n_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, mut ys: [&mut [f32]; N]) {
     let e = Epilogue::new(jobs[0]);
     let first = tiles.start;
