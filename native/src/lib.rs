@@ -159,6 +159,12 @@ impl Model {
         Ok(Model { engine: self.engine.with_chat_template(name)?, memory_limit: self.memory_limit })
     }
 
+    /// The model with its sessions' lookup products at `tables`' precision
+    /// ([`engine::Model::with_table_precision`]).
+    pub fn with_table_precision(self, tables: engine::TablePrecision) -> Model {
+        Model { engine: self.engine.with_table_precision(tables), memory_limit: self.memory_limit }
+    }
+
     /// The engine's model, for use with [`engine::Session`] directly.
     pub fn engine(&self) -> &engine::Model {
         &self.engine

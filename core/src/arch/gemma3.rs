@@ -56,7 +56,7 @@ use crate::kernels::attend::exp;
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, for_each_row_pair, Scratch};
-use crate::model::{feed_in_batches, Gemv, Hparams, ModelError, PREFILL_BATCH};
+use crate::model::{feed_in_batches, Gemv, Hparams, ModelError, TablePrecision, PREFILL_BATCH};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemma3Config {
@@ -382,12 +382,18 @@ pub struct Angles {
 /// The batch buffers with both sets of rotary angles.
 type Batch = products::Batch<Angles>;
 
-fn new_batch(model: &Gemma3) -> Result<Batch, ModelError> {
+fn new_batch(model: &Gemma3, tables: TablePrecision) -> Result<Batch, ModelError> {
     let c = &model.config;
     let h = &c.hparams;
     let angles = |global| (0..PREFILL_BATCH).map(|_| RopeAngles::new(c.rope_frequencies(global))).collect();
     let rope = Angles { global: angles(true), local: angles(false) };
-    Ok(Batch::new(h.dim, h.q_dim(), h.kv_dim(), h.hidden_dim, Scratch::for_matrices(model.matrices())?, rope))
+    let mut scratch = Scratch::for_matrices(model.matrices())?;
+    if tables == TablePrecision::Residual {
+        // the residual products of a batch, or of one token's logits
+        let widest = h.dim.max(h.hidden_dim).max(h.q_dim());
+        scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(h.vocab_size))?;
+    }
+    Ok(Batch::new(h.dim, h.q_dim(), h.kv_dim(), h.hidden_dim, scratch, rope))
 }
 
 /// Working memory of one sequence, allocated once: activations, tables and angles of up
@@ -403,7 +409,12 @@ impl State<Batch> {
 
     /// With a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &Gemma3, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
-        State::for_model(model, cache, || new_batch(model))
+        Self::with_tables(model, cache, TablePrecision::Auto)
+    }
+
+    /// As `with_cache`, the lookup products at `tables`' precision.
+    pub fn with_tables(model: &Gemma3, cache: Box<dyn KvCache>, tables: TablePrecision) -> Result<Gemma3State, ModelError> {
+        State::for_model(model, cache, || new_batch(model, tables))
     }
 }
 
@@ -471,8 +482,8 @@ impl Architecture for Gemma3 {
         Gemma3::write_packed(self, &g, writer);
         Ok(())
     }
-    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Gemma3State, ModelError> {
-        Gemma3State::with_cache(self, cache)
+    fn new_state(&self, cache: Box<dyn KvCache>, tables: TablePrecision) -> Result<Gemma3State, ModelError> {
+        Gemma3State::with_tables(self, cache, tables)
     }
     /// Logits for `token` at `pos`; positions fed in order from 0.
     fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut Gemma3State, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {

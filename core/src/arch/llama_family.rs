@@ -52,7 +52,7 @@ use crate::kernels::attend::exp;
 use crate::model::hparams::{linear_rope_scale, optional, required, rope_base, unsupported};
 use crate::model::ops::{add, rmsnorm, rmsnorm_in_place, rope_adjacent, rope_neox, RopeAngles};
 use crate::model::products::{self, batch_product, batch_products, first_rows, for_each_row_pair, Scratch};
-use crate::model::{feed_in_batches, Gemv, Hparams, ModelError, PREFILL_BATCH};
+use crate::model::{feed_in_batches, Gemv, Hparams, ModelError, TablePrecision, PREFILL_BATCH};
 
 /// Which member of the family a file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -610,13 +610,13 @@ fn unread_tensor(g: &Gguf<'_>, c: &LlamaFamilyConfig, expected: usize) -> String
 /// The batch buffers with one set of rotary angles per token.
 type Batch = products::Batch<Vec<RopeAngles>>;
 
-fn new_batch(model: &LlamaFamily) -> Result<Batch, ModelError> {
+fn new_batch(model: &LlamaFamily, tables: TablePrecision) -> Result<Batch, ModelError> {
     let c = &model.config;
     let h = &c.hparams;
     let freqs = c.rope_frequencies(model.rope_factors.as_deref());
     let rope = (0..PREFILL_BATCH).map(|_| RopeAngles::new(freqs.clone())).collect();
     let mut scratch = Scratch::for_matrices(model.matrices())?;
-    if model.residual_tables() {
+    if model.residual_tables() || tables == TablePrecision::Residual {
         // the residual products of a batch, or of one token's logits
         let widest = h.dim.max(h.hidden_dim).max(h.q_dim());
         scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(h.vocab_size))?;
@@ -635,7 +635,12 @@ impl State<Batch> {
 
     /// With a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &LlamaFamily, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
-        State::for_model(model, cache, || new_batch(model))
+        Self::with_tables(model, cache, TablePrecision::Auto)
+    }
+
+    /// As `with_cache`, the lookup products at `tables`' precision.
+    pub fn with_tables(model: &LlamaFamily, cache: Box<dyn KvCache>, tables: TablePrecision) -> Result<LlamaFamilyState, ModelError> {
+        State::for_model(model, cache, || new_batch(model, tables))
     }
 }
 
@@ -700,8 +705,8 @@ impl Architecture for LlamaFamily {
         self.write_packed_gguf(&g, writer);
         Ok(())
     }
-    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<LlamaFamilyState, ModelError> {
-        LlamaFamilyState::with_cache(self, cache)
+    fn new_state(&self, cache: Box<dyn KvCache>, tables: TablePrecision) -> Result<LlamaFamilyState, ModelError> {
+        LlamaFamilyState::with_tables(self, cache, tables)
     }
     /// Logits for `token` at `pos`; positions fed in order from 0.
     fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut LlamaFamilyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {

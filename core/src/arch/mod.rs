@@ -26,7 +26,7 @@ use crate::formats::gguf::Gguf;
 use crate::formats::import::{Imported, TensorSource};
 use crate::formats::pack;
 use crate::model::budget;
-use crate::model::{Gemv, Hparams, ModelError};
+use crate::model::{Gemv, Hparams, ModelError, TablePrecision};
 use crate::AlignedBytes;
 
 /// A model architecture: hyperparameters, weights, one forward pass.
@@ -80,8 +80,9 @@ pub trait Architecture: Sized + Send + Sync + 'static {
         Err(ModelError::BadPackedFile(alloc::format!("packing {name} models is not implemented yet; run the GGUF file itself")))
     }
 
-    /// A sequence's state over `cache` (made for `attention_shape`).
-    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<Self::State, ModelError>;
+    /// A sequence's state over `cache` (made for `attention_shape`), its lookup products
+    /// at `tables`' precision.
+    fn new_state(&self, cache: Box<dyn KvCache>, tables: TablePrecision) -> Result<Self::State, ModelError>;
 
     /// Token `token` at position `pos`, through the LM head: its logits (kept in `state`).
     /// Positions are fed in order from 0.
@@ -232,9 +233,9 @@ macro_rules! registry {
             pub(crate) fn write_packed<'a>(&'a self, origin: &'a [u8], writer: &mut pack::Writer<'a>) -> Result<(), ModelError> {
                 match self { $($(#[cfg($cfg)])? Network::$variant(m) => <$ty as Architecture>::write_packed(m, origin, writer),)+ }
             }
-            pub(crate) fn new_state(&self, cache: Box<dyn KvCache>) -> Result<NetworkState, ModelError> {
+            pub(crate) fn new_state(&self, cache: Box<dyn KvCache>, tables: TablePrecision) -> Result<NetworkState, ModelError> {
                 match self {
-                    $($(#[cfg($cfg)])? Network::$variant(m) => Ok(NetworkState::$variant(Box::new(<$ty as Architecture>::new_state(m, cache)?))),)+
+                    $($(#[cfg($cfg)])? Network::$variant(m) => Ok(NetworkState::$variant(Box::new(<$ty as Architecture>::new_state(m, cache, tables)?))),)+
                 }
             }
             pub(crate) fn forward<G: Gemv>(&self, gemv: &G, state: &mut NetworkState, token: u32, pos: usize) -> Result<(), ModelError> {

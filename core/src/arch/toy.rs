@@ -13,7 +13,7 @@ use crate::attention::KvCache;
 use crate::formats::gguf::Gguf;
 use crate::formats::import::{meta_u32, vector, Imported, TensorSource};
 use crate::model::budget;
-use crate::model::{Gemv, Hparams, ModelError};
+use crate::model::{Gemv, Hparams, ModelError, TablePrecision};
 use crate::{AlignedBytes, Offset, OwnedTables, PackedMatrix};
 
 pub(crate) const NAME: &str = "toy-bigram";
@@ -63,7 +63,7 @@ impl Architecture for Toy {
     fn layer_windows(&self) -> Vec<usize> {
         vec![0]
     }
-    fn new_state(&self, cache: Box<dyn KvCache>) -> Result<ToyState, ModelError> {
+    fn new_state(&self, cache: Box<dyn KvCache>, _tables: TablePrecision) -> Result<ToyState, ModelError> {
         State::for_model(self, cache, || Ok(OwnedTables::new(self.dim, 32)?))
     }
     fn forward<'s, G: Gemv>(&self, gemv: &G, s: &'s mut ToyState, token: u32, pos: usize) -> Result<&'s [f32], ModelError> {
@@ -122,7 +122,7 @@ mod tests {
         let net = Network::from_gguf(NAME, &gguf, &mut InMemory(&file), &mut |_| reported += 1).unwrap().unwrap();
         assert_eq!((reported, net.dims().hparams.vocab_size, net.layer_windows()), (2, vocab, vec![0]));
         let shape = net.attention_shape(16);
-        let mut state = net.new_state(Box::new(ExactKvCache::new(shape, KeyPrecision::F16))).unwrap();
+        let mut state = net.new_state(Box::new(ExactKvCache::new(shape, KeyPrecision::F16)), TablePrecision::Auto).unwrap();
         net.feed_batch(&SingleThread, &mut state, &[3, 5], 0).unwrap();
         net.forward(&SingleThread, &mut state, 9, 2).unwrap();
         let x = &embedding[9 * dim..][..dim];

@@ -25,7 +25,7 @@ mod session;
 mod text;
 
 pub use crate::formats::import::{InMemory, Lent, TensorSource};
-pub use crate::model::{Gemv, Hparams, SingleThread};
+pub use crate::model::{Gemv, Hparams, SingleThread, TablePrecision};
 pub use crate::sampler::SamplerConfig;
 pub use error::Error;
 pub use generate::{CancelFlag, Generation, StopReason, Token};

@@ -80,7 +80,7 @@ impl Session {
     /// A session over a KV cache made for `model.attention_shape(context)`.
     pub fn with_cache(model: &Model, cache: Box<dyn KvCache>) -> Result<Session, Error> {
         let context = cache.shape().context;
-        let state = model.inner().net.new_state(cache)?;
+        let state = model.inner().net.new_state(cache, model.table_precision())?;
         // room for every position now: appending while generating never allocates
         let tokens = Vec::with_capacity(context);
         Ok(Session { model: model.clone(), state, tokens, computed: 0, logits_ready: false })

@@ -12,6 +12,7 @@ use crate::{Error, PackedMatrix};
 pub use crate::attention::{SingleThread, PREFILL_BATCH};
 pub use crate::error::ModelError;
 pub use hparams::Hparams;
+pub use products::TablePrecision;
 
 /// A `feed_batch` request run in pieces of up to `PREFILL_BATCH` tokens, `chunk(piece,
 /// first position)` each, after checking it: every token in the vocabulary, every

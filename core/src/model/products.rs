@@ -147,6 +147,19 @@ fn input_form(m: &Weights) -> (bool, usize, usize) {
     }
 }
 
+/// How finely the lookup products see their activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TablePrecision {
+    /// Int8 tables (T-MAC's), as fast as lookups go; llama2.c checkpoints at 5 bits and
+    /// more add residual tables, where the tables' rounding would dominate the weights' error.
+    #[default]
+    Auto,
+    /// Residual tables beside the int8 tables of every lookup matrix: each product sees
+    /// its activations about 127× finer, as exact as an f32 evaluation of the same weights
+    /// (bench/results/2026-12-07-kl-exact-reference.txt), at about half the speed.
+    Residual,
+}
+
 /// Per-token working memory of the products: one table set per token of a batch for
 /// each (columns, group) of lookup matrices, one int8 activation vector per token for
 /// each column count of int8 matrices.
