@@ -21,8 +21,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use lutra_core::arch::gemma3::{Gemma3, Gemma3State};
+use lutra_core::attention::{ExactKvCache, KeyPrecision};
 use lutra_core::formats::gguf::Gguf;
-use lutra_core::model::SingleThread;
+use lutra_core::model::{SingleThread, TablePrecision};
 use lutra_tests::golden::{golden_path, Golden, Tally, GEMMA3_270M_GPL3};
 
 const MAX_MEAN_KL: f64 = 0.01;
@@ -33,6 +34,18 @@ const DECISIVE_GAP: f32 = 0.5;
 #[test]
 #[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
 fn gemma3_270m_agrees_with_llama_cpp() {
+    agrees_with_llama_cpp(TablePrecision::Auto);
+}
+
+/// With residual tables every lookup product is as exact as f32's (BENCHMARKS.md, "1- and
+/// 2-bit GGUF files"), and Gemma's graph keeps the same bounds.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized: `cargo xtask test host` runs it with --release")]
+fn gemma3_270m_with_residual_tables_agrees_with_llama_cpp() {
+    agrees_with_llama_cpp(TablePrecision::Residual);
+}
+
+fn agrees_with_llama_cpp(tables: TablePrecision) {
     let tier = lutra_tests::kernel_tier_from_env();
     let golden = Golden::load(&golden_path(GEMMA3_270M_GPL3)).unwrap();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma-3-270m-q4_k_m.gguf");
@@ -44,7 +57,9 @@ fn gemma3_270m_agrees_with_llama_cpp() {
     let start = Instant::now();
     let gguf = Gguf::parse(&bytes).expect("Gemma GGUF parses");
     let model = Gemma3::from_gguf(&gguf).expect("Gemma 3 imports");
-    let mut state = Gemma3State::new(&model, 512).expect("state for 512 positions");
+    let shape = model.attention_shape(512);
+    let cache = Box::new(ExactKvCache::with_windows(shape, KeyPrecision::F16, &model.config.layer_windows()));
+    let mut state = Gemma3State::with_tables(&model, cache, tables).expect("state for 512 positions");
     let loaded = start.elapsed();
 
     let mut scored = golden.scored.iter().peekable();
@@ -72,7 +87,7 @@ fn gemma3_270m_agrees_with_llama_cpp() {
 
     let (worst_pos, worst_kl) = tally.worst.unwrap();
     eprintln!(
-        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}), kernels {}: {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
+        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}), kernels {}, {tables:?} tables: {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
          top-1 agreement {:.2} % ({}/{}); load {:.1?}, {} forward positions {:.1?}",
         golden.llama_cpp_sys_2,
         tier.name(),
