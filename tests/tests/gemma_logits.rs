@@ -87,7 +87,7 @@ fn agrees_with_llama_cpp(tables: TablePrecision) {
 
     let (worst_pos, worst_kl) = tally.worst.unwrap();
     eprintln!(
-        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}), kernels {}, {tables:?} tables: {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
+        "Gemma 3 270M vs llama.cpp (llama-cpp-sys-2 {}), {tables:?} tables, kernels {}: {} positions scored, mean KL {:.5} nats (worst {worst_kl:.4} at position {worst_pos}), \
          top-1 agreement {:.2} % ({}/{}); load {:.1?}, {} forward positions {:.1?}",
         golden.llama_cpp_sys_2,
         tier.name(),

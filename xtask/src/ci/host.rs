@@ -38,6 +38,7 @@ pub(super) fn host_tests(ci: &mut Ci) -> Result {
     let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-tests", "--test", "gemma_logits", "--test", "engine"]))?;
     ci.count("host Gemma 3 270M vs llama.cpp, engine on Gemma (release)", &out, false)?;
     expect_contains(&out, "gemma3_270m_agrees_with_llama_cpp ... ok", "Gemma 3 270M agreement test")?;
+    expect_contains(&out, "gemma3_270m_with_residual_tables_agrees_with_llama_cpp ... ok", "Gemma 3 270M with residual tables")?;
     expect_contains(&out, "gemma3_single_thread_logits_equal_the_pool ... ok", "engine: single thread vs pool on Gemma")?;
     expect_contains(&out, "gemma3_rewind_past_a_wrapped_ring_equals_a_fresh_session ... ok", "engine: rewind on Gemma")?;
     // On an AVX-512 host, again on the AVX2 tier: its Q5_0 matrices take the int8 kernels
