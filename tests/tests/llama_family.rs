@@ -23,8 +23,7 @@ use lutra_core::arch::Architecture;
 use lutra_core::attention::{ExactKvCache, KeyPrecision};
 use lutra_core::formats::gguf::Gguf;
 use lutra_core::formats::pack::Writer;
-use lutra_core::model::SingleThread;
-use lutra_core::model::TablePrecision;
+use lutra_core::model::{SingleThread, TablePrecision};
 use lutra_tests::tiny_llama::{FamilyGolden, Storage, Variant, VARIANTS};
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {

@@ -389,9 +389,7 @@ fn new_batch(model: &Gemma3, tables: TablePrecision) -> Result<Batch, ModelError
     let rope = Angles { global: angles(true), local: angles(false) };
     let mut scratch = Scratch::for_matrices(model.matrices())?;
     if tables == TablePrecision::Residual {
-        // the residual products of a batch, or of one token's logits
-        let widest = h.dim.max(h.hidden_dim).max(h.q_dim());
-        scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(h.vocab_size))?;
+        scratch = scratch.with_residual_tables(h)?;
     }
     Ok(Batch::new(h.dim, h.q_dim(), h.kv_dim(), h.hidden_dim, scratch, rope))
 }

@@ -617,9 +617,7 @@ fn new_batch(model: &LlamaFamily, tables: TablePrecision) -> Result<Batch, Model
     let rope = (0..PREFILL_BATCH).map(|_| RopeAngles::new(freqs.clone())).collect();
     let mut scratch = Scratch::for_matrices(model.matrices())?;
     if model.residual_tables() || tables == TablePrecision::Residual {
-        // the residual products of a batch, or of one token's logits
-        let widest = h.dim.max(h.hidden_dim).max(h.q_dim());
-        scratch = scratch.with_residual_tables((PREFILL_BATCH * widest).max(h.vocab_size))?;
+        scratch = scratch.with_residual_tables(h)?;
     }
     Ok(Batch::new(h.dim, h.q_dim(), h.kv_dim(), h.hidden_dim, scratch, rope))
 }

@@ -5,7 +5,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::ops::add;
-use super::{Gemv, ModelError, PREFILL_BATCH};
+use super::{Gemv, Hparams, ModelError, PREFILL_BATCH};
 use crate::formats::import::Weights;
 use crate::kernels::int8::Int8Activations;
 use crate::{OwnedTables, Tables};
@@ -156,7 +156,7 @@ pub enum TablePrecision {
     Auto,
     /// Residual tables beside the int8 tables of every lookup matrix: each product sees
     /// its activations about 127× finer, as exact as an f32 evaluation of the same weights
-    /// (bench/results/2026-12-07-kl-exact-reference.txt), at about half the speed.
+    /// (BENCHMARKS.md, "1- and 2-bit GGUF files"), at about half the speed.
     Residual,
 }
 
@@ -246,11 +246,14 @@ impl Scratch {
         Ok(Scratch { tables, residual_out: Vec::new(), int8 })
     }
 
-    /// With residual tables for every table set, and room for residual products of up to
-    /// `out_len` values: each lookup product becomes the product over a token's int8
-    /// tables plus the product over what they rounded off (llama2.c checkpoints at 5–8
-    /// bits, where the tables' rounding would dominate the weights' error).
-    pub(crate) fn with_residual_tables(mut self, out_len: usize) -> Result<Scratch, ModelError> {
+    /// With residual tables for every table set, and room for the residual products of a
+    /// batch of a model of sizes `h`, or of one token's logits: each lookup product becomes
+    /// the product over a token's int8 tables plus the product over what they rounded off
+    /// (`TablePrecision::Residual`, and llama2.c checkpoints at 5–8 bits, where the
+    /// tables' rounding would dominate the weights' error).
+    pub(crate) fn with_residual_tables(mut self, h: &Hparams) -> Result<Scratch, ModelError> {
+        let widest = h.dim.max(h.hidden_dim).max(h.q_dim());
+        let out_len = (PREFILL_BATCH * widest).max(h.vocab_size);
         for ((cols, group), set) in &mut self.tables {
             for t in set {
                 t.residual = Some(OwnedTables::new(*cols, *group)?);
