@@ -301,3 +301,126 @@ fn synthetic_caches_hold_their_generated_positions() {
         );
     }
 }
+
+/// `scale · q · key` in the one order every tier follows: 16 lanes, lane j summing
+/// `q[i]·k[i]` (multiply, then add) over i ≡ j mod 16 in order; the lanes folded in halves
+/// (j + 8, j + 4, j + 2, j + 1); then the tail in order.
+fn canonical_score(q: &[f32], key: &[f32], scale: f32) -> f32 {
+    let whole = q.len() / 16 * 16;
+    let mut lanes = [0.0f32; 16];
+    for i in 0..whole {
+        lanes[i % 16] += q[i] * key[i];
+    }
+    for width in [8, 4, 2, 1] {
+        for j in 0..width {
+            lanes[j] += lanes[j + width];
+        }
+    }
+    let mut tail = 0.0f32;
+    for i in whole..q.len() {
+        tail += q[i] * key[i];
+    }
+    (lanes[0] + tail) * scale
+}
+
+/// The softmax as every tier computes it: the max, `e^(s − max)` by the engine's `exp`,
+/// the sum in 16 lanes (then the lanes in order, then the tail), one reciprocal.
+fn canonical_softmax(s: &mut [f32]) {
+    let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for v in s.iter_mut() {
+        *v = lutra_core::kernels::attend::exp(*v - max);
+    }
+    let whole = s.len() / 16 * 16;
+    let mut lanes = [0.0f32; 16];
+    for (i, &v) in s[..whole].iter().enumerate() {
+        lanes[i % 16] += v;
+    }
+    let mut sum = 0.0f32;
+    for l in lanes {
+        sum += l;
+    }
+    let mut tail = 0.0f32;
+    for &v in &s[whole..] {
+        tail += v;
+    }
+    let inv = 1.0 / (sum + tail);
+    for v in s.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Scores, probabilities and the value sum are the same floats on every CPU: this build's
+/// kernels (AVX2/AVX-512 on such a host; SSE, NEON or simd128 portable loops elsewhere)
+/// against the canonical order written out above, bit for bit, for f16, q8_0 and q4_0
+/// values, one to four query heads, head dims that take the vector kernels and one that
+/// leaves a tail, and row counts past the kernels' 32-row blocks.
+#[test]
+fn attention_floats_follow_one_order_on_every_cpu() {
+    use lutra_core::f16::{f16_bits_to_f32, f32_to_f16_bits};
+    use lutra_core::kernels::attend::{self, BlockRows, Rows, SoftmaxStats, ValueRows, VALUE_BLOCK};
+    let mut rng = Rng(61);
+    for (hd, heads, n) in [(256, 4, 37), (64, 1, 70), (48, 1, 9), (128, 2, 33), (64, 3, 5), (40, 2, 11)] {
+        let keys: Vec<u16> = rng.vec(hd * n, 1.0).iter().map(|&v| f32_to_f16_bits(v)).collect();
+        let raw_values = rng.vec(hd * n, 1.0);
+        let q = rng.vec(hd * heads, 1.0);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut row = vec![0.0; hd];
+        let mut scores = vec![0.0; heads * n];
+        attend::scores_f16(Rows { data: &keys, stride: hd, len: hd, count: n }, &q, scale, &mut row, &mut scores, n);
+        let key = |i: usize| keys[i * hd..][..hd].iter().map(|&h| f16_bits_to_f32(h)).collect::<Vec<f32>>();
+        let mut want = vec![0.0f32; heads * n];
+        for g in 0..heads {
+            for i in 0..n {
+                want[g * n + i] = canonical_score(&q[g * hd..][..hd], &key(i), scale);
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&scores), bits(&want), "scores, head_dim {hd}, {heads} heads, {n} rows");
+        for g in 0..heads {
+            canonical_softmax(&mut want[g * n..][..n]);
+        }
+        // the value rows in each format, and each row as the f32 values it holds
+        let mut f16s = vec![0u16; hd * n];
+        let blocks = hd * n / VALUE_BLOCK;
+        let (mut q8, mut q4) = ((vec![0u8; hd * n], vec![0u16; blocks]), (vec![0u8; hd * n / 2], vec![0u16; blocks]));
+        for (b, x) in raw_values.chunks_exact(VALUE_BLOCK).enumerate() {
+            let x: &[f32; VALUE_BLOCK] = x.try_into().unwrap();
+            attend::quantize_q8_0(x, &mut q8.0[b * 32..][..32], &mut q8.1[b]);
+            attend::quantize_q4_0(x, &mut q4.0[b * 16..][..16], &mut q4.1[b]);
+        }
+        for (h, &v) in f16s.iter_mut().zip(&raw_values) {
+            *h = f32_to_f16_bits(v);
+        }
+        let formats = [
+            ValueRows::F16(Rows { data: &f16s, stride: hd, len: hd, count: n }),
+            ValueRows::Q8_0(BlockRows { codes: &q8.0, scales: &q8.1, len: hd, count: n }),
+            ValueRows::Q4_0(BlockRows { codes: &q4.0, scales: &q4.1, len: hd, count: n }),
+        ];
+        // block formats need whole 32-value blocks
+        let usable = if hd % VALUE_BLOCK == 0 { 3 } else { 1 };
+        for values in formats.into_iter().take(usable) {
+            let mut p = scores.clone();
+            let mut out = vec![f32::NAN; heads * hd];
+            let mut stats = vec![SoftmaxStats::default(); heads];
+            attend::softmax_mix(values, &mut p, n, &mut row, &mut out, &mut stats);
+            assert_eq!(bits(&p), bits(&want), "probabilities, head_dim {hd}, {heads} heads");
+            // `out_g[d] = Σ_i p_g[i] · v_i[d]`, rows in order from +0, multiply then add
+            let mut expected = vec![0.0f32; heads * hd];
+            let mut v = vec![0.0f32; hd];
+            for i in 0..n {
+                values.decode(i, &mut v);
+                for g in 0..heads {
+                    for d in 0..hd {
+                        expected[g * hd + d] += want[g * n + i] * v[d];
+                    }
+                }
+            }
+            let what = match values {
+                ValueRows::F16(_) => "f16",
+                ValueRows::Q8_0(_) => "q8_0",
+                ValueRows::Q4_0(_) => "q4_0",
+            };
+            assert_eq!(bits(&out), bits(&expected), "{what} value sum, head_dim {hd}, {heads} heads, {n} rows");
+        }
+    }
+}

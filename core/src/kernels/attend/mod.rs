@@ -270,7 +270,10 @@ pub(super) fn softmax_mix_body(
     }
 }
 
-/// Dot product in 16 independent lanes, so it vectorizes.
+/// Dot product in 16 independent lanes (lane j: `acc += x·y`, multiply then add, over
+/// the elements ≡ j mod 16 in order), the lanes folded in halves (j + 8, j + 4, j + 2,
+/// j + 1), then the tail in order. This order is the one every tier follows (AVX2: two
+/// ymm accumulators, no FMA; 128-bit: four), so a score is the same float on every CPU.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 16];
@@ -281,7 +284,18 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
             acc[j] += x[j] * y[j];
         }
     }
-    acc.iter().sum::<f32>() + tail
+    fold_lanes(acc) + tail
+}
+
+/// The canonical horizontal sum of 16 lanes: `l[j] += l[j + w]` for w = 8, 4, 2, 1.
+#[inline(always)]
+pub fn fold_lanes(mut lanes: [f32; 16]) -> f32 {
+    for width in [8, 4, 2, 1] {
+        for j in 0..width {
+            lanes[j] += lanes[j + width];
+        }
+    }
+    lanes[0]
 }
 
 /// Numerically stable softmax in place, with `exp` below; returns its max and exp-sum.

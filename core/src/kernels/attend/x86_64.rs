@@ -1,6 +1,7 @@
 //! Attention loops for CPUs with AVX2 + FMA + F16C (`Isa::Avx2` and above; the f16 value
 //! sum has an AVX-512 variant for head_dim multiple of 64): f16 keys and values converted
-//! by `vcvtph2ps` (q8_0 / q4_0 values widened and scaled), products by FMA, the query
+//! by `vcvtph2ps` (q8_0 / q4_0 values widened and scaled), each product rounded before
+//! its add as in the portable loops (no FMA: the same floats on every CPU), the query
 //! heads of a KV head sharing each converted row. Each entry returns false, doing
 //! nothing, where it cannot run (no such CPU, or a head_dim that is not a multiple of
 //! 16); `attend/mod.rs` then runs the portable loop.
@@ -181,14 +182,18 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// The lanes of each of four vectors summed, as four sums in one vector: every sum by the
-/// same tree, `(v0+v1 + v2+v3) + (v4+v5 + v6+v7)`, so a score does not depend on which
-/// other rows share the call.
+/// The lanes of each of four vectors summed, as four sums in one vector, each by `hsum`'s
+/// tree (the canonical `fold_lanes` order): the halves added, then the 4 × 4 transposed
+/// so that lanes j and j + 2, then j and j + 1, meet in one add per step.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn hsum4(v: [__m256; 4]) -> __m128 {
-    let h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+    let w = v.map(|v| _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v)));
+    // rows w0..w3 to columns: c[j] holds lane j of every row
+    let (t0, t1) = (_mm_unpacklo_ps(w[0], w[1]), _mm_unpacklo_ps(w[2], w[3]));
+    let (t2, t3) = (_mm_unpackhi_ps(w[0], w[1]), _mm_unpackhi_ps(w[2], w[3]));
+    let c = [_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0), _mm_movelh_ps(t2, t3), _mm_movehl_ps(t3, t2)];
+    _mm_add_ps(_mm_add_ps(c[0], c[2]), _mm_add_ps(c[1], c[3]))
 }
 
 /// `q · key` of `H` ≤ 4 query heads against the f16 key at `row`, as 8-lane partial sums
@@ -208,8 +213,8 @@ unsafe fn dot_row<const H: usize>(row: *const u16, qp: *const f32, hd: usize) ->
             let k0 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c).cast()));
             let k1 = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c + 8).cast()));
             for (g, a) in acc.iter_mut().enumerate().take(H) {
-                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c)), k0, a[0]);
-                a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c + 8)), k1, a[1]);
+                a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(_mm256_loadu_ps(qp.add(g * hd + c)), k0));
+                a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(_mm256_loadu_ps(qp.add(g * hd + c + 8)), k1));
             }
         }
     }
@@ -406,10 +411,9 @@ const MIX_PREFETCH_ROWS: usize = 64;
 /// of every head in `2·V·H` ymm accumulators (8 where the row length allows — one head
 /// × 64 dimensions, two × 32, four × 16 — so that enough FMA chains are in flight
 /// whatever H), each row's values converted straight into registers (f16 by
-/// `vcvtph2ps`; q8_0 / q4_0 codes widened, then with one or two heads each head's weight
-/// multiplied by the block's scale once per block — `(p·d)·q` where the portable loop
-/// has `p·(d·q)`, within the same rounding bound — and with more every value by it),
-/// rows in order, so the f16 sums are the AVX-512 kernel's bit for bit.
+/// `vcvtph2ps`; q8_0 / q4_0 codes widened and multiplied by the block's scale), rows in
+/// order, `acc + p·v` multiplied then added: the portable loop's floats, and the AVX-512
+/// kernel's, bit for bit.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `F` the format of `values`; its row length a multiple of `16·V`
@@ -471,11 +475,6 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
                     for (g, w) in w.iter_mut().enumerate() {
                         *w = _mm256_broadcast_ss(&*p.as_ptr().add(g * p_stride + i));
                     }
-                    // block formats with few heads: each head's weight times the block's
-                    // scale, once per block (H multiplies per block and pass) rather than
-                    // every value (two per 16 values, shared by the heads)
-                    let fold = H * if V == 1 { 2 } else { 1 } < 4;
-                    let mut wd = w;
                     let mut d = _mm256_setzero_ps();
                     for j in 0..V {
                         let c = c + 16 * j;
@@ -486,11 +485,6 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
                             if j == 0 || c.is_multiple_of(VALUE_BLOCK) {
                                 let scale = *scales.add(i * blocks + c / VALUE_BLOCK);
                                 d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(scale))));
-                                if fold {
-                                    for (wd, &w) in wd.iter_mut().zip(&w) {
-                                        *wd = _mm256_mul_ps(w, d);
-                                    }
-                                }
                             }
                             let (q0, q1) = if F == Q8_0 {
                                 let at = codes.add(i * row_bytes + c);
@@ -502,17 +496,12 @@ unsafe fn mix_avx2<const H: usize, const F: u8, const V: usize>(values: ValueRow
                                 let q = _mm_sub_epi8(_mm_and_si128(nibbles, low), eight);
                                 (q, _mm_srli_si128::<8>(q))
                             };
-                            let v = [_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1))];
-                            if fold {
-                                v
-                            } else {
-                                v.map(|v| _mm256_mul_ps(d, v))
-                            }
+                            // `d·q` first, then `p·(d·q)`, as the portable loop rounds
+                            [_mm256_cvtepi8_epi32(q0), _mm256_cvtepi8_epi32(q1)].map(|q| _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)))
                         };
-                        let w = if F == F16 || !fold { &w } else { &wd };
-                        for (a, &w) in acc.iter_mut().zip(w) {
-                            a[j][0] = _mm256_fmadd_ps(w, v[0], a[j][0]);
-                            a[j][1] = _mm256_fmadd_ps(w, v[1], a[j][1]);
+                        for (a, &w) in acc.iter_mut().zip(&w) {
+                            a[j][0] = _mm256_add_ps(a[j][0], _mm256_mul_ps(w, v[0]));
+                            a[j][1] = _mm256_add_ps(a[j][1], _mm256_mul_ps(w, v[1]));
                         }
                     }
                 }
@@ -562,7 +551,7 @@ unsafe fn mix_f16_avx512<const H: usize>(values: Rows<'_, u16>, p: &[f32], p_str
                     for (g, a) in acc.iter_mut().enumerate() {
                         let w = _mm512_set1_ps(*p.get_unchecked(g * p_stride + i));
                         for (a, &v) in a.iter_mut().zip(&v) {
-                            *a = _mm512_fmadd_ps(w, v, *a);
+                            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, v));
                         }
                     }
                 }
