@@ -249,14 +249,17 @@ impl<'a> Epilogue<'a> {
         let sum = job.tables.sum[g];
         let alpha = _mm512_set1_ps(job.tables.scale[g] * 0.5);
         let beta = _mm512_set1_ps(job.beta(g));
-        if let Some((m_lo, m_hi)) = mins {
-            let gamma = _mm512_set1_ps(sum);
-            f.0 = _mm512_fmadd_ps(m_lo, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0));
-            f.1 = _mm512_fmadd_ps(m_hi, gamma, _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1));
-        } else {
-            f.0 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_lo), alpha, beta), s_lo, f.0);
-            f.1 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(i_hi), alpha, beta), s_hi, f.1);
-        }
+        // the portable epilogue's float steps, each rounded (no FMA): `f + s·(I·α + β)
+        // [+ m·Σa]` is the same float on every tier
+        let term = |i: __m512i, s: __m512, m: Option<__m512>| {
+            let x = _mm512_mul_ps(s, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), alpha), beta));
+            match m {
+                Some(m) => _mm512_add_ps(x, _mm512_mul_ps(m, _mm512_set1_ps(sum))),
+                None => x,
+            }
+        };
+        f.0 = _mm512_add_ps(f.0, term(i_lo, s_lo, mins.map(|m| m.0)));
+        f.1 = _mm512_add_ps(f.1, term(i_hi, s_hi, mins.map(|m| m.1)));
     }
 
     /// Writes tile `tile`'s rows (of the tiles from `first`) into `y`.
