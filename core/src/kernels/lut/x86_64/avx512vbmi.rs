@@ -301,7 +301,8 @@ unsafe fn run_float_bits<const BITS: usize>(job: &Job<'_>, tiles: Range<usize>, 
 /// `run_float_bits` for N tokens (N even) over the same tiles: each tile-group's codes are
 /// looked up a pair of tokens at a time (`rows_pair`) while they sit in L1, and its scales
 /// are loaded (or, for sub-block scales, multiplied out) once for all N. Each token's
-/// epilogue is the same FMAs in the same order, so each `y` is what `run_float` writes.
+/// epilogue is the same multiplies and adds in the same order, so each `y` is what
+/// `run_float` writes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni,avx512vl,fma")]
 unsafe fn run_float_n_bits<const BITS: usize, const N: usize>(jobs: [&Job<'_>; N], tiles: Range<usize>, mut ys: [&mut [f32]; N]) {
     let e = Epilogue::new(jobs[0]);
