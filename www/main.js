@@ -44,8 +44,29 @@ function status(text, done = 0, total = 0) {
   $('progress').value = total ? done / total : 0;
 }
 
+/** The model menu names what is loaded: a preset, or the file(s) from this computer. */
+let fileLoad = null;
+function showLoaded(message) {
+  let own = $('model').querySelector('option[data-file]');
+  if (!message.files) {
+    own?.remove();
+    $('model').value = message.model;
+    return;
+  }
+  fileLoad = message;
+  if (!own) {
+    own = new Option('', 'file');
+    own.dataset.file = '1';
+    $('model').add(own);
+  }
+  own.textContent = `File: ${message.files.map((f) => f.name).join(' + ')}`;
+  $('model').value = 'file';
+}
+
 let lastLoad = null;
 function load(message) {
+  // the file option loads its file again; a preset, once loaded, drops it
+  if (message.model === 'file') message = fileLoad;
   lastLoad = message;
   setState('loading');
   $('error').hidden = true;
@@ -109,6 +130,7 @@ function onMessage({ data }) {
       $('chat').disabled = !data.chat;
       $('chat').checked = data.chat && params.get('chat') === '1';
       $('threads').value = String(data.threads);
+      showLoaded(lastLoad);
       status(`Ready: ${data.summary}; kernel ${data.isa}; ${data.threads} thread${data.threads > 1 ? 's' : ''}; loaded in ${(data.loadMs / 1000).toFixed(1)} s; wasm memory ${Math.round(data.memory / 1048576)} MiB`, 1, 1);
       if (data.threadNote) $('stats').textContent = data.threadNote;
       setState('ready');

@@ -203,6 +203,8 @@ test('a 1-bit qwen3 file from disk (Q1_0 layers, Q8_0 embedding and head, as Bon
     await page.setInputFiles('#file', file);
     await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.getElementById('status').textContent.startsWith('Ready: qwen3,'), null, { timeout: 60000 });
     console.log(`Q1_0 qwen3 file, ${threads} thread(s): ${await page.textContent('#status')}`);
+    // the model menu names the loaded file, not the preset it replaced
+    assert.equal(await page.$eval('#model', (s) => s.selectedOptions[0].textContent), `File: ${path.basename(file)}`);
     await page.click('#generate');
     await state(page, 'done', 60000);
     assert.equal(await page.textContent('#output'), expected);

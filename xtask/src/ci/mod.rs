@@ -55,7 +55,7 @@ pub(crate) const STEPS: &[Step] = &[
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node, lutra-core again with relaxed SIMD", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
-    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M and a Q1_0 qwen3 file packed, greedy text = the x86 CLI's; refusals", pi_tests),
+    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M, a Q1_0 qwen3 file and Gemma 3 packed, greedy text = the x86 CLI's (best tier); refusals", pi_tests),
     ("fuzz", "every fuzz target for 7 s (one minute in all) on its seeds and corpus (AddressSanitizer): no crash, hang or OOM", |ci| {
         let runs = fuzz(&ci.root, &["--seconds".into(), "7".into()])?;
         ci.counts.push((format!("fuzz targets without a finding ({} executions)", runs.iter().map(|r| r.executions).sum::<u64>()), runs.len()));

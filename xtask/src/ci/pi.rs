@@ -13,8 +13,8 @@ use crate::process::{cargo, expect_contains, run, run_capture, show};
 use crate::toolchain::{AARCH64_MUSL, BARE_METAL};
 use crate::Result;
 
-/// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M and a tiny 1-bit qwen3 file
-/// packed by the host CLI, their greedy text against the host CLI's on the same files on
+/// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M, a tiny 1-bit qwen3 file and
+/// Gemma 3 packed by the host CLI, their greedy text against the host CLI's on the same files on
 /// its best tier (every tier adds floats in one order); non-.lutra and truncated files
 /// are refused.
 pub(super) fn pi_tests(ci: &mut Ci) -> Result {
@@ -82,6 +82,14 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     if gemma.exists() {
         let gemma_packed = dir.join("gemma-3-270m.lutra");
         run(Command::new(&lutra).arg("pack").arg("-m").arg(&gemma).arg("-o").arg(&gemma_packed))?;
+        // Gemma 3's text on NEON too (about 30 s under qemu): every tier adds floats in one order
+        let args = ["-p", "Otters are", "-n", "32", "--temp", "0"];
+        let (on_pi, _) = stdout(Command::new("qemu-aarch64").arg(&pi).arg(&gemma_packed).args(args))?;
+        let (on_x86, _) = stdout(Command::new(&lutra).arg("run").arg("-m").arg(&gemma_packed).args(args).args(["-t", "1"]))?;
+        if on_pi != on_x86 || on_pi.len() <= "Otters are".len() {
+            return Err(format!("lutra-pi under qemu-aarch64 on Gemma 3 wrote {on_pi:?}\n  the x86 CLI (best tier) wrote {on_x86:?}"));
+        }
+        println!("lutra-pi: aarch64 NEON text = x86 best-tier text on {}", gemma_packed.display());
         // a session bigger than the compile-time arena: refused before it starts
         let out = Command::new(&native_pi)
             .arg(&gemma_packed)
