@@ -197,7 +197,7 @@ fn hsum4(v: [__m256; 4]) -> __m128 {
 }
 
 /// `q · key` of `H` ≤ 4 query heads against the f16 key at `row`, as 8-lane partial sums
-/// per head (two accumulators per head, so 2·H FMA chains are in flight); zeros past H.
+/// per head (two accumulators per head, so 2·H add chains are in flight); zeros past H.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `row` holds `hd` (a multiple of 16) readable f16 and `qp` `H` rows
@@ -206,7 +206,7 @@ fn hsum4(v: [__m256; 4]) -> __m128 {
 #[inline]
 unsafe fn dot_row<const H: usize>(row: *const u16, qp: *const f32, hd: usize) -> [__m256; HEADS] {
     let mut acc = [[_mm256_setzero_ps(); 2]; HEADS];
-    // a plain counted loop: `step_by` here cost more instructions than the FMAs
+    // a plain counted loop: `step_by` here cost more instructions than the products
     for c in (0..hd / 16).map(|c| 16 * c) {
         // SAFETY: the caller's contract.
         unsafe {
@@ -373,7 +373,7 @@ unsafe fn scores_f16_tokens<const T: usize>(keys: Rows<'_, u16>, q: &[f32], scal
 
 /// `mix_avx2` for the first `min(heads, 4)` heads, with as many dimensions per pass as
 /// the row length allows up to 8 accumulators (one head of 48 dimensions, stories15M's:
-/// all 48 in one pass, 6 FMA chains instead of 2).
+/// all 48 in one pass, 6 add chains instead of 2).
 ///
 /// # Safety
 /// As `mix_avx2`, for a row length that is a multiple of 16; `out` holds the heads' outputs.
@@ -409,7 +409,7 @@ const MIX_PREFETCH_ROWS: usize = 64;
 
 /// `out_g += Σ_i p[g * p_stride + i] · value_i` for `H` ≤ 4 query heads: `16·V` dimensions
 /// of every head in `2·V·H` ymm accumulators (8 where the row length allows — one head
-/// × 64 dimensions, two × 32, four × 16 — so that enough FMA chains are in flight
+/// × 64 dimensions, two × 32, four × 16 — so that enough add chains are in flight
 /// whatever H), each row's values converted straight into registers (f16 by
 /// `vcvtph2ps`; q8_0 / q4_0 codes widened and multiplied by the block's scale), rows in
 /// order, `acc + p·v` multiplied then added: the portable loop's floats, and the AVX-512

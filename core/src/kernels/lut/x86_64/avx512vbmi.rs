@@ -143,7 +143,8 @@ pub(crate) unsafe fn tile_group(w: &[u8], quads: &[Block64], bits: u8, _: Interl
 crate::kernels::lut::define_run!("avx512f,avx512bw,avx512vbmi,avx512vnni,avx2,fma,f16c"; |b| super::avx512::f16x32(b));
 
 /// The float epilogue of one matrix, shared by the one- and two-token kernels: per group
-/// `acc += s·(I·α + β) [+ m·Σa]` as FMAs, so every token gets the same floats either way.
+/// `acc += s·(I·α + β) [+ m·Σa]`, each product rounded before its add as on every tier, so
+/// every token gets the scalar epilogue's floats either way.
 struct Epilogue<'a> {
     job: &'a Job<'a>,
     bytes: *const u8,
