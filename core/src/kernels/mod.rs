@@ -22,3 +22,15 @@ pub mod lut;
 pub mod pq_scan;
 pub mod quant;
 pub(crate) mod v128;
+
+/// The canonical horizontal sum of 16 lanes, the one every tier's reductions follow
+/// (attention scores, table statistics): `l[j] += l[j + w]` for w = 8, 4, 2, 1.
+#[inline(always)]
+pub fn fold_lanes(mut lanes: [f32; 16]) -> f32 {
+    for width in [8, 4, 2, 1] {
+        for j in 0..width {
+            lanes[j] += lanes[j + width];
+        }
+    }
+    lanes[0]
+}

@@ -284,18 +284,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
             acc[j] += x[j] * y[j];
         }
     }
-    fold_lanes(acc) + tail
-}
-
-/// The canonical horizontal sum of 16 lanes: `l[j] += l[j + w]` for w = 8, 4, 2, 1.
-#[inline(always)]
-pub fn fold_lanes(mut lanes: [f32; 16]) -> f32 {
-    for width in [8, 4, 2, 1] {
-        for j in 0..width {
-            lanes[j] += lanes[j + width];
-        }
-    }
-    lanes[0]
+    super::fold_lanes(acc) + tail
 }
 
 /// Numerically stable softmax in place, with `exp` below; returns its max and exp-sum.

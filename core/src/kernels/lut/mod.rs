@@ -185,12 +185,7 @@ pub(crate) fn group_stats(xs: &[f32]) -> (f32, f32) {
             *l += x;
         }
     }
-    for width in [8, 4, 2, 1] {
-        for j in 0..width {
-            lanes[j] += lanes[j + width];
-        }
-    }
-    (absmax, lanes[0])
+    (absmax, crate::kernels::fold_lanes(lanes))
 }
 
 /// Tables of one group; returns (scale, Σx).
