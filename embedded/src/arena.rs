@@ -2,8 +2,10 @@
 //! binaries' heap is this arena and nothing else (no `brk`, no `mmap`, no growth).
 //!
 //! Bump allocation, with the top block freed or resized in place (so a growing `Vec`
-//! while loading does not leave copies behind); other frees are left as holes, which is
-//! fine for a heap that is filled once at start. [`StaticArena::seal`] makes every later
+//! while loading does not leave copies behind). Other frees, and the padding an aligned
+//! block leaves below it, are remembered as holes (up to [`HOLES`] ranges, merged where
+//! they touch): when the top block is freed, the holes right under it go too, so a
+//! chat's per-turn buffers, freed in any order, give their memory back. [`StaticArena::seal`] makes every later
 //! allocation fail: while sealed (the whole of generation) allocating is impossible, not
 //! merely avoided, and the attempt is counted. The memory is an uninitialised `static`,
 //! so it lives in `.bss`: pages never touched are never resident.
@@ -34,6 +36,55 @@ pub struct ArenaStats {
 #[repr(C, align(4096))]
 struct Memory<const N: usize>([u8; N]);
 
+/// Free ranges below the top remembered at once; one more is left unused (as a bump
+/// allocator would) until the top comes down to it.
+pub const HOLES: usize = 256;
+
+/// Free byte ranges `start..end` under the top block, none touching another.
+#[derive(Clone, Copy)]
+struct Holes {
+    ranges: [(usize, usize); HOLES],
+    len: usize,
+}
+
+impl Holes {
+    /// Remembers `start..end` as free, merged with the ranges it touches.
+    fn add(&mut self, mut start: usize, mut end: usize) {
+        if start >= end {
+            return;
+        }
+        let mut i = 0;
+        while i < self.len {
+            let (s, e) = self.ranges[i];
+            if e == start || s == end {
+                (start, end) = (start.min(s), end.max(e));
+                self.len -= 1;
+                self.ranges[i] = self.ranges[self.len];
+            } else {
+                i += 1;
+            }
+        }
+        if self.len < HOLES {
+            self.ranges[self.len] = (start, end);
+            self.len += 1;
+        }
+    }
+
+    /// The top after freeing everything free right under `top`.
+    fn lower(&mut self, top: usize) -> usize {
+        match self.ranges[..self.len].iter().position(|&(_, e)| e == top) {
+            Some(i) => {
+                let start = self.ranges[i].0;
+                self.len -= 1;
+                self.ranges[i] = self.ranges[self.len];
+                // merged on insertion: nothing else ends at `start`
+                start
+            }
+            None => top,
+        }
+    }
+}
+
 /// `N` bytes of heap, in `.bss`.
 pub struct StaticArena<const N: usize> {
     memory: UnsafeCell<MaybeUninit<Memory<N>>>,
@@ -45,6 +96,15 @@ pub struct StaticArena<const N: usize> {
 struct State {
     stats: ArenaStats,
     sealed: bool,
+    holes: Holes,
+}
+
+impl State {
+    /// The top block, `offset..used`, is free: the top comes down to it and through
+    /// the holes under it.
+    fn free_top(&mut self, offset: usize) {
+        self.stats.used = self.holes.lower(offset);
+    }
 }
 
 // SAFETY: `state` is only touched under `lock`; `memory` only through the blocks handed
@@ -65,6 +125,7 @@ impl<const N: usize> StaticArena<N> {
             state: UnsafeCell::new(State {
                 stats: ArenaStats { used: 0, peak: 0, allocations: 0, refused: 0, refused_sealed: 0 },
                 sealed: false,
+                holes: Holes { ranges: [(0, 0); HOLES], len: 0 },
             }),
         }
     }
@@ -108,6 +169,7 @@ impl<const N: usize> StaticArena<N> {
         let start = (base + s.stats.used).checked_next_multiple_of(layout.align())? - base;
         match start.checked_add(layout.size()) {
             Some(end) if end <= N => {
+                s.holes.add(s.stats.used, start);
                 s.stats.used = end;
                 s.stats.peak = s.stats.peak.max(end);
                 s.stats.allocations += 1;
@@ -133,7 +195,9 @@ unsafe impl<const N: usize> GlobalAlloc for StaticArena<N> {
         let offset = ptr as usize - self.base();
         self.with(|s| {
             if offset + layout.size() == s.stats.used {
-                s.stats.used = offset;
+                s.free_top(offset);
+            } else {
+                s.holes.add(offset, offset + layout.size());
             }
         });
     }
@@ -144,6 +208,8 @@ unsafe impl<const N: usize> GlobalAlloc for StaticArena<N> {
             if new_size <= layout.size() {
                 if offset + layout.size() == s.stats.used {
                     s.stats.used = offset + new_size;
+                } else {
+                    s.holes.add(offset + new_size, offset + layout.size());
                 }
                 return Some(true);
             }
@@ -239,6 +305,31 @@ mod tests {
             let before = arena.stats().used;
             arena.dealloc(a, layout(10, 1));
             assert_eq!(arena.stats().used, before);
+        }
+    }
+
+    #[test]
+    fn freeing_the_top_gives_back_the_holes_and_padding_under_it() {
+        let arena = StaticArena::<4096>::new();
+        // SAFETY (test): as above.
+        unsafe {
+            let keep = arena.alloc(layout(24, 8));
+            let kept = arena.stats().used;
+            let a = arena.alloc(layout(10, 1));
+            let b = arena.alloc(layout(100, 64)); // padding under it
+            let c = arena.alloc(layout(8, 8));
+            arena.dealloc(a, layout(10, 1));
+            arena.dealloc(b, layout(100, 64));
+            assert!(arena.stats().used > kept, "holes under a live top stay");
+            arena.dealloc(c, layout(8, 8));
+            assert_eq!(arena.stats().used, kept, "the top, the holes and the padding under it");
+            // freed in the other order, too
+            let a = arena.alloc(layout(10, 1));
+            let b = arena.alloc(layout(100, 64));
+            arena.dealloc(b, layout(100, 64));
+            arena.dealloc(a, layout(10, 1));
+            assert_eq!(arena.stats().used, kept);
+            assert_eq!(arena.alloc(layout(24, 8)), keep.add(24), "reused");
         }
     }
 
