@@ -84,7 +84,7 @@ pub fn check_packed(gguf: &Gguf<'_>, free: usize) -> Result<(), Refusal> {
 
 /// [`budget::import_bytes`] of a packed file, from its header: the vocabulary's size and
 /// bytes (a GGUF token list, or a llama2.c tokenizer blob: per token a score, a length
-/// and the bytes) and the layer count. `None` when the header lacks them (the import
+/// and the bytes), its BPE merges and the layer count. `None` when the header lacks them (the import
 /// then refuses the file itself).
 pub fn import_bound(gguf: &Gguf<'_>) -> Option<usize> {
     let arch = gguf.get_str("general.architecture")?;
@@ -100,7 +100,8 @@ pub fn import_bound(gguf: &Gguf<'_>) -> Option<usize> {
             (vocab, usize::try_from(blob.byte_size().ok()?).ok()?.saturating_sub(8 * vocab + 4))
         }
     };
-    Some(budget::import_bytes_for(vocab, token_bytes, layers))
+    let merges = gguf.get_array(lutra_core::tokenizer::bpe::KEY_MERGES).map_or(Some(0), |m| usize::try_from(m.len()).ok())?;
+    Some(budget::import_bytes_for(vocab, token_bytes, merges, layers))
 }
 
 /// Bytes a session of `context` positions of `model` needs (an upper bound, from its

@@ -450,6 +450,7 @@ impl Architecture for Gemma3 {
             },
             hparams: c.hparams,
             token_bytes: 0,
+            merges: 0,
         }
     }
     /// Bytes of the imported matrices.

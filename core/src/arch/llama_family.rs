@@ -661,7 +661,7 @@ impl Architecture for LlamaFamily {
         let (groups_per_width, int8_widths) = products::scratch_sets(self.matrices());
         let buffers = crate::model::budget::Buffers::llama(groups_per_width, int8_widths);
         let buffers = crate::model::budget::Buffers { residual_tables: self.residual_tables(), ..buffers };
-        crate::model::budget::Dims { buffers, hparams: self.config.hparams, token_bytes: 0 }
+        crate::model::budget::Dims { buffers, hparams: self.config.hparams, token_bytes: 0, merges: 0 }
     }
     /// Bytes of the imported matrices, the token embedding included.
     fn matrix_bytes(&self) -> usize {

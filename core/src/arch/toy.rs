@@ -52,7 +52,7 @@ impl Architecture for Toy {
         Hparams { dim, hidden_dim: dim, layers: 1, heads: 1, kv_heads: 1, head_dim: dim, vocab_size, context_length: 64 }
     }
     fn dims(&self) -> budget::Dims {
-        budget::Dims { buffers: budget::Buffers::llama(1, 0), hparams: self.hparams(), token_bytes: 0 }
+        budget::Dims { buffers: budget::Buffers::llama(1, 0), hparams: self.hparams(), token_bytes: 0, merges: 0 }
     }
     fn matrix_bytes(&self) -> usize {
         self.head.as_bytes().len()

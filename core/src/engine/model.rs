@@ -453,14 +453,14 @@ impl Model {
     /// The hyperparameters its memory depends on: what [`budget`](super::budget) sizes
     /// sessions from.
     pub fn dims(&self) -> budget::Dims {
-        let token_bytes = match &self.inner.tokenizer {
-            Vocabulary::Llama2c(t) => t.text_bytes(),
-            Vocabulary::Spm(t) => t.text_bytes(),
-            Vocabulary::Bpe(t) => t.text_bytes(),
+        let (token_bytes, merges) = match &self.inner.tokenizer {
+            Vocabulary::Llama2c(t) => (t.text_bytes(), 0),
+            Vocabulary::Spm(t) => (t.text_bytes(), 0),
+            Vocabulary::Bpe(t) => (t.text_bytes(), t.merge_count()),
         };
         let dims = self.inner.net.dims();
         let residual_tables = dims.buffers.residual_tables || self.tables == TablePrecision::Residual;
-        budget::Dims { token_bytes, buffers: budget::Buffers { residual_tables, ..dims.buffers }, ..dims }
+        budget::Dims { token_bytes, merges, buffers: budget::Buffers { residual_tables, ..dims.buffers }, ..dims }
     }
 
     /// A KV cache of `context` positions reading keys as `attention` says, f16 values.

@@ -8,6 +8,7 @@
 //! lutra-embedded's `arena` test measures the real peak against it.
 
 use crate::attention::{token_block_rows, PIECE_ROWS, TOKEN_BLOCK};
+use crate::kernels::pq_scan::SCAN_HEADS;
 use crate::model::{Hparams, PREFILL_BATCH};
 use crate::sampler::scratch_len;
 
@@ -49,6 +50,8 @@ pub struct Dims {
     pub hparams: Hparams,
     /// Bytes of all token strings together (the tokenizer's tables grow with them).
     pub token_bytes: usize,
+    /// A byte-level BPE vocabulary's merges (0 for SentencePiece and llama2.c).
+    pub merges: usize,
 }
 
 /// Bytes of a heap block after the previous one: its size plus the worst padding its
@@ -90,7 +93,13 @@ impl Dims {
     pub const fn kv_cache_bytes(&self, context: usize) -> usize {
         let h = &self.hparams;
         let (hd, group) = (h.head_dim, h.group());
-        let piece = block(4 * group * PIECE_ROWS) + block(4 * PIECE_ROWS) + block(4 * hd) + block(4 * group * hd) + block(8 * group) + 160;
+        // scores, the PQ scan's u16 sums of `SCAN_HEADS` heads, a row, outputs, softmax stats
+        let piece = block(4 * group * PIECE_ROWS)
+            + block(2 * SCAN_HEADS * PIECE_ROWS)
+            + block(4 * hd)
+            + block(4 * group * hd)
+            + block(8 * group)
+            + 160;
         let pieces = h.kv_heads * context.div_ceil(PIECE_ROWS);
         // with a KV head per query head, on x86-64: the pieces a prompt batch is attended
         // in, four tokens each (`ExactKvCache::attend_tokens`; their sums are empty)
