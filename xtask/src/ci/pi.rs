@@ -8,15 +8,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::Ci;
-use crate::models::{fetch_stories, write_one_bit_qwen3, GEMMA_FILE};
+use crate::models::{fetch_qwen_coder, fetch_stories, write_one_bit_qwen3, GEMMA_FILE, QWEN_CODER_FILE};
 use crate::process::{cargo, expect_contains, run, run_capture, show};
 use crate::toolchain::{AARCH64_MUSL, BARE_METAL};
 use crate::Result;
 
 /// `lutra-pi` on aarch64 (static musl, qemu-user): stories15M, a tiny 1-bit qwen3 file and
 /// Gemma 3 packed by the host CLI, their greedy text against the host CLI's on the same files on
-/// its best tier (every tier adds floats in one order); non-.lutra and truncated files
-/// are refused.
+/// its best tier (every tier adds floats in one order); `lutra-pi chat` on the packed
+/// Qwen2.5-Coder-0.5B-Instruct file, two turns against `lutra chat`'s; non-.lutra and
+/// truncated files are refused.
 pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     fetch_stories(&ci.root)?;
     run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-cli"]))?;
@@ -41,7 +42,7 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     // and a 1-bit qwen3 file as Bonsai ships (Q1_0 layers, Q8_0 embedding and head)
     let one_bit = dir.join("qwen3-bonsai-style-q1_0.lutra");
     run(Command::new(&lutra).arg("pack").arg("-m").arg(write_one_bit_qwen3(&ci.root, &dir)?).arg("-o").arg(&one_bit))?;
-    let mut texts = vec![(packed.clone(), prompt, n), (one_bit, "Otters hold hands while they sleep", "24")];
+    let mut texts = vec![(packed.clone(), prompt, n), (one_bit.clone(), "Otters hold hands while they sleep", "24")];
     // and Gemma 3 (about 30 s under qemu), packed once here for the RSS runs below too
     let gemma = ci.root.join("models").join(GEMMA_FILE);
     let gemma_packed = dir.join("gemma-3-270m.lutra");
@@ -49,6 +50,25 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
         run(Command::new(&lutra).arg("pack").arg("-m").arg(&gemma).arg("-o").arg(&gemma_packed))?;
         texts.push((gemma_packed.clone(), "Otters are", "32"));
     }
+    // a conversation with a real instruct model (about 60 s under qemu): two turns, each
+    // answer generated with the arena sealed, the same text as the x86 CLI's `lutra chat`
+    fetch_qwen_coder(&ci.root)?;
+    let qwen_packed = dir.join("qwen2.5-coder-0.5b-instruct.lutra");
+    run(Command::new(&lutra).arg("pack").arg("-m").arg(ci.root.join("models").join(QWEN_CODER_FILE)).arg("-o").arg(&qwen_packed))?;
+    let turns = "Write a Python function that reverses a string.\nNow make it return None for None.\n";
+    let (pi_chat, pi_stats) =
+        with_input(Command::new("qemu-aarch64").arg(&pi).arg("chat").arg(&qwen_packed).args(["-n", "24", "--temp", "0"]), turns)?;
+    let (cli_chat, _) =
+        with_input(Command::new(&lutra).arg("chat").arg("-m").arg(&qwen_packed).args(["-n", "24", "--temp", "0", "-t", "1"]), turns)?;
+    println!("lutra-pi chat (aarch64, qemu):\n{pi_chat}\n{}", pi_stats.trim_end());
+    let answered = pi_stats.matches(", 0 allocations refused while sealed]").count();
+    if pi_chat != cli_chat || answered != 2 || pi_chat.trim().is_empty() {
+        return Err(format!(
+            "lutra-pi chat under qemu-aarch64 on {} ({answered} of 2 turns answered with the arena sealed) wrote {pi_chat:?}\n  `lutra chat` (x86, best tier) wrote {cli_chat:?}",
+            qwen_packed.display()
+        ));
+    }
+    println!("lutra-pi chat: two turns of aarch64 NEON text = x86 `lutra chat` text on {}", qwen_packed.display());
     for (file, prompt, n) in &texts {
         let (prompt, n) = (*prompt, *n);
         let (on_pi, stats) = stdout(Command::new("qemu-aarch64").arg(&pi).arg(file).args(["-p", prompt, "-n", n, "--temp", "0"]))?;
@@ -80,48 +100,65 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     let bytes = fs::read(&packed).map_err(|e| e.to_string())?;
     fs::write(&truncated, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())?;
     refused(&truncated, "truncated")?;
-    ci.counts.push(("lutra-pi under qemu-aarch64 (stories15M and a Q1_0 qwen3 file: text = x86; 2 refusals)".into(), 4));
+    ci.counts.push((
+        "lutra-pi under qemu-aarch64 (stories15M, a Q1_0 qwen3 file, Gemma 3: text = x86; Qwen 0.5B chat, two turns = x86; 2 refusals)"
+            .into(),
+        6,
+    ));
 
     // peak RSS of the x86 build (qemu-user's own would be measured under emulation):
-    // the compile-time arena, the mapped file and at most 2 MiB besides
+    // the arena's used part, the mapped file and at most 6 MiB besides
     let native_pi = ci.target_dir.join("release/lutra-pi");
     run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--bin", "lutra-pi"]))?;
-    let mut rss_runs = vec![(packed.clone(), prompt, "256")];
+    // a session bigger than the compile-time arena (sized for 4 096 positions): refused
+    // before it starts
+    let out = Command::new(&native_pi)
+        .arg(&qwen_packed)
+        .args(["-p", "def fib(n):", "-n", "4", "-c", "32768"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(1) || !err.contains("does not fit") {
+        return Err(format!("lutra-pi with Qwen 0.5B at 32 768 positions: expected a refusal (exit 1), got {}: {err}", out.status));
+    }
+    println!("{}", err.trim());
+    // the class's models at the class's context
+    let mut rss_runs = vec![(packed.clone(), prompt, "256"), (qwen_packed, "def fib(n):", "4096")];
     if gemma.exists() {
-        // a session bigger than the compile-time arena: refused before it starts
-        let out = Command::new(&native_pi)
-            .arg(&gemma_packed)
-            .args(["-p", "Otters are", "-n", "4", "-c", "4096"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        let err = String::from_utf8_lossy(&out.stderr);
-        if out.status.code() != Some(1) || !err.contains("does not fit") {
-            return Err(format!("lutra-pi with Gemma at 4096 positions: expected a refusal (exit 1), got {}: {err}", out.status));
-        }
-        println!("{}", err.trim());
-        rss_runs.push((gemma_packed, "Otters are", "2048"));
+        rss_runs.push((gemma_packed, "Otters are", "4096"));
     }
     for (file, prompt, context) in rss_runs {
         let mut c = Command::new("/usr/bin/time");
         c.arg("-v").arg(&native_pi).arg(&file).args(["-p", prompt, "-n", "32", "--temp", "0", "-c", context]);
         let (_, stats) = stdout(&mut c)?;
         let number_after = |key: &str| -> Option<u64> { stats.split(key).nth(1)?.split_whitespace().next()?.parse().ok() };
-        let (Some(rss_kib), Some(arena)) = (number_after("Maximum resident set size (kbytes):"), number_after("\narena ")) else {
-            return Err(format!("lutra-pi on {}: no peak RSS or arena size in\n{stats}", file.display()));
+        let arena_peak_mib = stats.split(", peak ").nth(1).and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok());
+        let (Some(rss_kib), Some(arena_peak_mib)) = (number_after("Maximum resident set size (kbytes):"), arena_peak_mib) else {
+            return Err(format!("lutra-pi on {}: no peak RSS or arena peak in\n{stats}", file.display()));
         };
+        // the arena is `.bss`: resident only as far as it was used
+        let arena_peak = (arena_peak_mib * (1 << 20) as f64) as u64;
         let mapped = fs::metadata(&file).map_err(|e| e.to_string())?.len();
-        let bound = arena + mapped + (2 << 20);
+        let bound = arena_peak + mapped + (6 << 20);
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         println!(
-            "lutra-pi (x86) on {}: peak RSS {:.1} MiB <= arena {:.1} + file {:.1} + 2 MiB = {:.1} MiB?",
+            "lutra-pi (x86) on {}: peak RSS {:.1} MiB <= arena's peak {:.1} + file {:.1} + 6 MiB (binary, libc, stacks) = {:.1} MiB?",
             file.display(),
             mib(rss_kib * 1024),
-            mib(arena),
+            mib(arena_peak),
             mib(mapped),
             mib(bound)
         );
         if rss_kib * 1024 > bound {
             return Err(format!("lutra-pi on {}: peak RSS {rss_kib} KiB over {bound} bytes\n{stats}", file.display()));
+        }
+        // the import stayed within what the header promised (the refusal before import)
+        let (Some(import_peak), Some(import_bound)) = (number_after("import peak "), number_after(", bound ")) else {
+            return Err(format!("lutra-pi on {}: no import peak and bound in\n{stats}", file.display()));
+        };
+        println!("lutra-pi (x86) on {}: import peak {import_peak} <= bound {import_bound} bytes?", file.display());
+        if import_peak > import_bound {
+            return Err(format!("lutra-pi on {}: the import took {import_peak} bytes, over its bound {import_bound}", file.display()));
         }
     }
 
@@ -149,18 +186,30 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
         }
         println!("bare metal {image} (qemu -M {}): NEON text = x86 best-tier text; 3 damaged copies refused", board.machine());
     }
-    // a model whose session does not fit the image's compile-time arena: stories15M at
-    // 8 bits adds residual tables
-    let packed8 = dir.join("stories15M-q8.lutra");
-    run(Command::new(&lutra).arg("pack").arg("-m").arg(&checkpoint).args(["--bits", "8", "-o"]).arg(&packed8))?;
-    let (code, uart) = boot_metal(ci, &packed8, &dir.join("kernel8-q8.img"), false, Board::Raspi3b)?;
+    // a model that does not fit the image's compile-time arena (sized for stories15M):
+    // the 1-bit qwen3 file's 151 936-token vocabulary, refused before its import
+    let (code, uart) = boot_metal(ci, &one_bit, &dir.join("kernel8-qwen3.img"), false, Board::Raspi3b)?;
     if code != Some(1) || !uart.contains("refused: the model does not fit") {
-        return Err(format!("the bare-metal image with an 8-bit model: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
+        return Err(format!("the bare-metal image with the qwen3 file: expected exit 1 and a refusal, got {code:?}\nUART:\n{uart}"));
     }
     println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
     ci.counts.push(("bare-metal image under qemu -M raspi3b (plain UART, defmt) and -M raspi4b (text = x86, 10 refusals)".into(), 13));
     ci.ran("neon", "bare metal (qemu -M raspi3b, raspi4b)");
     Ok(())
+}
+
+/// Runs `c` with `input` on its stdin: its stdout (trailing whitespace trimmed) and stderr.
+fn with_input(c: &mut Command, input: &str) -> Result<(String, String)> {
+    println!("$ {} <<< {input:?}", show(c));
+    let mut child =
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("`{}`: {e}", show(c)))?;
+    child.stdin.take().ok_or("no stdin")?.write_all(input.as_bytes()).map_err(|e| format!("`{}`: {e}", show(c)))?;
+    let out = child.wait_with_output().map_err(|e| format!("`{}`: {e}", show(c)))?;
+    let (text, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    if !out.status.success() {
+        return Err(format!("`{}` exited with {}: {err}", show(c), out.status));
+    }
+    Ok((text.trim_end().to_string(), err))
 }
 
 /// Builds lutra-metal with `model` embedded (`defmt`: its UART carries defmt frames),
