@@ -1,6 +1,10 @@
 // The page: controls, progress, streaming output. The engine runs in worker.js.
 // Scriptable: index.html?model=stories15M|gemma&prompt=...&n=32&temp=0&autorun=1;
 // document.body.dataset.state goes loading → ready → generating → done (or error).
+// A model with a chat template opens as a chat (messages, Markdown answers; ?chat=0: a
+// completion), one without it as a completion of the prompt.
+import { renderMarkdown } from './markdown.js';
+
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 // ?simd=baseline|relaxed picks the wasm build (default: relaxed SIMD where the browser has
@@ -75,15 +79,51 @@ function load(message) {
   worker.postMessage(message);
 }
 
+/** Chat or completion: which of the conversation and the transcript shows, and how the box is used. */
+function showMode() {
+  const chat = $('chat').checked;
+  $('messages').hidden = !chat;
+  $('transcript').hidden = chat;
+  $('gen-heading').textContent = chat ? 'Chat' : 'Generate';
+  $('prompt-label').textContent = chat ? 'Message' : 'Prompt';
+  $('prompt-help').textContent = chat ? 'Enter sends, Shift+Enter starts a new line.' : 'Ctrl+Enter generates.';
+  $('generate').textContent = chat ? 'Send' : 'Generate';
+}
+
+/** A message of the conversation: the user's as typed, the model's rendered from Markdown. */
+function addMessage(role, text) {
+  const li = document.createElement('li');
+  li.className = `message ${role}`;
+  const who = document.createElement('span');
+  who.className = 'role';
+  who.textContent = role === 'user' ? 'You' : 'Model';
+  const body = document.createElement('div');
+  body.className = 'body';
+  body.textContent = text;
+  li.append(who, body);
+  $('messages').append(li);
+  li.scrollIntoView({ block: 'end' });
+  return li;
+}
+
+// the answer being written: its text so far (kept in data-text too) and a pending render
+let answer = null;
+function renderAnswer() {
+  if (!answer) return;
+  answer.pending = false;
+  answer.li.dataset.text = answer.text;
+  answer.li.querySelector('.body').replaceChildren(renderMarkdown(answer.text));
+}
+
 function generate() {
   const chat = $('chat').checked;
   const prompt = $('prompt').value;
   if (chat) {
-    const turn = document.createElement('div');
-    turn.className = 'turn';
-    turn.textContent = `You: ${prompt}\n`;
-    $('echo').textContent = '';
-    $('output').append(turn, document.createTextNode(''));
+    if (!prompt.trim()) return;
+    addMessage('user', prompt);
+    answer = { li: addMessage('assistant', ''), text: '', pending: false };
+    answer.li.setAttribute('aria-busy', 'true');
+    $('prompt').value = '';
     chatTurns += 1;
   } else {
     $('output').textContent = '';
@@ -127,8 +167,10 @@ function onMessage({ data }) {
     case 'ready':
       loaded = true;
       chatTurns = 0;
+      $('messages').replaceChildren();
       $('chat').disabled = !data.chat;
-      $('chat').checked = data.chat && params.get('chat') === '1';
+      $('chat').checked = data.chat && params.get('chat') !== '0';
+      showMode();
       $('threads').value = String(data.threads);
       showLoaded(lastLoad);
       status(`Ready: ${data.summary}; kernel ${data.isa}; ${data.threads} thread${data.threads > 1 ? 's' : ''}; loaded in ${(data.loadMs / 1000).toFixed(1)} s; wasm memory ${Math.round(data.memory / 1048576)} MiB`, 1, 1);
@@ -141,15 +183,29 @@ function onMessage({ data }) {
       }
       break;
     case 'token': {
+      $('tps').textContent = (data.generated / (data.ms / 1000)).toFixed(1);
+      if (answer) {
+        answer.text += data.text;
+        // one render per frame, however many tokens came
+        if (!answer.pending) {
+          answer.pending = true;
+          requestAnimationFrame(renderAnswer);
+        }
+        break;
+      }
       const out = $('output');
       const last = out.lastChild;
       if (last && last.nodeType === Node.TEXT_NODE) last.appendData(data.text);
       else out.append(document.createTextNode(data.text));
-      $('tps').textContent = (data.generated / (data.ms / 1000)).toFixed(1);
       break;
     }
     case 'done': {
       generating = false;
+      if (answer) {
+        renderAnswer();
+        answer.li.setAttribute('aria-busy', 'false');
+        answer = null;
+      }
       const tps = data.genMs > 0 ? data.generated / (data.genMs / 1000) : 0;
       $('tps').textContent = tps.toFixed(1);
       const reasons = { end: 'end of text', max_tokens: 'token limit', context_full: 'context full', cancelled: 'stopped' };
@@ -161,6 +217,8 @@ function onMessage({ data }) {
     }
     case 'error':
       generating = false;
+      answer?.li.setAttribute('aria-busy', 'false');
+      answer = null;
       showError(data.during === 'load' ? `Could not load the model: ${data.message}` : data.message);
       if (data.during === 'load') status(loaded ? 'The previous model is still loaded.' : 'No model loaded.');
       setState('error');
@@ -207,11 +265,27 @@ $('file').addEventListener('change', () => {
 });
 $('generate').addEventListener('click', generate);
 $('prompt').addEventListener('keydown', (e) => {
-  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !$('generate').disabled) generate();
+  if (e.key !== 'Enter' || e.isComposing || $('generate').disabled) return;
+  // a chat sends on Enter (Shift+Enter: a new line); a completion on Ctrl+Enter
+  if ($('chat').checked ? !e.shiftKey : e.ctrlKey || e.metaKey) {
+    e.preventDefault();
+    generate();
+  }
+});
+$('chat').addEventListener('change', () => {
+  // the other mode starts afresh: the engine's conversation is cleared too
+  worker.postMessage({ type: 'reset' });
+  $('messages').replaceChildren();
+  $('output').textContent = '';
+  $('echo').textContent = '';
+  chatTurns = 0;
+  showMode();
+  controls();
 });
 $('stop').addEventListener('click', () => worker.postMessage({ type: 'stop' }));
 $('reset').addEventListener('click', () => {
   worker.postMessage({ type: 'reset' });
+  $('messages').replaceChildren();
   $('output').textContent = '';
   $('echo').textContent = '';
   chatTurns = 0;

@@ -32,10 +32,12 @@ async function eachChunk(stream, size, label, io, onChunk) {
 
 /**
  * A same-origin GGUF as a Blob: the cached one, else downloaded (progress reported) into
- * the cache and read back from it — a Blob the browser keeps outside wasm memory.
+ * the cache and read back from it — a Blob the browser keeps outside wasm memory. Where
+ * the cache refuses it (a storage quota: a private window, a full disk), it is
+ * downloaded again into memory (`useCache` false).
  */
-export async function fetchModelBlob(url, label, io) {
-  const cache = await caches.open(CACHE).catch(() => {
+export async function fetchModelBlob(url, label, io, useCache = true) {
+  const cache = !useCache ? null : await caches.open(CACHE).catch(() => {
     io.post({ type: 'note', message: 'This browser offers no Cache Storage here: the model will be downloaded again next time.' });
     return null;
   });
@@ -57,7 +59,7 @@ export async function fetchModelBlob(url, label, io) {
     if (!cache) chunks.push(chunk);
   });
   if (await storing) return (await cache.match(url)).blob();
-  if (!chunks.length) throw new Error(`${url}: the download could not be kept (cache refused it); reload to retry`);
+  if (cache) return fetchModelBlob(url, label, io, false);
   return new Blob(chunks);
 }
 

@@ -12,6 +12,7 @@ let Engine;
 const MODELS = {
   stories15M: { kind: 'llama2c', url: 'models/stories15M/model.bin', tokenizer: 'models/stories15M/tokenizer.bin', bits: 4 },
   gemma: { kind: 'gguf', url: 'models/gemma-3-270m-q4_k_m.gguf' },
+  qwen: { kind: 'gguf', url: 'models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf' },
 };
 
 let engine = null;

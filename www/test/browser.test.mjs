@@ -2,7 +2,9 @@
 // equals the native CLI's, tokens/s shown, a bad file is a readable error after which the
 // page still generates, Stop ends a long generation within 1 s and the next one works, and
 // the threaded build on 2 and 3 threads writes the single-thread text, and a 1-bit (Q1_0)
-// qwen3 file loaded from disk does too.
+// qwen3 file loaded from disk does too, as a completion and as a two-turn chat; model text
+// with HTML in it is shown as text.
+// Completion tests pass ?chat=0: a model with a chat template opens as a chat.
 // Run by `cargo xtask test-web` (which builds www/pkg and places the models first).
 // LUTRA_WEB_GEMMA=1 adds Gemma 3 270M; LUTRA_BIN names the native lutra to compare with.
 import { test, before, after } from 'node:test';
@@ -74,7 +76,7 @@ function native(args, prompt, n, hostTier = false) {
  * tier alone (`import::q5_0_as_int8`), so there the best tier is only reported.
  */
 async function greedyMatchesNative(model, args, prompt, n, timeout, query = '', best = true) {
-  const { page, errors } = await open(`model=${model}&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${query}`);
+  const { page, errors } = await open(`model=${model}&chat=0&prompt=${encodeURIComponent(prompt)}&n=${n}&temp=0&autorun=1${query}`);
   await state(page, 'done', timeout);
   // ?temp=0 wins over the engine's default
   assert.equal(await page.inputValue('#temp'), '0');
@@ -198,7 +200,7 @@ test('a 1-bit qwen3 file from disk (Q1_0 layers, Q8_0 embedding and head, as Bon
   const expected = native(['-m', file], prompt, 24);
   assert.equal(native(['-m', file], prompt, 24, true), expected, 'the SSSE3 and best native tiers write the same text');
   for (const threads of [1, 2]) {
-    const { page, errors } = await open(`model=stories15M&threads=${threads}&prompt=${encodeURIComponent(prompt)}&n=24&temp=0`);
+    const { page, errors } = await open(`model=stories15M&chat=0&threads=${threads}&prompt=${encodeURIComponent(prompt)}&n=24&temp=0`);
     await state(page, 'ready', 60000);
     await page.setInputFiles('#file', file);
     await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.getElementById('status').textContent.startsWith('Ready: qwen3,'), null, { timeout: 60000 });
@@ -212,6 +214,84 @@ test('a 1-bit qwen3 file from disk (Q1_0 layers, Q8_0 embedding and head, as Bon
     assert.deepEqual(errors, []);
     await page.close();
   }
+});
+
+test('model text is data: Markdown renders as elements, HTML in it shows as text and never runs', async () => {
+  const { page, errors } = await open('model=stories15M');
+  await state(page, 'ready', 60000);
+  const hostile = [
+    '# Title <b>x</b>',
+    'Text with <script>window.pwned = 1</script> and <img src=x onerror="window.pwned = 2"> and **bold** and `<i>code</i>`.',
+    '- <a href="javascript:window.pwned=3">link</a>',
+    '```html',
+    '<img src=x onerror="window.pwned = 4"><script>window.pwned = 5</script>',
+    '```',
+    '<iframe srcdoc="<script>parent.pwned=6</script>"></iframe>',
+  ].join('\n');
+  const seen = await page.evaluate(async (text) => {
+    const { renderMarkdown } = await import('./markdown.js');
+    const host = document.createElement('div');
+    host.append(renderMarkdown(text));
+    document.body.append(host);
+    await new Promise((r) => setTimeout(r, 300));
+    return {
+      pwned: window.pwned ?? null,
+      injected: host.querySelectorAll('script, img, iframe, a, b, i').length,
+      tags: [...host.querySelectorAll('*')].map((e) => e.tagName.toLowerCase()).join(' '),
+      text: host.textContent,
+      code: host.querySelector('pre code')?.textContent,
+    };
+  }, hostile);
+  assert.equal(seen.pwned, null);
+  assert.equal(seen.injected, 0, seen.tags);
+  assert.equal(seen.tags, 'h3 p strong code ul li div div span button pre code p');
+  for (const raw of ['<b>x</b>', '<script>window.pwned = 1</script>', '<img src=x onerror="window.pwned = 2">', '<i>code</i>', '<a href="javascript:window.pwned=3">link</a>', '<iframe srcdoc=']) {
+    assert.ok(seen.text.includes(raw), `${raw} shown as text`);
+  }
+  assert.equal(seen.code, '<img src=x onerror="window.pwned = 4"><script>window.pwned = 5</script>');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('chat with a qwen3 file from disk: two turns as messages, the answers equal `lutra chat`; Enter sends; a phone-sized viewport does not scroll sideways', { skip: !process.env.LUTRA_WEB_Q1_0 && 'LUTRA_WEB_Q1_0=FILE (cargo xtask test-web writes it)' }, async () => {
+  const file = process.env.LUTRA_WEB_Q1_0;
+  const turns = ['Hello! Who are you?', 'Write a haiku about otters.'];
+  const env = os.arch() === 'x64' ? { ...process.env, LUTRA_MAX_ISA: 'ssse3' } : process.env;
+  const expected = execFileSync(lutra, ['chat', '-m', file, '-n', '16', '--temp', '0', '-t', '1'], { input: `${turns.join('\n')}\n`, stdio: ['pipe', 'pipe', 'ignore'], env }).toString();
+  const { page, errors } = await open('model=stories15M&threads=1&n=16&temp=0');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await state(page, 'ready', 60000);
+  await page.setInputFiles('#file', file);
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.getElementById('status').textContent.startsWith('Ready: qwen3,'), null, { timeout: 60000 });
+  assert.ok(await page.isChecked('#chat'), 'a model with a chat template opens as a chat');
+  assert.equal(await page.textContent('#generate'), 'Send');
+  for (const turn of turns) {
+    await page.fill('#prompt', turn);
+    await page.focus('#prompt');
+    await page.keyboard.press('Enter');
+    await state(page, 'done', 60000);
+    assert.equal(await page.inputValue('#prompt'), '', 'the box empties when a message is sent');
+  }
+  const messages = await page.$$eval('#messages > li', (lis) => lis.map((li) => [li.className, li.dataset.text ?? li.querySelector('.body').textContent]));
+  assert.deepEqual(messages.map(([c]) => c), ['message user', 'message assistant', 'message user', 'message assistant']);
+  assert.deepEqual(messages.filter(([c]) => c.endsWith('user')).map(([, t]) => t), turns);
+  const answers = messages.filter(([c]) => c.endsWith('assistant')).map(([, t]) => `${t}\n`).join('');
+  assert.equal(answers, expected);
+  // Shift+Enter is a new line, not a message
+  await page.focus('#prompt');
+  await page.keyboard.type('one');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('two');
+  assert.equal(await page.inputValue('#prompt'), 'one\ntwo');
+  assert.equal(await page.$$eval('#messages > li', (lis) => lis.length), 4);
+  // what sticks out past the viewport's right edge, if anything
+  const wide = await page.evaluate(() => [...document.querySelectorAll('body *')]
+    .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+    .map((e) => `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ''}${e.className ? `.${e.className}` : ''} (${Math.round(e.getBoundingClientRect().right)} px)`));
+  assert.deepEqual(wide, [], 'no sideways scrolling at 390 px');
+  await page.screenshot({ path: path.join(shots, 'chat-phone.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
 });
 
 test('Gemma 3 270M: greedy text equals the native CLI, on 1 thread and on 2', { skip: process.env.LUTRA_WEB_GEMMA !== '1' && 'LUTRA_WEB_GEMMA=1 (cargo xtask test-web --gemma)' }, async () => {

@@ -4,7 +4,7 @@
 //! cargo xtask test [STEP...]   everything CI runs (.ci/run), in order, failing fast
 //! cargo xtask demo [ARGS...]   fetch stories15M, release build, `lutra run` a story (ARGS replace the defaults)
 //! cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]   fetch models into the git-ignored models/
-//! cargo xtask web [--gemma] [--port PORT]     build the page (www/) and serve it on 127.0.0.1
+//! cargo xtask web [--model gemma|qwen] [--port PORT]  build the page (www/) and serve it on 127.0.0.1
 //! cargo xtask test-web [--gemma]              build the page and run its tests in headless Chromium
 //! cargo xtask fuzz [--seconds S] [TARGET...]  each fuzz target for S seconds (default 60), a table of the runs
 //! ```
@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--gemma] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n       cargo xtask compare [--tier native|avx2] [--pairs N] [--threads 1,2] [--models NAME,...] [--json]\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--model gemma|qwen] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n       cargo xtask compare [--tier native|avx2] [--pairs N] [--threads 1,2] [--models NAME,...] [--json]\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");

@@ -6,30 +6,37 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::models::{fetch_gemma, fetch_stories, write_one_bit_qwen3, GEMMA_FILE};
+use crate::models::{fetch_gemma, fetch_qwen_coder, fetch_stories, write_one_bit_qwen3, GEMMA_FILE, QWEN_CODER_FILE};
 use crate::process::{cargo, expect_contains, run, run_capture};
 use crate::toolchain::{nightly_ready, NIGHTLY, THREADS_RUSTFLAGS, WASM32};
 use crate::{workspace_root, Result};
 
-/// `cargo xtask web [--gemma] [--port PORT]`: builds the page and serves `www/` on
-/// 127.0.0.1 with COOP/COEP headers (crossOriginIsolated, threads-ready).
+/// `cargo xtask web [--model gemma|qwen]... [--gemma] [--port PORT]`: builds the page and
+/// serves `www/` on 127.0.0.1 with COOP/COEP headers (crossOriginIsolated, threads-ready);
+/// stories15M always, Gemma 3 270M and Qwen2.5-Coder-0.5B-Instruct (a chat model) when asked.
 pub(crate) fn web(args: &[String]) -> Result {
     let root = workspace_root();
     let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let gemma = args.iter().any(|a| a == "--gemma");
-    let port = match args.iter().position(|a| a == "--port") {
-        Some(i) => args.get(i + 1).ok_or("--port needs a number")?.clone(),
-        None => "8080".into(),
-    };
-    build_web(&root, &target_dir, gemma)?;
+    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args.get(i + 1).ok_or(format!("{flag} needs a value")));
+    let mut models = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        match (a.as_str(), args.get(i + 1).map(String::as_str)) {
+            ("--gemma", _) | ("--model", Some("gemma")) => models.push(WebModel::Gemma),
+            ("--model", Some("qwen")) => models.push(WebModel::Qwen),
+            ("--model", other) => return Err(format!("--model takes gemma or qwen, not {other:?}")),
+            _ => {}
+        }
+    }
+    let port = value("--port").transpose()?.cloned().unwrap_or_else(|| "8080".into());
+    build_web(&root, &target_dir, &models)?;
     println!("open http://127.0.0.1:{port}/ (Ctrl-C stops the server)");
     run(Command::new("node").args(["serve.mjs", ".", &port, "--isolated"]).current_dir(root.join("www")))
 }
 
 /// The page's files: www/pkg (the wasm, release, `wasm-bindgen --target web`, npm
-/// binaryen's `wasm-opt -O3`) and www/models (stories15M; Gemma with `gemma`), linked
-/// from models/ (fetched when missing).
-fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
+/// binaryen's `wasm-opt -O3`) and www/models (stories15M and `models`), linked from
+/// models/ (fetched when missing).
+fn build_web(root: &Path, target_dir: &Path, models: &[WebModel]) -> Result {
     let www = root.join("www");
     if !www.join("node_modules/.bin/wasm-opt").exists() || !www.join("node_modules/playwright-core").exists() {
         run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&www))?;
@@ -62,9 +69,11 @@ fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
 
     fetch_stories(root)?;
     let mut files = vec!["stories15M/model.bin", "stories15M/tokenizer.bin"];
-    if gemma {
-        fetch_gemma(root)?;
-        files.push(GEMMA_FILE);
+    for model in models {
+        files.push(match model {
+            WebModel::Gemma => fetch_gemma(root).map(|_| GEMMA_FILE)?,
+            WebModel::Qwen => fetch_qwen_coder(root).map(|_| QWEN_CODER_FILE)?,
+        });
     }
     for file in files {
         let (from, to) = (root.join("models").join(file), www.join("models").join(file));
@@ -80,13 +89,20 @@ fn build_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
     Ok(())
 }
 
+/// The models the page's menu offers besides stories15M.
+#[derive(Clone, Copy)]
+enum WebModel {
+    Gemma,
+    Qwen,
+}
+
 /// `cargo xtask test-web [--gemma]`: the page's tests in headless Chromium, against the
 /// native CLI's greedy text (the release `lutra` built here).
 pub(crate) fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
     if !Path::new("/usr/bin/chromium").exists() {
         return Err("no /usr/bin/chromium: `cargo xtask test install` (or apt-get install chromium) first".into());
     }
-    build_web(root, target_dir, gemma)?;
+    build_web(root, target_dir, if gemma { &[WebModel::Gemma] } else { &[] })?;
     run(cargo(root).args(["build", "--release", "-p", "lutra-cli"]))?;
     // the page loads a 1-bit qwen3 file from disk
     let one_bit = write_one_bit_qwen3(root, &target_dir.join("web"))?;
