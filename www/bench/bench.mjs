@@ -68,7 +68,7 @@ async function page(model, variant) {
   const p = await context.newPage();
   let t0 = Date.now();
   const builtIn = model.disk ? 'stories15M' : model.name;
-  await p.goto(`${base}index.html?model=${builtIn}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0${model.disk ? '' : '&autorun=1'}${variant.query}`);
+  await p.goto(`${base}index.html?model=${builtIn}&chat=0&prompt=${encodeURIComponent(model.prompt)}&n=${n}&temp=0${model.disk ? '' : '&autorun=1'}${variant.query}`);
   if (model.disk) {
     // a file from disk: the picker replaces the built-in model once that has loaded
     await p.waitForSelector('body[data-state="ready"]', { timeout: 600000 });
