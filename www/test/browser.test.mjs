@@ -6,7 +6,8 @@
 // with HTML in it is shown as text.
 // Completion tests pass ?chat=0: a model with a chat template opens as a chat.
 // Run by `cargo xtask test-web` (which builds www/pkg and places the models first).
-// LUTRA_WEB_GEMMA=1 adds Gemma 3 270M; LUTRA_BIN names the native lutra to compare with.
+// LUTRA_WEB_GEMMA=1 adds Gemma 3 270M, LUTRA_WEB_QWEN=1 a chat with Qwen2.5-Coder-0.5B-Instruct
+// from the same origin; LUTRA_BIN names the native lutra to compare with.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -290,6 +291,61 @@ test('chat with a qwen3 file from disk: two turns as messages, the answers equal
     .map((e) => `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ''}${e.className ? `.${e.className}` : ''} (${Math.round(e.getBoundingClientRect().right)} px)`));
   assert.deepEqual(wide, [], 'no sideways scrolling at 390 px');
   await page.screenshot({ path: path.join(shots, 'chat-phone.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('Qwen2.5-Coder-0.5B-Instruct from the same origin: two chat turns equal `lutra chat`, a code block, the model\'s <script> as text, Stop and New conversation', { skip: process.env.LUTRA_WEB_QWEN !== '1' && 'LUTRA_WEB_QWEN=1 (cargo xtask test-web --qwen)' }, async () => {
+  const file = path.join(root, 'models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf');
+  const turns = ['Write a minimal HTML page whose script tag shows an alert saying hello.', 'Now make the alert say goodbye.'];
+  // the page adds floats as the SSSE3 tier does (the file's Q5_0 matrices run on int8 kernels on AVX2 alone)
+  const env = os.arch() === 'x64' ? { ...process.env, LUTRA_MAX_ISA: 'ssse3' } : process.env;
+  const expected = execFileSync(lutra, ['chat', '-m', file, '-n', '96', '--temp', '0', '-t', '1'], { input: `${turns.join('\n')}\n`, stdio: ['pipe', 'pipe', 'ignore'], env }).toString();
+  const { page, errors } = await open('model=qwen&threads=2&n=96&temp=0');
+  await state(page, 'ready', 300000);
+  console.log(`Qwen 0.5B: ${await page.textContent('#status')}`);
+  assert.ok(await page.isChecked('#chat'));
+  assert.equal(await page.$eval('#model', (s) => s.selectedOptions[0].value), 'qwen');
+  assert.equal(await page.$eval('#progress', (p) => p.value), 1, 'the progress bar is full when ready');
+  const send = async (text) => {
+    await page.fill('#prompt', text);
+    await page.focus('#prompt');
+    await page.keyboard.press('Enter');
+    await state(page, 'done', 120000);
+  };
+  for (const turn of turns) await send(turn);
+  console.log(`Qwen 0.5B chat: ${await page.textContent('#stats')}; ${await page.textContent('#tps')} tokens/s`);
+  const answers = await page.$$eval('#messages > li.assistant', (lis) => lis.map((li) => li.dataset.text));
+  assert.equal(answers.map((a) => `${a}\n`).join(''), expected);
+  assert.ok(answers[0].includes('<script>'), 'the model wrote a script tag');
+  const shown = await page.evaluate(() => {
+    const log = document.getElementById('messages');
+    return { code: log.querySelectorAll('.assistant .code pre code').length, live: log.querySelectorAll('script, img, iframe, a').length, text: log.textContent };
+  });
+  assert.ok(shown.code >= 1, 'a code block');
+  assert.equal(shown.live, 0, 'nothing the model wrote became an element');
+  assert.ok(shown.text.includes('<script>'), 'its <script> is shown as text');
+  await page.screenshot({ path: path.join(shots, 'chat-qwen-desktop.png'), fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.screenshot({ path: path.join(shots, 'chat-qwen-phone.png'), fullPage: true });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'no sideways scrolling at 390 px');
+  // Stop ends a long answer within 1 s; New conversation empties the log and the next message is answered
+  await page.fill('#n', '400');
+  await page.fill('#prompt', 'Write a long story about an otter, in ten chapters.');
+  await page.focus('#prompt');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => (document.querySelector('#messages > li.assistant:last-child')?.dataset.text || '').length > 0, null, { timeout: 60000 });
+  const t = Date.now();
+  await page.click('#stop');
+  await state(page, 'done', 1000);
+  console.log(`Stop took ${Date.now() - t} ms`);
+  assert.match(await page.textContent('#stats'), /stopped/);
+  await page.click('#reset');
+  assert.equal(await page.$$eval('#messages > li', (lis) => lis.length), 0);
+  await page.fill('#n', '8');
+  await send('Hi!');
+  assert.equal(await page.$$eval('#messages > li', (lis) => lis.length), 2);
+  assert.match(await page.textContent('#stats'), /^prompt \d+ tokens/);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -5,7 +5,7 @@
 //! cargo xtask demo [ARGS...]   fetch stories15M, release build, `lutra run` a story (ARGS replace the defaults)
 //! cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]   fetch models into the git-ignored models/
 //! cargo xtask web [--model gemma|qwen] [--port PORT]  build the page (www/) and serve it on 127.0.0.1
-//! cargo xtask test-web [--gemma]              build the page and run its tests in headless Chromium
+//! cargo xtask test-web [--gemma] [--qwen]     build the page and run its tests in headless Chromium
 //! cargo xtask fuzz [--seconds S] [TARGET...]  each fuzz target for S seconds (default 60), a table of the runs
 //! ```
 //!
@@ -71,11 +71,12 @@ fn main() -> ExitCode {
         Some("test-web") => {
             let root = workspace_root();
             let target_dir = env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-            test_web(&root, &target_dir, args[1..].iter().any(|a| a == "--gemma"))
+            let flag = |name: &str| args[1..].iter().any(|a| a == name);
+            test_web(&root, &target_dir, flag("--gemma"), flag("--qwen"))
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--model gemma|qwen] [--port PORT] | cargo xtask test-web [--gemma] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n       cargo xtask compare [--tier native|avx2] [--pairs N] [--threads 1,2] [--models NAME,...] [--json]\n\nsteps of `test`:"
+                "usage: cargo xtask test [STEP...] | cargo xtask demo [ARGS...] | cargo xtask models [stories15M|gemma|vocab|stories-gguf|all]\n       cargo xtask web [--model gemma|qwen] [--port PORT] | cargo xtask test-web [--gemma] [--qwen] | cargo xtask test-pi\n       cargo xtask fuzz [--seconds S] [TARGET...]\n       cargo xtask compare [--tier native|avx2] [--pairs N] [--threads 1,2] [--models NAME,...] [--json]\n\nsteps of `test`:"
             );
             for (name, what, _) in STEPS {
                 eprintln!("  {name:8} {what}");

@@ -96,13 +96,16 @@ enum WebModel {
     Qwen,
 }
 
-/// `cargo xtask test-web [--gemma]`: the page's tests in headless Chromium, against the
-/// native CLI's greedy text (the release `lutra` built here).
-pub(crate) fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
+/// `cargo xtask test-web [--gemma] [--qwen]`: the page's tests in headless Chromium, against
+/// the native CLI's greedy text (the release `lutra` built here); with Gemma 3 and the
+/// Qwen2.5-Coder-0.5B-Instruct chat served from the same origin when asked.
+pub(crate) fn test_web(root: &Path, target_dir: &Path, gemma: bool, qwen: bool) -> Result {
     if !Path::new("/usr/bin/chromium").exists() {
         return Err("no /usr/bin/chromium: `cargo xtask test install` (or apt-get install chromium) first".into());
     }
-    build_web(root, target_dir, if gemma { &[WebModel::Gemma] } else { &[] })?;
+    let models: Vec<WebModel> =
+        [(gemma, WebModel::Gemma), (qwen, WebModel::Qwen)].into_iter().filter(|(on, _)| *on).map(|(_, m)| m).collect();
+    build_web(root, target_dir, &models)?;
     run(cargo(root).args(["build", "--release", "-p", "lutra-cli"]))?;
     // the page loads a 1-bit qwen3 file from disk
     let one_bit = write_one_bit_qwen3(root, &target_dir.join("web"))?;
@@ -111,6 +114,9 @@ pub(crate) fn test_web(root: &Path, target_dir: &Path, gemma: bool) -> Result {
     c.env("LUTRA_WEB_Q1_0", &one_bit);
     if gemma {
         c.env("LUTRA_WEB_GEMMA", "1");
+    }
+    if qwen {
+        c.env("LUTRA_WEB_QWEN", "1");
     }
     let out = run_capture(&mut c)?;
     expect_contains(&out, "# fail 0", "browser tests")?;

@@ -55,15 +55,16 @@ pub(crate) const STEPS: &[Step] = &[
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
     ("wasm", "lutra-core + lutra-wasm on wasm32 simd128 under node, lutra-core again with relaxed SIMD", wasm_tests),
     ("build", "release builds: lutra-embedded (aarch64 gnu + musl static), lutra-wasm", cross_builds),
-    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M, a Q1_0 qwen3 file and Gemma 3 packed, greedy text = the x86 CLI's (best tier); refusals", pi_tests),
+    ("pi", "lutra-pi (static aarch64 musl) under qemu-aarch64 and the bare-metal image under qemu -M raspi3b: stories15M, a Q1_0 qwen3 file and Gemma 3 packed, greedy text = the x86 CLI's (best tier); lutra-pi chat with Qwen 0.5B = lutra chat; Ctrl-C; refusals", pi_tests),
     ("fuzz", "every fuzz target for 7 s (one minute in all) on its seeds and corpus (AddressSanitizer): no crash, hang or OOM", |ci| {
         let runs = fuzz(&ci.root, &["--seconds".into(), "7".into()])?;
         ci.counts.push((format!("fuzz targets without a finding ({} executions)", runs.iter().map(|r| r.executions).sum::<u64>()), runs.len()));
         Ok(())
     }),
-    ("web", "the page (www/) in headless Chromium: stories15M and Gemma 3 greedy text = native (1 and 2 threads), errors, Stop; a 1-bit (Q1_0) qwen3 file from disk", |ci| {
-        // with Gemma 3 (about 30 s more): its wasm text against the native tiers'
-        test_web(&ci.root, &ci.target_dir, true)?;
+    ("web", "the page (www/) in headless Chromium: stories15M and Gemma 3 greedy text = native (1 and 2 threads), errors, Stop; a 1-bit (Q1_0) qwen3 file from disk; chats with it and with Qwen 0.5B (= lutra chat), Markdown, model-written HTML as text", |ci| {
+        // with Gemma 3 (about 30 s more): its wasm text against the native tiers'; the
+        // Qwen 0.5B chat from the same origin (about a minute)
+        test_web(&ci.root, &ci.target_dir, true, true)?;
         // kernel_check in the page runs both builds' kernels against scalar
         ci.ran("simd128", "Chromium");
         ci.ran("relaxed-simd", "Chromium (threaded build)");

@@ -3,7 +3,7 @@
 //! Raspberry Pis 3 and 4.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -110,6 +110,7 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     // the arena's used part, the mapped file and at most 6 MiB besides
     let native_pi = ci.target_dir.join("release/lutra-pi");
     run(cargo(&ci.root).args(["build", "--release", "-p", "lutra-embedded", "--bin", "lutra-pi"]))?;
+    ctrl_c_stops_an_answer(&native_pi, &qwen_packed)?;
     // a session bigger than the compile-time arena (sized for 4 096 positions): refused
     // before it starts
     let out = Command::new(&native_pi)
@@ -195,6 +196,36 @@ pub(super) fn pi_tests(ci: &mut Ci) -> Result {
     println!("bare metal refuses a model bigger than its arena: {}", uart.lines().last().unwrap_or_default());
     ci.counts.push(("bare-metal image under qemu -M raspi3b (plain UART, defmt) and -M raspi4b (text = x86, 10 refusals)".into(), 13));
     ci.ran("neon", "bare metal (qemu -M raspi3b, raspi4b)");
+    Ok(())
+}
+
+/// `lutra-pi chat`: Ctrl-C (SIGINT) while an answer streams stops that answer, and the
+/// conversation goes on to the next turn.
+fn ctrl_c_stops_an_answer(pi: &Path, model: &Path) -> Result {
+    let mut c = Command::new(pi);
+    c.arg("chat").arg(model).args(["-n", "400", "--temp", "0"]);
+    println!("$ {} (Ctrl-C during the first answer)", show(&c));
+    let mut child =
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("`{}`: {e}", show(&c)))?;
+    let (mut stdin, mut stdout) = (child.stdin.take().ok_or("no stdin")?, child.stdout.take().ok_or("no stdout")?);
+    let io = |e: std::io::Error| format!("lutra-pi chat: {e}");
+    stdin.write_all(b"Write a long story about an otter, in ten chapters.\n").and_then(|_| stdin.flush()).map_err(io)?;
+    // the answer is streaming once its first byte is out
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).map_err(io)?;
+    run(Command::new("kill").args(["-INT", &child.id().to_string()]))?;
+    stdin.write_all(b"Now one sentence about a heron.\n").map_err(io)?;
+    drop(stdin);
+    let mut text = Vec::from(first);
+    stdout.read_to_end(&mut text).map_err(io)?;
+    let out = child.wait_with_output().map_err(io)?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let turns: Vec<&str> = err.lines().filter(|l| l.contains(" new prompt tokens, ")).collect();
+    let stopped_first = turns.first().and_then(|t| t.split(", ").nth(1)?.split(' ').next()?.parse::<usize>().ok()).is_some_and(|n| n < 400);
+    if !out.status.success() || turns.len() != 2 || !err.contains("(stopped)") || !stopped_first {
+        return Err(format!("lutra-pi chat with Ctrl-C during the first answer: {} with\n{err}", out.status));
+    }
+    println!("lutra-pi chat: Ctrl-C stopped the first answer ({}); the second turn answered ({})", turns[0], turns[1]);
     Ok(())
 }
 
