@@ -272,8 +272,8 @@ $('prompt').addEventListener('keydown', (e) => {
     generate();
   }
 });
-$('chat').addEventListener('change', () => {
-  // the other mode starts afresh: the engine's conversation is cleared too
+/** A new conversation: the engine's and the page's (after New conversation, or a change of mode). */
+function clearConversation() {
   worker.postMessage({ type: 'reset' });
   $('messages').replaceChildren();
   $('output').textContent = '';
@@ -281,15 +281,9 @@ $('chat').addEventListener('change', () => {
   chatTurns = 0;
   showMode();
   controls();
-});
+}
+$('chat').addEventListener('change', clearConversation);
 $('stop').addEventListener('click', () => worker.postMessage({ type: 'stop' }));
-$('reset').addEventListener('click', () => {
-  worker.postMessage({ type: 'reset' });
-  $('messages').replaceChildren();
-  $('output').textContent = '';
-  $('echo').textContent = '';
-  chatTurns = 0;
-  controls();
-});
+$('reset').addEventListener('click', clearConversation);
 
 load({ type: 'load', model: $('model').value });
