@@ -16,18 +16,26 @@ export async function intoWasm(stream, size, label, io) {
 /** `onChunk` for each chunk of `stream` (of `size` bytes), progress posted every 1 %. */
 async function eachChunk(stream, size, label, io, onChunk) {
   const reader = stream.getReader();
-  let received = 0;
-  let reported = 0;
+  const count = progressCounter(size, label, io);
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
     onChunk(value);
-    received += value.length;
+    count(value.length);
+  }
+}
+
+/** `count(bytes)` for each chunk of a `size`-byte download: posts progress every 1 %. */
+function progressCounter(size, label, io) {
+  let received = 0;
+  let reported = 0;
+  return (bytes) => {
+    received += bytes;
     if (received - reported >= size / 100 || received === size) {
       reported = received;
       io.post({ type: 'progress', phase: label, done: received, total: size });
     }
-  }
+  };
 }
 
 /**
@@ -46,21 +54,35 @@ export async function fetchModelBlob(url, label, io, useCache = true) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
   const size = Number(response.headers.get('Content-Length'));
-  const [forCache, forCount] = cache ? response.body.tee() : [null, response.body];
-  const storing = cache
-    ? cache.put(url, new Response(forCache, { headers: response.headers })).then(() => true, (e) => {
-      io.post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
-      return false;
-    })
-    : Promise.resolve(false);
-  // without a cache the chunks make the Blob; with one they are only counted
-  const chunks = [];
-  await eachChunk(forCount, size, `downloading ${label}`, io, (chunk) => {
-    if (!cache) chunks.push(chunk);
+  const label2 = `downloading ${label}`;
+  if (!cache) return new Blob(await chunksOf(response.body, size, label2, io));
+  // the bytes pass once, counted on their way into the cache (a tee would queue the
+  // faster branch's copy in memory), then are read back from it as a disk-backed Blob
+  const counted = response.body.pipeThrough(counter(size, label2, io));
+  const stored = await cache.put(url, new Response(counted, { headers: response.headers })).then(() => true, (e) => {
+    io.post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
+    return false;
   });
-  if (await storing) return (await cache.match(url)).blob();
-  if (cache) return fetchModelBlob(url, label, io, false);
-  return new Blob(chunks);
+  if (stored) return (await cache.match(url)).blob();
+  return fetchModelBlob(url, label, io, false);
+}
+
+/** Every chunk of `stream`, progress posted as they come. */
+async function chunksOf(stream, size, label, io) {
+  const chunks = [];
+  await eachChunk(stream, size, label, io, (chunk) => chunks.push(chunk));
+  return chunks;
+}
+
+/** A stream that passes its bytes through, posting progress every 1 % of `size`. */
+function counter(size, label, io) {
+  const count = progressCounter(size, label, io);
+  return new TransformStream({
+    transform(chunk, out) {
+      count(chunk.length);
+      out.enqueue(chunk);
+    },
+  });
 }
 
 /** A same-origin model file: from the cache when it is there, else downloaded (and cached). */

@@ -32,7 +32,14 @@ const yieldToEvents = () => new Promise((resolve) => {
 /** A GGUF Blob (a same-origin model or a file from disk) into an Engine, read in pieces. */
 function engineFromGgufBlob(blob) {
   const reader = new FileReaderSync();
-  const read = (offset, length) => new Uint8Array(reader.readAsArrayBuffer(blob.slice(offset, offset + length)));
+  // the engine copies each piece before asking for the next: detaching the one before
+  // frees it at once, not at the next garbage collection (hundreds of MB on a big file)
+  let previous = null;
+  const read = (offset, length) => {
+    previous?.transfer?.(0);
+    previous = reader.readAsArrayBuffer(blob.slice(offset, offset + length));
+    return new Uint8Array(previous);
+  };
   return Engine.from_gguf_blob(blob.size, read, 0, importProgress('importing tensors'));
 }
 

@@ -5,7 +5,7 @@ mod common;
 use common::Rng;
 
 use lutra_core::kernels::quant::convert::{
-    Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_1_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q5_1_BLOCK_BYTES,
+    self, Q2_K_BLOCK_BYTES, Q3_K_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q4_1_BLOCK_BYTES, Q4_K_BLOCK_BYTES, Q5_0_BLOCK_BYTES, Q5_1_BLOCK_BYTES,
     Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TQ1_0_BLOCK_BYTES, TQ2_0_BLOCK_BYTES,
 };
 use lutra_core::{
@@ -793,25 +793,57 @@ fn residual_tables_refine_the_product() {
     assert!(other.build_residual(&x, t).is_err());
 }
 
-/// A Q8_0 import in chunks of rows is byte-identical to the import in one piece, and
-/// reports every source byte once, in order.
+/// An import a run of rows at a time (whole tiles, the last run short) is byte-identical
+/// to the import in one piece, for a legacy type and the K-quants; a run that does not
+/// start on a tile, one past the last row, or a matrix left short is an error.
 #[test]
-fn chunked_q8_0_import_is_identical() {
+fn chunked_import_is_identical() {
     let mut rng = Rng(7);
-    let (rows, cols) = (100, 64);
-    let mut blocks = Vec::new();
+    let (rows, cols) = (100, 256);
+    let mut q8 = Vec::new();
     for _ in 0..rows * cols / 32 {
-        blocks.extend_from_slice(&half::f16::from_f32(0.01 + rng.uniform() * 0.1).to_bits().to_le_bytes());
-        blocks.extend((0..32).map(|_| rng.below(256) as u8));
+        q8.extend_from_slice(&half::f16::from_f32(0.01 + rng.uniform() * 0.1).to_bits().to_le_bytes());
+        q8.extend((0..32).map(|_| rng.below(256) as u8));
     }
-    let whole = PackedMatrix::from_q8_0(&blocks, rows, cols).unwrap();
-    let mut seen = Vec::new();
-    let chunked = PackedMatrix::from_q8_0_chunked(&blocks, rows, cols, 32, |r| seen.push(r)).unwrap();
-    assert_eq!(chunked.as_bytes(), whole.as_bytes());
-    assert_eq!(seen.first().map(|r| r.start), Some(0));
-    assert_eq!(seen.last().map(|r| r.end), Some(blocks.len()));
-    assert!(seen.windows(2).all(|w| w[0].end == w[1].start));
-    assert!(PackedMatrix::from_q8_0_chunked(&blocks, rows, cols, 48, |_| {}).is_err());
+    let mut cases = vec![(PackedMatrix::from_q8_0(&q8, rows, cols).unwrap(), q8.clone(), convert::import_q8_0_into as convert::ImportRows)];
+    for (name, import) in [
+        ("Q2_K", convert::import_q2_k_into as convert::ImportRows),
+        ("Q3_K", convert::import_q3_k_into),
+        ("Q4_K", convert::import_q4_k_into),
+        ("Q5_K", convert::import_q5_k_into),
+        ("Q6_K", convert::import_q6_k_into),
+    ] {
+        let (blocks, whole) = random_k_quant(&mut rng, name, rows, cols);
+        cases.push((whole, blocks, import));
+    }
+    for (whole, blocks, import) in cases {
+        let row_bytes = blocks.len() / rows;
+        let run = convert::ChunkedImport::rows_per_run(row_bytes, 40 * row_bytes);
+        assert_eq!(run, 32);
+        let mut chunked = convert::ChunkedImport::new(*whole.layout(), import);
+        for first in (0..rows).step_by(run) {
+            let n = run.min(rows - first);
+            chunked.push(&blocks[first * row_bytes..(first + n) * row_bytes], n).unwrap();
+        }
+        assert_eq!(chunked.finish().unwrap().as_bytes(), whole.as_bytes());
+
+        let mut bad = convert::ChunkedImport::new(*whole.layout(), import);
+        bad.push(&blocks[..8 * row_bytes], 8).unwrap();
+        assert!(bad.push(&blocks[8 * row_bytes..16 * row_bytes], 8).is_err(), "a run that does not start on a tile");
+        let mut past = convert::ChunkedImport::new(*whole.layout(), import);
+        assert!(past.push(&blocks, rows + 1).is_err(), "more rows than the matrix");
+        past.push(&blocks[..32 * row_bytes], 32).unwrap();
+        assert!(past.finish().is_err(), "rows left");
+    }
+    // a NaN scale in row 70 (the third run) is named as row 70, not the run's row 6
+    let mut poisoned = q8.clone();
+    let at = 70 * cols / 32 * 34 + 34;
+    poisoned[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let layout = *PackedMatrix::from_q8_0(&q8, rows, cols).unwrap().layout();
+    let mut chunked = convert::ChunkedImport::new(layout, convert::import_q8_0_into);
+    let row_bytes = cols / 32 * 34;
+    chunked.push(&poisoned[..64 * row_bytes], 64).unwrap();
+    assert_eq!(chunked.push(&poisoned[64 * row_bytes..], rows - 64).err(), Some(Error::NonFiniteScale { row: 70, group: 1 }));
 }
 
 /// Random llama.cpp K-quant blocks of `name` (Q2_K … Q6_K) for a rows × cols matrix, with

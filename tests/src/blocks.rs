@@ -11,7 +11,12 @@
 //! u32 block bytes, the blocks · unless poisoned: rows × cols f32, llama.cpp's weights
 //! ```
 
+use core::ops::Range;
 use lutra_core::kernels::int8::Int8Matrix;
+
+use lutra_core::formats::gguf::GgmlType;
+use lutra_core::formats::import::{lookup_matrix, InMemory};
+use lutra_core::model::ModelError;
 use lutra_core::{AlignedBytes, Error, PackedMatrix};
 
 /// The golden file of block-import cases (in this crate).
@@ -92,27 +97,32 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// lutra's import of `rows × cols` weights of ggml type `type_name` as the engine makes
+/// it (`import::lookup_matrix`), reading the blocks `rows_per_run` rows at a time, and
+/// each run's byte range as the import reports it.
+pub fn import_in_runs(
+    type_name: &str,
+    blocks: &[u8],
+    rows: usize,
+    cols: usize,
+    rows_per_run: usize,
+) -> Result<(PackedMatrix<AlignedBytes>, Vec<Range<usize>>), Error> {
+    let t = GgmlType::ALL.iter().copied().find(|t| t.name() == type_name).unwrap_or_else(|| panic!("no ggml type {type_name}"));
+    let run_bytes = rows_per_run * blocks.len() / rows.max(1);
+    let mut runs = Vec::new();
+    let m =
+        lookup_matrix(t, &mut InMemory(blocks), 0..blocks.len() as u64, rows, cols, run_bytes, |r| runs.push(r)).map_err(|e| match e {
+            ModelError::Kernel(e) => e,
+            other => panic!("{type_name}: {other}"),
+        })?;
+    Ok((m, runs))
+}
+
 /// lutra's import of `rows × cols` weights of ggml type `type_name`, dequantized row by
 /// row: the lookup form, and for Q8_0 also the int8 form the engine uses (both must
 /// equal llama.cpp's weights).
 pub fn import_and_dequantize(type_name: &str, blocks: &[u8], rows: usize, cols: usize) -> Result<Vec<Vec<f32>>, Error> {
-    let lookup: PackedMatrix<AlignedBytes> = match type_name {
-        "Q1_0" => PackedMatrix::from_q1_0(blocks, rows, cols),
-        "Q2_0" => PackedMatrix::from_q2_0(blocks, rows, cols),
-        "Q4_0" => PackedMatrix::from_q4_0(blocks, rows, cols),
-        "Q5_0" => PackedMatrix::from_q5_0(blocks, rows, cols),
-        "Q4_1" => PackedMatrix::from_q4_1(blocks, rows, cols),
-        "Q5_1" => PackedMatrix::from_q5_1(blocks, rows, cols),
-        "Q5_K" => PackedMatrix::from_q5_k(blocks, rows, cols),
-        "Q8_0" => PackedMatrix::from_q8_0(blocks, rows, cols),
-        "Q2_K" => PackedMatrix::from_q2_k(blocks, rows, cols),
-        "Q3_K" => PackedMatrix::from_q3_k(blocks, rows, cols),
-        "Q4_K" => PackedMatrix::from_q4_k(blocks, rows, cols),
-        "Q6_K" => PackedMatrix::from_q6_k(blocks, rows, cols),
-        "TQ1_0" => PackedMatrix::from_tq1_0(blocks, rows, cols),
-        "TQ2_0" => PackedMatrix::from_tq2_0(blocks, rows, cols),
-        other => panic!("no import for {other}"),
-    }?;
+    let (lookup, _) = import_in_runs(type_name, blocks, rows, cols, 32)?;
     let mut row = vec![0f32; cols];
     let mut lookup_weights = Vec::with_capacity(rows * cols);
     for r in 0..rows {

@@ -20,6 +20,32 @@ fn imports_equal_llama_cpp_on_the_golden_blocks() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The engine imports a matrix a run of whole tiles at a time (the page reads a `Blob` so):
+/// each golden case stacked to 68 rows, read 32 rows at a time, gives llama.cpp's weights
+/// row for row, and the runs cover the blocks once, in order.
+#[test]
+fn imports_in_runs_of_rows_equal_llama_cpp() {
+    let cases = read_cases(&std::fs::read(golden_path(BLOCKS_GOLDEN)).unwrap()).unwrap();
+    let mut checked = 0;
+    for c in cases.iter().filter(|c| c.rows == 4) {
+        let Expected::Weights(want) = &c.expected else { continue };
+        let copies = 17;
+        let (rows, blocks) = (c.rows * copies, c.blocks.repeat(copies));
+        let (m, runs) = lutra_tests::blocks::import_in_runs(&c.type_name, &blocks, rows, c.cols, 32).unwrap();
+        let bounds: Vec<(usize, usize)> = runs.iter().map(|r| (r.start, r.end)).collect();
+        let row_bytes = blocks.len() / rows;
+        assert_eq!(bounds, [(0, 32 * row_bytes), (32 * row_bytes, 64 * row_bytes), (64 * row_bytes, blocks.len())], "{}", c.type_name);
+        let mut row = vec![0f32; c.cols];
+        for r in 0..rows {
+            m.dequantize_row(r, &mut row).unwrap();
+            let expected = &want[r % c.rows * c.cols..][..c.cols];
+            assert!(row.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{} row {r}", c.type_name);
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 14, "every type");
+}
+
 /// 200 fresh random matrices per type (and each poisoned once), llama.cpp in-process.
 #[cfg(feature = "llamacpp")]
 #[test]
@@ -54,6 +80,13 @@ fn one_and_two_bit_imports_are_as_compact_as_the_file() {
     wide[18..20].copy_from_slice(&0x7800u16.to_le_bytes()); // 32768, block 1 of row 0
     let m = PackedMatrix::from_q1_0(&wide, rows, cols).unwrap();
     assert_eq!(m.layout().scales(), ScaleFormat::F32);
+    // read 32 rows at a time, a wide scale only in the last run widens the whole matrix
+    let mut wide_last = q1.clone();
+    let last_row = (rows - 1) * cols / 128 * 18;
+    wide_last[last_row..last_row + 2].copy_from_slice(&0x7800u16.to_le_bytes());
+    let (in_runs, _) = lutra_tests::blocks::import_in_runs("Q1_0", &wide_last, rows, cols, 32).unwrap();
+    assert_eq!(in_runs.layout().scales(), ScaleFormat::F32);
+    assert_eq!(in_runs.as_bytes(), PackedMatrix::from_q1_0(&wide_last, rows, cols).unwrap().as_bytes());
     let mut row = vec![0f32; cols];
     m.dequantize_row(0, &mut row).unwrap();
     // 0x5a = 0b0101_1010: elements 1, 3, 4, 6 of each byte are +d

@@ -71,30 +71,88 @@ pub fn weights(
     if let Some(reader) = float_reader(info.ggml_type) {
         return float_as_q8_0(source, range, rows, cols, reader, consumed).map(Weights::Int8);
     }
-    let data = source.read(range)?;
     if info.ggml_type == GgmlType::Q5_0 && q5_0_as_int8() {
+        let data = source.read(range)?;
         let m = Int8Matrix::from_q5_0(data, rows, cols)?;
         consumed(0..data.len());
         return Ok(Weights::Int8(m));
     }
-    let m = match info.ggml_type {
-        GgmlType::Q4_0 => PackedMatrix::from_q4_0(data, rows, cols),
-        GgmlType::Q5_0 => PackedMatrix::from_q5_0(data, rows, cols),
-        GgmlType::Q4_1 => PackedMatrix::from_q4_1(data, rows, cols),
-        GgmlType::Q5_1 => PackedMatrix::from_q5_1(data, rows, cols),
-        GgmlType::Q5_K => PackedMatrix::from_q5_k(data, rows, cols),
-        GgmlType::Q4_K => PackedMatrix::from_q4_k(data, rows, cols),
-        GgmlType::Q6_K => PackedMatrix::from_q6_k(data, rows, cols),
-        GgmlType::Q2_K => PackedMatrix::from_q2_k(data, rows, cols),
-        GgmlType::Q3_K => PackedMatrix::from_q3_k(data, rows, cols),
-        GgmlType::TQ2_0 => PackedMatrix::from_tq2_0(data, rows, cols),
-        GgmlType::TQ1_0 => PackedMatrix::from_tq1_0(data, rows, cols),
-        GgmlType::Q1_0 => PackedMatrix::from_q1_0(data, rows, cols),
-        GgmlType::Q2_0 => PackedMatrix::from_q2_0(data, rows, cols),
-        other => return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: other.name() }),
-    }?;
-    consumed(0..data.len());
-    Ok(Weights::Lookup(m))
+    if lookup_import(info.ggml_type).is_none() {
+        return Err(ModelError::UnsupportedTensorType { name: name.to_string(), ggml_type: info.ggml_type.name() });
+    }
+    lookup_matrix(info.ggml_type, source, range, rows, cols, RUN_BYTES, consumed).map(Weights::Lookup)
+}
+
+/// File bytes per run of rows a bit-plane import reads at a time: small beside any matrix,
+/// large enough that a page reading a `Blob` makes few calls.
+const RUN_BYTES: usize = 4 << 20;
+
+/// A `rows × cols` matrix of llama.cpp blocks of type `t` (at `range` of `source`) as bit
+/// planes, read and imported about `run_bytes` of the file at a time, so the tensor is
+/// never whole in memory beside its imported form. `consumed` gets each run's byte range
+/// within the tensor once it is imported. A type without a bit-plane import is refused.
+pub fn lookup_matrix(
+    t: GgmlType,
+    source: &mut dyn TensorSource,
+    range: Range<u64>,
+    rows: usize,
+    cols: usize,
+    run_bytes: usize,
+    mut consumed: impl FnMut(Range<usize>),
+) -> Result<PackedMatrix<crate::AlignedBytes>, ModelError> {
+    let Some((layout, import)) = lookup_import(t) else {
+        return Err(ModelError::UnsupportedTensorType { name: String::new(), ggml_type: t.name() });
+    };
+    let wrong_size = |got| ModelError::from(Error::BufferSize { what: "tensor bytes for its rows", expected: rows, got });
+    let tensor_bytes = usize::try_from(range.end - range.start).map_err(|_| wrong_size(usize::MAX))?;
+    if rows == 0 || !tensor_bytes.is_multiple_of(rows) {
+        return Err(wrong_size(tensor_bytes));
+    }
+    let row_bytes = tensor_bytes / rows;
+    let run = convert::ChunkedImport::rows_per_run(row_bytes, run_bytes);
+    let runs = || (0..rows).step_by(run).map(|first| (first, run.min(rows - first)));
+    let bytes_of = |(first, n): (usize, usize)| first * row_bytes..(first + n) * row_bytes;
+    let at = |piece: &Range<usize>| range.start + piece.start as u64..range.start + piece.end as u64;
+    let mut layout = layout(rows, cols)?;
+    if t == GgmlType::Q1_0 {
+        // the scale format follows the largest scale: one pass over the blocks first
+        for r in runs() {
+            let part = convert::q1_0_layout_for(source.read(at(&bytes_of(r)))?, r.1, cols)?;
+            if part.scales() != layout.scales() {
+                layout = layout.with_scales(part.scales())?;
+                break;
+            }
+        }
+    }
+    let mut m = convert::ChunkedImport::new(layout, import);
+    for r in runs() {
+        let piece = bytes_of(r);
+        m.push(source.read(at(&piece))?, r.1)?;
+        consumed(piece);
+    }
+    Ok(m.finish()?)
+}
+
+/// The bit-plane layout of a matrix of GGUF type `t`, and the import of its blocks.
+fn lookup_import(t: GgmlType) -> Option<(fn(usize, usize) -> Result<crate::Layout, Error>, convert::ImportRows)> {
+    Some(match t {
+        GgmlType::Q4_0 => (convert::q4_0_layout, convert::import_q4_0_into),
+        GgmlType::Q5_0 => (convert::q5_0_layout, convert::import_q5_0_into),
+        GgmlType::Q4_1 => (convert::q4_1_layout, convert::import_q4_1_into),
+        GgmlType::Q5_1 => (convert::q5_1_layout, convert::import_q5_1_into),
+        GgmlType::Q5_K => (convert::q5_k_layout, convert::import_q5_k_into),
+        GgmlType::Q4_K => (convert::q4_k_layout, convert::import_q4_k_into),
+        GgmlType::Q6_K => (convert::q6_k_layout, convert::import_q6_k_into),
+        GgmlType::Q2_K => (convert::q2_k_layout, convert::import_q2_k_into),
+        GgmlType::Q3_K => (convert::q3_k_layout, convert::import_q3_k_into),
+        GgmlType::TQ2_0 => (convert::tq2_0_layout, convert::import_tq2_0_into),
+        GgmlType::TQ1_0 => (convert::tq2_0_layout, convert::import_tq1_0_into),
+        // f16 steps; a file with weights past ±32752 takes f32 ones (`q1_0_layout_for`)
+        GgmlType::Q1_0 => (convert::q1_0_layout, convert::import_q1_0_into),
+        GgmlType::Q2_0 => (convert::q2_0_layout, convert::import_q2_0_into),
+        GgmlType::Q8_0 => (convert::q8_0_layout, convert::import_q8_0_into),
+        _ => return None,
+    })
 }
 
 /// Whether Q5_0 matrices run as five-bit int8 codes (`int8::CodeForm::FiveBit`) rather
@@ -124,20 +182,7 @@ fn imported_form(t: GgmlType) -> Option<ImportedForm> {
     Some(match t {
         GgmlType::Q8_0 | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ImportedForm::Int8(CodeForm::Bytes),
         GgmlType::Q5_0 if q5_0_as_int8() => ImportedForm::Int8(CodeForm::FiveBit),
-        GgmlType::Q4_0 => ImportedForm::Lookup(convert::q4_0_layout),
-        GgmlType::Q5_0 => ImportedForm::Lookup(convert::q5_0_layout),
-        GgmlType::Q4_1 => ImportedForm::Lookup(convert::q4_1_layout),
-        GgmlType::Q5_1 => ImportedForm::Lookup(convert::q5_1_layout),
-        GgmlType::Q5_K => ImportedForm::Lookup(convert::q5_k_layout),
-        GgmlType::Q4_K => ImportedForm::Lookup(convert::q4_k_layout),
-        GgmlType::Q6_K => ImportedForm::Lookup(convert::q6_k_layout),
-        GgmlType::Q2_K => ImportedForm::Lookup(convert::q2_k_layout),
-        GgmlType::Q3_K => ImportedForm::Lookup(convert::q3_k_layout),
-        GgmlType::TQ2_0 | GgmlType::TQ1_0 => ImportedForm::Lookup(convert::tq2_0_layout),
-        // f16 steps; a file with weights past ±32752 takes f32 ones (`q1_0_layout_for`)
-        GgmlType::Q1_0 => ImportedForm::Lookup(convert::q1_0_layout),
-        GgmlType::Q2_0 => ImportedForm::Lookup(convert::q2_0_layout),
-        _ => return None,
+        _ => ImportedForm::Lookup(lookup_import(t)?.0),
     })
 }
 

@@ -738,34 +738,63 @@ impl PackedMatrix<crate::AlignedBytes> {
     pub fn from_q8_0(blocks: &[u8], rows: usize, cols: usize) -> Result<Self, Error> {
         Self::build(q8_0_layout(rows, cols)?, |l, o| import_q8_0_into(blocks, l, o))
     }
+}
 
-    /// As `from_q8_0`, `chunk_rows` rows (a multiple of 32) at a time, calling `done` with
-    /// the byte range of `blocks` each chunk consumed: a caller importing from a mapped
-    /// file can release those pages before the next chunk is read, so the file and the
-    /// import are never both resident in full. The result is byte-identical.
-    pub fn from_q8_0_chunked(
-        blocks: &[u8],
-        rows: usize,
-        cols: usize,
-        chunk_rows: usize,
-        mut done: impl FnMut(core::ops::Range<usize>),
-    ) -> Result<Self, Error> {
-        let layout = q8_0_layout(rows, cols)?;
-        let row_bytes = cols / 32 * 34;
-        if chunk_rows == 0 || !chunk_rows.is_multiple_of(crate::TILE_ROWS) || blocks.len() != rows * row_bytes {
-            return Err(Error::BufferSize { what: "Q8_0 blocks", expected: rows * row_bytes, got: blocks.len() });
+/// Fills rows `[first, first + rows)` of a matrix in `layout` from llama.cpp blocks (one of
+/// the `import_*_into` functions).
+pub type ImportRows = fn(&[u8], &Layout, &mut [u8]) -> Result<(), Error>;
+
+/// A matrix imported from llama.cpp blocks a run of rows at a time, in order: the caller
+/// reads each run from the file only when it is needed, so the whole tensor is never in
+/// memory beside its imported form (the page reads a `Blob` this way). The result is
+/// byte-identical to importing every row at once.
+#[cfg(feature = "alloc")]
+pub struct ChunkedImport {
+    layout: Layout,
+    data: crate::AlignedBytes,
+    import: ImportRows,
+    rows_done: usize,
+}
+
+#[cfg(feature = "alloc")]
+impl ChunkedImport {
+    /// An import of a matrix of `layout`, each run of rows filled by `import`.
+    pub fn new(layout: Layout, import: ImportRows) -> ChunkedImport {
+        ChunkedImport { data: crate::AlignedBytes::zeroed(layout.total_bytes()), layout, import, rows_done: 0 }
+    }
+
+    /// Rows per run for `row_bytes` of blocks per row: about `target_bytes` of them, a
+    /// whole number of tiles (runs start on a tile, so each fills a run of whole tiles).
+    pub fn rows_per_run(row_bytes: usize, target_bytes: usize) -> usize {
+        (target_bytes / row_bytes.max(1) / crate::TILE_ROWS).max(1) * crate::TILE_ROWS
+    }
+
+    /// Imports the next `rows` rows from their `blocks`. Every run but the last must be a
+    /// whole number of tiles.
+    pub fn push(&mut self, blocks: &[u8], rows: usize) -> Result<(), Error> {
+        let first = self.rows_done;
+        let end = first.checked_add(rows).filter(|&e| e <= self.layout.rows && rows > 0);
+        if end.is_none() || !first.is_multiple_of(crate::TILE_ROWS) {
+            return Err(Error::BadShape { rows, cols: self.layout.cols });
         }
-        let mut data = crate::AlignedBytes::zeroed(layout.total_bytes());
-        let tile_bytes = layout.tile_bytes();
-        for first in (0..rows).step_by(chunk_rows) {
-            let n = chunk_rows.min(rows - first);
-            let src = first * row_bytes..(first + n) * row_bytes;
-            // the chunk's tiles are a contiguous run of the whole matrix's tiles
-            let part = q8_0_layout(n, cols)?;
-            let at = first / crate::TILE_ROWS * tile_bytes;
-            import_q8_0_into(&blocks[src.clone()], &part, &mut data.as_mut()[at..at + part.total_bytes()])?;
-            done(src);
+        // the run's tiles are a contiguous run of the whole matrix's tiles
+        let part = Layout { rows, ..self.layout };
+        let at = first / crate::TILE_ROWS * self.layout.tile_bytes();
+        // errors name rows of the whole matrix, not of the run
+        (self.import)(blocks, &part, &mut self.data.as_mut()[at..at + part.total_bytes()]).map_err(|e| match e {
+            Error::NonFiniteScale { row, group } => Error::NonFiniteScale { row: first + row, group },
+            Error::BadSubScale { row, group } => Error::BadSubScale { row: first + row, group },
+            e => e,
+        })?;
+        self.rows_done = first + rows;
+        Ok(())
+    }
+
+    /// The imported matrix, once every row has been pushed.
+    pub fn finish(self) -> Result<PackedMatrix<crate::AlignedBytes>, Error> {
+        if self.rows_done != self.layout.rows {
+            return Err(Error::BufferSize { what: "imported rows", expected: self.layout.rows, got: self.rows_done });
         }
-        Ok(PackedMatrix { layout, data })
+        Ok(PackedMatrix { layout: self.layout, data: self.data })
     }
 }
