@@ -133,8 +133,11 @@ pub fn lookup_matrix(
     Ok(m.finish()?)
 }
 
+/// The bit-plane layout of a `rows × cols` matrix of one GGUF type.
+type LayoutFor = fn(usize, usize) -> Result<crate::Layout, Error>;
+
 /// The bit-plane layout of a matrix of GGUF type `t`, and the import of its blocks.
-fn lookup_import(t: GgmlType) -> Option<(fn(usize, usize) -> Result<crate::Layout, Error>, convert::ImportRows)> {
+fn lookup_import(t: GgmlType) -> Option<(LayoutFor, convert::ImportRows)> {
     Some(match t {
         GgmlType::Q4_0 => (convert::q4_0_layout, convert::import_q4_0_into),
         GgmlType::Q5_0 => (convert::q5_0_layout, convert::import_q5_0_into),
@@ -175,7 +178,7 @@ pub fn q5_0_as_int8() -> bool {
 enum ImportedForm {
     Int8(CodeForm),
     /// Bit planes, in the layout this function gives a `rows × cols` matrix.
-    Lookup(fn(usize, usize) -> Result<crate::Layout, Error>),
+    Lookup(LayoutFor),
 }
 
 fn imported_form(t: GgmlType) -> Option<ImportedForm> {
