@@ -2,7 +2,8 @@
 // for GGUF files, against wllama (npm @wllama/wllama: llama.cpp in wasm, 1 thread, the
 // same file from the same origin, bench/wllama.html), interleaved round by round:
 // `node bench/bench.mjs [--gemma] [--rounds 5] [--n 128] [--simd relaxed,baseline] [--threads 1,1t,2]
-// [--variants SIMD:THREADS,...] [--native-tiers best,avx2,ssse3] [--no-native] [--no-wllama] [--gguf FILE,...]`,
+// [--variants SIMD:THREADS,...] [--native-tiers best,avx2,ssse3] [--no-native] [--no-wllama] [--wllama-threads 1,2]
+// [--prompt TEXT] [--gguf FILE,...]`,
 // after `cargo xtask test-web [--gemma]` has built www/pkg and placed the models. --gguf adds
 // files from disk, loaded through the page's file picker (their first-token time counts the
 // load; wllama reads a hard link under www/models/bench/). Prints one JSON line per model,
@@ -37,6 +38,10 @@ const withNative = !args.includes('--no-native');
 // the native CLI at each tier (LUTRA_MAX_ISA): "best" is this CPU's fastest; the first fills the table
 const nativeTiers = opt('--native-tiers', 'best').split(',');
 const withWllama = !args.includes('--no-wllama');
+// wllama at each thread count (≥ 2: its own pthreads build, the page being cross-origin isolated)
+const wllamaThreads = opt('--wllama-threads', '1').split(',').map(Number);
+// a prompt for every model instead of each one's own (a long one times prefill)
+const promptOverride = opt('--prompt');
 const www = path.dirname(path.dirname(new URL(import.meta.url).pathname));
 const root = path.dirname(www);
 const lutra = process.env.LUTRA_BIN || path.join(root, 'target/release/lutra');
@@ -53,6 +58,7 @@ const models = [
     return { name: path.basename(disk, '.gguf'), args: ['-m', disk], prompt: 'Otters are', gguf: path.relative(www, link), disk };
   }),
 ];
+if (promptOverride) for (const m of models) m.prompt = promptOverride;
 const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 
 process.on('exit', () => server?.kill());
@@ -96,14 +102,14 @@ async function page(model, variant) {
   return { tps, prefillTps: (Number(tokens) - 1) / (Number(ms) / 1000), firstToken, rss, text, wasmMemory };
 }
 
-async function wllama(model) {
+async function wllama(model, threads = wllamaThreads[0]) {
   const p = await context.newPage();
-  await p.goto(`${base}bench/wllama.html?model=../${model.gguf}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&threads=1`);
+  await p.goto(`${base}bench/wllama.html?model=../${model.gguf}&prompt=${encodeURIComponent(model.prompt)}&n=${n}&threads=${threads}`);
   await p.waitForSelector('body[data-state="done"], body[data-state="error"]', { timeout: 600000 });
   const r = JSON.parse(await p.textContent('#result'));
   await p.close();
   if (r.error) throw new Error(`wllama: ${r.error}`);
-  return r.timings.predicted_per_second;
+  return { tps: r.timings.predicted_per_second, prefillTps: r.timings.prompt_per_second, multithread: r.multithread };
 }
 
 function native(model, tier) {
@@ -125,12 +131,17 @@ for (const model of models) {
   const tiers = Object.fromEntries(nativeTiers.map((t) => [t, []]));
   const cli = tiers[nativeTiers[0]];
   const wl = [];
+  const wlByThreads = Object.fromEntries(wllamaThreads.map((t) => [t, []]));
   for (let r = 0; r < rounds; r++) {
     for (const v of variants) byVariant[v.key].push(await page(model, v));
     const tps = Object.entries(byVariant).map(([k, w]) => `${k} ${w.at(-1).tps}`).join(', ');
     if (withNative) nativeTiers.forEach((t) => tiers[t].push(native(model, t)));
-    if (useWllama) wl.push(await wllama(model));
-    console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${nativeTiers.map((t) => `${t} ${tiers[t].at(-1)}`).join(' ')}` : ''}${useWllama ? `, wllama ${wl.at(-1).toFixed(1)}` : ''}`);
+    if (useWllama) {
+      for (const t of wllamaThreads) wlByThreads[t].push(await wllama(model, t));
+      wl.push(wlByThreads[wllamaThreads[0]].at(-1).tps);
+    }
+    const wlText = wllamaThreads.map((t) => `t${t} ${wlByThreads[t].at(-1)?.tps.toFixed(1)}`).join(' ');
+    console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${nativeTiers.map((t) => `${t} ${tiers[t].at(-1)}`).join(' ')}` : ''}${useWllama ? `, wllama ${wlText}` : ''}`);
   }
   const web = byVariant[variants[0].key];
   // every build and thread count writes the same greedy text
@@ -159,6 +170,11 @@ for (const model of models) {
   if (wl.length) {
     row.wllama_tps = median(wl);
     row.vs_wllama = row.chromium_tps / row.wllama_tps;
+    for (const t of wllamaThreads) {
+      row[`wllama_tps_t${t}`] = median(wlByThreads[t].map((w) => w.tps));
+      row[`wllama_prefill_tps_t${t}`] = median(wlByThreads[t].map((w) => w.prefillTps));
+      row[`wllama_multithread_t${t}`] = wlByThreads[t].every((w) => w.multithread);
+    }
   }
   console.log(JSON.stringify(row));
   rows.push(row);
