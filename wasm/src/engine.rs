@@ -25,11 +25,12 @@ pub struct Engine {
 
 #[wasm_bindgen]
 impl Engine {
-    /// A GGUF file (Gemma 3) of `file_len` bytes, with a session of `context` positions
-    /// (0: [`default_context`] of the model's), read a piece at a time through `read(offset, length)
-    /// → `Uint8Array` (a worker reads pieces of a `Blob` with `FileReaderSync`): the header
-    /// first, then each tensor (Q8_0 in 4096-row pieces), so wasm memory holds the weights
-    /// and one piece, never the file. `progress(done, total)` after each imported tensor.
+    /// A GGUF file (any architecture the engine runs) of `file_len` bytes, with a session of
+    /// `context` positions (0: [`default_context`] of the model's), read a piece at a time
+    /// through `read(offset, length) → Uint8Array` (a worker reads pieces of a `Blob` with
+    /// `FileReaderSync`): the header first, then each matrix a run of rows (about 4 MiB of
+    /// the file) at a time, so wasm memory holds the weights and one piece, never the file
+    /// nor a whole tensor. `progress(done, total)` after each imported tensor.
     pub fn from_gguf_blob(
         file_len: f64,
         read: js_sys::Function,
