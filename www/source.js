@@ -54,11 +54,11 @@ export async function fetchModelBlob(url, label, io, useCache = true) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: the server answered ${response.status} ${response.statusText}`);
   const size = Number(response.headers.get('Content-Length'));
-  const label2 = `downloading ${label}`;
-  if (!cache) return new Blob(await chunksOf(response.body, size, label2, io));
+  const phase = `downloading ${label}`;
+  if (!cache) return new Blob(await chunksOf(response.body, size, phase, io));
   // the bytes pass once, counted on their way into the cache (a tee would queue the
   // faster branch's copy in memory), then are read back from it as a disk-backed Blob
-  const counted = response.body.pipeThrough(counter(size, label2, io));
+  const counted = response.body.pipeThrough(counter(size, phase, io));
   const stored = await cache.put(url, new Response(counted, { headers: response.headers })).then(() => true, (e) => {
     io.post({ type: 'note', message: `The model could not be cached (storage quota refused?): ${e.message}. It works, but a reload downloads it again.` });
     return false;

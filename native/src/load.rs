@@ -183,7 +183,7 @@ fn import_ahead(gguf: &Gguf<'_>, map: &Mmap, threads: usize, bar: &Mutex<Bar>) -
                         ready.insert(t.name.to_owned(), matrix);
                         ready.len()
                     };
-                    let progress = LoadProgress { done, total: matrices.len(), tensor: t.name, consumed: None };
+                    let progress = LoadProgress { done, total: matrices.len(), tensor: t.name, consumed: None, finished: true };
                     bar.lock().unwrap_or_else(|e| e.into_inner()).update(&progress);
                 }
             });
@@ -238,8 +238,7 @@ impl Bar {
         Bar { on, label, bar: None }
     }
     fn update(&mut self, p: &LoadProgress<'_>) {
-        // a tensor done, not a chunk of one
-        if self.on && p.consumed.is_none() {
+        if self.on && p.finished {
             let label = &self.label;
             self.bar.get_or_insert_with(|| Progress::new(label.clone(), p.total)).update(p.done, p.tensor);
         }

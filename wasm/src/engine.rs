@@ -56,11 +56,8 @@ impl Engine {
             len = (len * 2).min(file_len);
         }
         let gguf = Gguf::parse_prefix(&header, file_len).map_err(js)?;
-        // once per finished tensor (`done` counts them; runs of rows within one repeat it)
-        let mut reported = 0;
         let model = Model::from_gguf_source(&gguf, &mut source, |p| {
-            if let (Some(f), true) = (&progress, p.done > reported) {
-                reported = p.done;
+            if let (Some(f), true) = (&progress, p.finished) {
                 let _ = f.call2(&JsValue::NULL, &JsValue::from(p.done as u32), &JsValue::from(p.total as u32));
             }
         })

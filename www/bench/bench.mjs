@@ -130,7 +130,6 @@ for (const model of models) {
   const byVariant = Object.fromEntries(variants.map((v) => [v.key, []]));
   const tiers = Object.fromEntries(nativeTiers.map((t) => [t, []]));
   const cli = tiers[nativeTiers[0]];
-  const wl = [];
   const wlByThreads = Object.fromEntries(wllamaThreads.map((t) => [t, []]));
   for (let r = 0; r < rounds; r++) {
     for (const v of variants) byVariant[v.key].push(await page(model, v));
@@ -138,7 +137,6 @@ for (const model of models) {
     if (withNative) nativeTiers.forEach((t) => tiers[t].push(native(model, t)));
     if (useWllama) {
       for (const t of wllamaThreads) wlByThreads[t].push(await wllama(model, t));
-      wl.push(wlByThreads[wllamaThreads[0]].at(-1).tps);
     }
     const wlText = wllamaThreads.map((t) => `t${t} ${wlByThreads[t].at(-1)?.tps.toFixed(1)}`).join(' ');
     console.error(`${model.name} round ${r + 1} (load ${os.loadavg()[0].toFixed(2)}): ${tps}${withNative ? `, native ${nativeTiers.map((t) => `${t} ${tiers[t].at(-1)}`).join(' ')}` : ''}${useWllama ? `, wllama ${wlText}` : ''}`);
@@ -167,6 +165,7 @@ for (const model of models) {
     row[`chromium_prefill_tps_${v.key}`] = median(byVariant[v.key].map((w) => w.prefillTps));
   }
   if (wllamaError) row.wllama_error = wllamaError;
+  const wl = wlByThreads[wllamaThreads[0]].map((w) => w.tps);
   if (wl.length) {
     row.wllama_tps = median(wl);
     row.vs_wllama = row.chromium_tps / row.wllama_tps;

@@ -135,6 +135,8 @@ pub struct LoadProgress<'a> {
     /// Bytes of the model file the import has finished reading (absolute offsets): a
     /// caller that maps the file may release those pages.
     pub consumed: Option<Range<usize>>,
+    /// Whether `tensor` is done (`done` counts it), rather than a run of its rows.
+    pub finished: bool,
 }
 
 /// Whether this build runs GGUF files whose `general.architecture` is `name`.
@@ -221,7 +223,7 @@ impl Model {
                 let start = data_start.checked_add(usize::try_from(info.offset).ok()?)?;
                 Some(start + range.start..start + range.end)
             });
-            progress(LoadProgress { done: p.done, total: p.total, tensor: p.tensor, consumed: file });
+            progress(LoadProgress { done: p.done, total: p.total, tensor: p.tensor, consumed: file, finished: p.consumed.is_none() });
         };
         let types = pack::tensor_type_counts(gguf);
         let file_template = gguf.get_str(crate::tokenizer::spm::KEY_CHAT_TEMPLATE);
@@ -253,7 +255,7 @@ impl Model {
         let ckpt = Checkpoint::parse(checkpoint)?;
         let tokenizer = Llama2cTokenizer::from_bytes(tokenizer, ckpt.config().vocab_size)?;
         let net = llama::from_llama2c_with_progress(&ckpt, bits, |done, total| {
-            progress(LoadProgress { done, total, tensor: "matrices", consumed: None });
+            progress(LoadProgress { done, total, tensor: "matrices", consumed: None, finished: true });
         })?;
         Ok(Self::llama(net, tokenizer, format!("f32 quantized to {bits} bits"), false))
     }

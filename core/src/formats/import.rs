@@ -15,7 +15,7 @@ use crate::formats::weights::info;
 pub use crate::formats::weights::{InMemory, Lent, Matrix, TensorSource, Weights};
 use crate::kernels::int8::{CodeForm, Int8Matrix};
 use crate::kernels::quant::convert;
-use crate::{Error, PackedMatrix};
+use crate::{Error, PackedMatrix, ScaleFormat};
 
 /// `(rows, cols)` of a 2-D tensor (ggml's `ne1`, `ne0`), checked against `expected` when given.
 fn shape(info: &TensorInfo<'_>, expected: Option<(usize, usize)>) -> Result<(usize, usize), ModelError> {
@@ -114,23 +114,25 @@ pub fn lookup_matrix(
     let bytes_of = |(first, n): (usize, usize)| first * row_bytes..(first + n) * row_bytes;
     let at = |piece: &Range<usize>| range.start + piece.start as u64..range.start + piece.end as u64;
     let mut layout = layout(rows, cols)?;
-    if t == GgmlType::Q1_0 {
-        // the scale format follows the largest scale: one pass over the blocks first
+    // Q1_0's scales are f16 unless some run holds one whose double overflows f16: then the
+    // import starts again with f32 scales (rare: weights past ±32752), so a file is read once
+    'import: loop {
+        let mut m = convert::ChunkedImport::new(layout, import);
         for r in runs() {
-            let part = convert::q1_0_layout_for(source.read(at(&bytes_of(r)))?, r.1, cols)?;
-            if part.scales() != layout.scales() {
-                layout = layout.with_scales(part.scales())?;
-                break;
+            let piece = bytes_of(r);
+            let blocks = source.read(at(&piece))?;
+            if t == GgmlType::Q1_0 && layout.scales() == ScaleFormat::F16 {
+                let scales = convert::q1_0_layout_for(blocks, r.1, cols)?.scales();
+                if scales != layout.scales() {
+                    layout = layout.with_scales(scales)?;
+                    continue 'import;
+                }
             }
+            m.push(blocks, r.1)?;
+            consumed(piece);
         }
+        return Ok(m.finish()?);
     }
-    let mut m = convert::ChunkedImport::new(layout, import);
-    for r in runs() {
-        let piece = bytes_of(r);
-        m.push(source.read(at(&piece))?, r.1)?;
-        consumed(piece);
-    }
-    Ok(m.finish()?)
 }
 
 /// The bit-plane layout of a `rows × cols` matrix of one GGUF type.
