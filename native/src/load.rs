@@ -82,7 +82,7 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
         let bar = Mutex::new(Bar::new(opts.progress, "importing tensors".into()));
         // a file the engine refuses is refused before any conversion
         let ready = if runs { import_ahead(&gguf, &file.0, threads.max(1), &bar) } else { HashMap::new() };
-        bar.into_inner().unwrap_or_else(|e| e.into_inner()).finish();
+        bar.into_inner().unwrap_or_else(|e| e.into_inner()).finish(true);
         let mut source = ImportedAhead { file: InMemory(file.bytes()), ready };
         let model = engine::Model::from_gguf_source(&gguf, &mut source, |p| {
             if let Some(range) = p.consumed.clone() {
@@ -99,7 +99,7 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
     let tokenizer = map_file(&tokenizer_path).map_err(Error::Open)?;
     let mut bar = Bar::new(opts.progress, format!("quantizing to {} bits", opts.bits));
     let model = engine::Model::from_llama2c_with_progress(&map, &tokenizer, opts.bits, |p| bar.update(&p));
-    bar.finish();
+    bar.finish(model.is_ok());
     model.map(gathered).map_err(|e| match e {
         engine::Error::Tokenizer(_) => Error::Model { path: tokenizer_path, source: e },
         e => in_file(e),
@@ -111,7 +111,7 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, limit: Option<MemoryLimit>) 
 fn load_packed(gguf: &Gguf<'_>, file: &Arc<MappedFile>, progress: bool) -> Result<engine::Model, engine::Error> {
     let mut bar = Bar::new(progress, "checking tensors".into());
     let model = engine::Model::from_gguf_source(gguf, &mut Lent(file.clone()), |p| bar.update(&p));
-    bar.finish();
+    bar.finish(model.is_ok());
     model
 }
 
@@ -243,9 +243,12 @@ impl Bar {
             self.bar.get_or_insert_with(|| Progress::new(label.clone(), p.total)).update(p.done, p.tensor);
         }
     }
-    fn finish(&mut self) {
-        if let Some(bar) = self.bar.as_mut() {
-            bar.finish();
+    /// Ends the bar; a load that failed reports nothing done.
+    fn finish(&mut self, succeeded: bool) {
+        match self.bar.as_mut() {
+            Some(bar) if succeeded => bar.finish(),
+            Some(bar) => bar.abandon(),
+            None => {}
         }
     }
 }

@@ -50,6 +50,13 @@ impl Progress {
         let _ = err.flush();
     }
 
+    /// Ends the bar's line for work that failed: nothing is reported done.
+    pub fn abandon(&mut self) {
+        if self.terminal && self.last_draw.is_some() {
+            let _ = writeln!(std::io::stderr().lock());
+        }
+    }
+
     /// Ends the bar's line (and, off a terminal, prints the one summary line).
     pub fn finish(&mut self) {
         let mut err = std::io::stderr().lock();
