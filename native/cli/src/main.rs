@@ -8,6 +8,7 @@ mod inspect;
 mod pack;
 mod perplexity;
 mod run;
+mod serve;
 mod tokenize;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ enum Command {
     Pack(pack::PackArgs),
     /// Generate text from a model (GGUF: Gemma 3, Llama, Qwen 2/3; a packed .lutra; or a llama2.c checkpoint), streaming to stdout
     Run(RunArgs),
+    /// An OpenAI-compatible HTTP server (chat and text completions, streaming) over --parallel sessions
+    Serve(serve::ServeArgs),
     /// Chat with a model in its chat format: one line of stdin per turn, answers streamed to stdout
     Chat(ChatArgs),
     /// Perplexity of a text, by llama-perplexity's method (chunks of --ctx, second halves scored)
@@ -260,6 +263,7 @@ fn parse_and_run() -> Result<(), String> {
     match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::chat(a),
+        Command::Serve(a) => serve::serve(a),
         Command::Perplexity(a) => perplexity::perplexity(a),
         Command::Calibrate(a) => calibrate::calibrate(a),
         Command::Inspect(a) => inspect::inspect(a),
