@@ -238,8 +238,9 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
     assert!(r.error(400).contains("context"));
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
     // a body over --max-body, declared and undeclared (chunked)
-    let big = vec![b' '; 100_000];
-    assert!(post(std::str::from_utf8(&big).unwrap()).error(413).contains("--max-body"));
+    let mut s = TcpStream::connect(server.address).unwrap();
+    s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 100000\r\n\r\n{").unwrap();
+    assert!(read_response(s).error(413).contains("--max-body"));
     let mut s = TcpStream::connect(server.address).unwrap();
     s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
     for _ in 0..4 {
@@ -257,8 +258,9 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
 fn a_100_mb_body_is_refused_before_it_is_read() {
     let server = Server::start(&stories(), &[]);
     let mut s = TcpStream::connect(server.address).unwrap();
+    // the head and the body's first bytes only: the answer must not wait for the rest (and
+    // a server that closes with unread bytes resets the connection before they are read)
     s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n{\"messages\": [").unwrap();
-    s.write_all(&vec![b' '; 1 << 20]).unwrap();
     let t = Instant::now();
     let r = read_response(s);
     assert!(r.error(413).contains("bytes"));

@@ -337,12 +337,13 @@ async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap
     if turns.is_empty() {
         return Err(ApiError::bad_request("'messages': at least one message is needed").param("messages"));
     }
-    let turns: Vec<(Role, &str)> = turns.iter().map(|(r, t)| (*r, t.as_str())).collect();
-    let prompt = state
-        .model
-        .format_chat(&turns, true)
-        .and_then(|text| state.model.encode_chat_text(&text, true))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let model = state.model.clone();
+    let prompt = tokenize(move || {
+        let turns: Vec<(Role, &str)> = turns.iter().map(|(r, t)| (*r, t.as_str())).collect();
+        model.format_chat(&turns, true).and_then(|text| model.encode_chat_text(&text, true))
+    })
+    .await
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
     respond(state, Kind::Chat, prompt, settings).await
 }
 
@@ -351,9 +352,10 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     let (request, params): (CompletionRequest, api::Params) = (api::parse(&body)?, api::parse(&body)?);
     state.check_model(params.model.as_deref())?;
     let settings = api::settings(&params)?;
+    let model = state.model.clone();
     let prompt = match request.prompt {
-        Prompt::Text(text) => state.model.encode(&text, true),
-        Prompt::Texts(texts) if texts.len() == 1 => state.model.encode(&texts[0], true),
+        Prompt::Text(text) => tokenize(move || model.encode(&text, true)).await,
+        Prompt::Texts(texts) if texts.len() == 1 => tokenize(move || model.encode(&texts[0], true)).await,
         Prompt::Texts(texts) => {
             return Err(
                 ApiError::bad_request(format!("'prompt': {} prompts; lutra serve takes one per request", texts.len())).param("prompt")
@@ -371,6 +373,14 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     }
     .map_err(|e| ApiError::bad_request(e.to_string()).param("prompt"))?;
     respond(state, Kind::Completion, prompt, settings).await
+}
+
+/// Tokenizes off the async workers: a body of megabytes takes a while to encode.
+async fn tokenize<F>(encode: F) -> Result<Vec<u32>, lutra::engine::Error>
+where
+    F: FnOnce() -> Result<Vec<u32>, lutra::engine::Error> + Send + 'static,
+{
+    tokio::task::spawn_blocking(encode).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 async fn respond(state: Arc<AppState>, kind: Kind, prompt: Vec<u32>, settings: Settings) -> Result<Response, ApiError> {
