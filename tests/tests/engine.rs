@@ -32,7 +32,7 @@ fn gemma() -> Model {
 
 /// Logits after the prompt and after each of `steps` greedy tokens.
 fn greedy_logits<G: Gemv>(model: &Model, gemv: &G, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
-    let mut session = Session::new(model, 256, &Attention::Exact).unwrap();
+    let mut session = Session::new(model, 256.min(model.info().hparams.context_length), &Attention::Exact).unwrap();
     session.append(prompt).unwrap();
     let mut all = Vec::new();
     for _ in 0..=steps {
@@ -61,6 +61,65 @@ fn single_thread_equals_pool(model: &Model, prompt: &str, steps: usize) {
         let pooled = greedy_logits(model, &pool.split(), &prompt, steps);
         assert_bits_equal(&single, &pooled, &format!("{} on {threads} threads", model.info().architecture));
     }
+}
+
+/// Sessions computed together (`Session::logits_together`, a server's batched decode
+/// step: one pass of the weights for every sequence) against each session alone: the
+/// same logits bit for bit at every step, with prompts of different lengths (one
+/// still to prefill when the first step comes), positions that differ, and a session
+/// that joins later.
+fn together_equals_alone<G: Gemv>(model: &Model, gemv: &G, what: &str) {
+    let prompts = ["Once upon a time", "The otter swam across the river and", "Tom had a red ball. One day"];
+    let prompts: Vec<Vec<u32>> = prompts.iter().map(|p| model.encode(p, true).unwrap()).collect();
+    let steps = 8;
+    let alone: Vec<Vec<Vec<f32>>> = prompts.iter().map(|p| greedy_logits(model, gemv, p, steps)).collect();
+    let mut sessions: Vec<Session> = prompts.iter().map(|_| Session::new(model, 128, &Attention::Exact).unwrap()).collect();
+    for (s, p) in sessions.iter_mut().zip(&prompts) {
+        s.append(p).unwrap();
+    }
+    let mut scratch = Vec::new();
+    let mut step = [0usize; 3];
+    for round in 0..steps + 3 {
+        // the third session joins two rounds late
+        let active: Vec<usize> = (0..3).filter(|&i| step[i] <= steps && (i < 2 || round >= 2)).collect();
+        let mut batch: Vec<&mut Session> = sessions.iter_mut().enumerate().filter(|(i, _)| active.contains(i)).map(|(_, s)| s).collect();
+        Session::logits_together(gemv, &mut batch, &mut scratch).unwrap();
+        for (&i, s) in active.iter().zip(batch.iter_mut()) {
+            let logits = s.logits(gemv).unwrap().to_vec();
+            let differ = logits.iter().zip(&alone[i][step[i]]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "{what}: session {i} step {}: {differ} logits differ from the session alone", step[i]);
+            let next = logits.iter().enumerate().fold(0, |b, (j, &x)| if x > logits[b] { j } else { b }) as u32;
+            s.append(&[next]).unwrap();
+            step[i] += 1;
+        }
+    }
+    assert_eq!(step, [steps + 1; 3], "{what}: every session ran every step");
+}
+
+#[test]
+fn sessions_computed_together_equal_each_alone() {
+    let pool = Pool::new(2);
+    let q4_0 = Model::from_gguf(&read("stories15M/stories15M-q4_0.gguf")).unwrap();
+    let q8_0 = Model::from_gguf(&read("stories15M/stories15M-q8_0.gguf")).unwrap();
+    for (model, what) in [(stories(4), "stories15M 4-bit planes"), (q4_0, "stories15M Q4_0 GGUF"), (q8_0, "stories15M Q8_0 GGUF (int8)")] {
+        together_equals_alone(&model, &SingleThread, &format!("{what}, one thread"));
+        together_equals_alone(&model, &pool.split(), &format!("{what}, two threads"));
+    }
+    // sessions of two models are refused, not mixed
+    let (a, b) = (stories(4), stories(8));
+    let (mut x, mut y) = (Session::new(&a, 16, &Attention::Exact).unwrap(), Session::new(&b, 16, &Attention::Exact).unwrap());
+    x.append(&[1]).unwrap();
+    y.append(&[1]).unwrap();
+    let err = Session::logits_together(&SingleThread, &mut [&mut x, &mut y], &mut Vec::new()).unwrap_err();
+    assert!(matches!(err, Error::SessionsOfDifferentModels), "{err}");
+}
+
+/// Gemma 3 has no cross-sequence batch: its sessions are computed one after another,
+/// with the same logits.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "Gemma unoptimized takes minutes: `cargo xtask test host` runs it with --release")]
+fn gemma3_sessions_computed_together_equal_each_alone() {
+    together_equals_alone(&gemma(), &Pool::new(2).split(), "Gemma 3 270M");
 }
 
 /// The wasm/Pi path (`SingleThread`) against the pool, stories15M at 4 and 8 bits.

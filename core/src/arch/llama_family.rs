@@ -489,13 +489,98 @@ impl LlamaFamily {
     }
 
     fn feed_chunk<G: Gemv>(&self, gemv: &G, s: &mut LlamaFamilyState, tokens: &[u32], first_pos: usize) -> Result<(), ModelError> {
-        let (c, b) = (&self.config, &mut *s.batch);
+        let (b, cache) = (&mut *s.batch, &mut s.cache);
+        self.run_layers(
+            gemv,
+            b,
+            tokens,
+            |i| first_pos + i,
+            |l, batch, out| {
+                let batch = PromptBatch { first_pos, window: None, ..batch };
+                cache.store_and_attend(gemv.parallel(), l, &batch, out);
+            },
+        )
+    }
+
+    /// One token for each of several sequences, `tokens[i]` at `positions[i]` of
+    /// `states[i]` (at most `PREFILL_BATCH`; all of this model), over one pass of each
+    /// weight matrix: each cache gets its token, each state its logits, and `logits`
+    /// (resized to `tokens.len()` × vocabulary) every row. Each sequence's cache and
+    /// logits are what its own [`Architecture::forward`] gives, bit for bit: the batched
+    /// products equal one token's, and each token attends to its own cache alone.
+    pub fn forward_many<G: Gemv>(
+        &self,
+        gemv: &G,
+        states: &mut [&mut LlamaFamilyState],
+        tokens: &[u32],
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let (n, vocab_size) = (tokens.len(), self.config.hparams.vocab_size);
+        assert!(n == states.len() && n == positions.len() && n <= PREFILL_BATCH, "one token and position per state, at most a batch");
+        for (s, (&token, &pos)) in states.iter().zip(tokens.iter().zip(positions)) {
+            if token as usize >= vocab_size {
+                return Err(ModelError::TokenOutOfRange { token, vocab_size });
+            }
+            if pos >= s.context {
+                return Err(ModelError::ContextFull { pos, context: s.context });
+            }
+        }
+        let Some((first, rest)) = states.split_first_mut() else { return Ok(()) };
+        let (b, first_cache) = (&mut *first.batch, &mut first.cache);
+        self.run_layers(
+            gemv,
+            b,
+            tokens,
+            |i| positions[i],
+            |l, batch, out| {
+                let (kvd, qd) = (batch.k.len() / n, batch.q.len() / n);
+                for i in 0..n {
+                    let row = PromptBatch {
+                        first_pos: positions[i],
+                        window: None,
+                        k: &batch.k[i * kvd..(i + 1) * kvd],
+                        v: &batch.v[i * kvd..(i + 1) * kvd],
+                        q: &batch.q[i * qd..(i + 1) * qd],
+                        q_scale: batch.q_scale,
+                    };
+                    let cache = if i == 0 { &mut *first_cache } else { &mut rest[i - 1].cache };
+                    cache.store_and_attend(gemv.parallel(), l, &row, &mut out[i * qd..(i + 1) * qd]);
+                }
+            },
+        )?;
+        let (c, dim) = (&self.config, self.config.hparams.dim);
+        for i in 0..n {
+            let (xb, x) = (&mut b.xb[i * dim..(i + 1) * dim], &b.x[i * dim..(i + 1) * dim]);
+            rmsnorm(xb, x, &self.output_norm, c.norm_eps);
+        }
+        logits.resize(n * vocab_size, 0.0);
+        batch_product(gemv, self.lm_head(), &mut b.scratch, &b.xb, n, logits)?;
+        first.logits.copy_from_slice(&logits[..vocab_size]);
+        for (i, s) in rest.iter_mut().enumerate() {
+            s.logits.copy_from_slice(&logits[(i + 1) * vocab_size..(i + 2) * vocab_size]);
+        }
+        Ok(())
+    }
+
+    /// The layers over `tokens` (at `position(i)`), from their embeddings to the last
+    /// residual in `b.x`; `attend(layer, batch, out)` stores the batch's keys and values
+    /// and writes each token's attention (`first_pos` and `window` are the caller's).
+    fn run_layers<G: Gemv>(
+        &self,
+        gemv: &G,
+        b: &mut Batch,
+        tokens: &[u32],
+        position: impl Fn(usize) -> usize,
+        mut attend: impl FnMut(usize, PromptBatch<'_>, &mut [f32]),
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
         let h = &c.hparams;
         let (n, dim, hd, qd, kvd) = (tokens.len(), h.dim, h.head_dim, h.q_dim(), h.kv_dim());
         let query_scale = 1.0 / libm::sqrtf(hd as f32);
         for (i, &token) in tokens.iter().enumerate() {
             self.token_embd.row(token as usize, &mut b.x[i * dim..(i + 1) * dim])?;
-            b.rope[i].set_position(first_pos + i);
+            b.rope[i].set_position(position(i));
         }
 
         // the per-token steps between products run on every thread, one token per job
@@ -528,8 +613,8 @@ impl LlamaFamily {
             })?;
             // each token's key and value into the cache, and its attention over 0..=pos
             let batch =
-                PromptBatch { first_pos, window: None, k: &b.k[..n * kvd], v: &b.v[..n * kvd], q: &b.q[..n * qd], q_scale: query_scale };
-            s.cache.store_and_attend(gemv.parallel(), l, &batch, &mut b.attn[..n * qd]);
+                PromptBatch { first_pos: 0, window: None, k: &b.k[..n * kvd], v: &b.v[..n * kvd], q: &b.q[..n * qd], q_scale: query_scale };
+            attend(l, batch, &mut b.attn[..n * qd]);
 
             // output projection, residual; then the ffn's norm
             project(gemv, &layer.wo, &mut b.scratch, &b.attn, n, &mut b.xb)?;

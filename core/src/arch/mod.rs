@@ -275,3 +275,42 @@ registry! {
     #[cfg(test)]
     Toy(toy::Toy),
 }
+
+impl Network {
+    /// [`Network::forward`] for one token of each of several sequences of this model,
+    /// `tokens[i]` at `positions[i]` of `states[i]`: over one pass of the weights per
+    /// `PREFILL_BATCH` of them where the architecture batches across sequences (the llama
+    /// family), one at a time otherwise. Each state's logits are its own `forward`'s, bit
+    /// for bit; `logits` is working memory.
+    pub(crate) fn forward_many<G: Gemv>(
+        &self,
+        gemv: &G,
+        states: &mut [&mut NetworkState],
+        tokens: &[u32],
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        if let Network::LlamaFamily(m) = self {
+            let n = states.len();
+            let mut family: Vec<&mut llama_family::LlamaFamilyState> = states
+                .iter_mut()
+                .filter_map(|s| match &mut **s {
+                    NetworkState::LlamaFamily(s) => Some(&mut **s),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                })
+                .collect();
+            if family.len() == n {
+                let batch = crate::model::PREFILL_BATCH;
+                for ((states, tokens), positions) in family.chunks_mut(batch).zip(tokens.chunks(batch)).zip(positions.chunks(batch)) {
+                    m.forward_many(gemv, states, tokens, positions, logits)?;
+                }
+                return Ok(());
+            }
+        }
+        for ((s, &token), &pos) in states.iter_mut().zip(tokens).zip(positions) {
+            self.forward(gemv, s, token, pos)?;
+        }
+        Ok(())
+    }
+}

@@ -68,6 +68,8 @@ pub enum Error {
     },
     /// Logits were asked for before any token was appended.
     NothingToPredict,
+    /// Sessions of different models were asked to compute together.
+    SessionsOfDifferentModels,
     /// A rewind to a position past the session's tokens.
     TruncateBeyondEnd {
         /// The position asked for.
@@ -130,6 +132,7 @@ impl fmt::Display for Error {
             }
             Error::BadContext { asked, max } => write!(f, "a context of {asked} positions: it must be between 1 and the model's {max}"),
             Error::NothingToPredict => write!(f, "no token to predict from: append a prompt first"),
+            Error::SessionsOfDifferentModels => write!(f, "sessions of different models cannot compute together"),
             Error::TruncateBeyondEnd { position, len } => {
                 write!(f, "cannot rewind to position {position}: the session holds {len} tokens")
             }

@@ -179,6 +179,37 @@ impl Session {
         Ok((self.state.logits(), &self.tokens))
     }
 
+    /// The logits of each of `sessions` (all of one model; see [`Session::logits`]),
+    /// those with one token left to compute (a decode step each) computed together over
+    /// one pass of the weights: what a server does for the sequences it generates at
+    /// once. Each session's logits are what its own [`Session::logits`] gives, bit for
+    /// bit. `scratch` is working memory, kept by the caller from step to step.
+    pub fn logits_together<G: Gemv>(gemv: &G, sessions: &mut [&mut Session], scratch: &mut Vec<f32>) -> Result<(), Error> {
+        let Some(model) = sessions.first().map(|s| s.model.clone()) else { return Ok(()) };
+        if sessions.iter().any(|s| !core::ptr::eq(s.model.inner(), model.inner())) {
+            return Err(Error::SessionsOfDifferentModels);
+        }
+        let mut pending: Vec<&mut Session> = Vec::new();
+        for s in sessions.iter_mut() {
+            if s.logits_ready && s.computed == s.tokens.len() {
+                continue;
+            }
+            let last = s.tokens.len().checked_sub(1).ok_or(Error::NothingToPredict)?;
+            // a prompt's tokens but the last go in on their own, in batches
+            s.compute(gemv, last)?;
+            pending.push(s);
+        }
+        let tokens: Vec<u32> = pending.iter().map(|s| s.tokens[s.computed]).collect();
+        let positions: Vec<usize> = pending.iter().map(|s| s.computed).collect();
+        let mut states: Vec<&mut NetworkState> = pending.iter_mut().map(|s| &mut s.state).collect();
+        model.inner().net.forward_many(gemv, &mut states, &tokens, &positions, scratch)?;
+        for s in pending {
+            s.computed = s.tokens.len();
+            s.logits_ready = true;
+        }
+        Ok(())
+    }
+
     /// Puts the tokens up to (not including) `end` into the cache, in batches.
     fn compute<G: Gemv>(&mut self, gemv: &G, end: usize) -> Result<(), Error> {
         if self.computed >= end {

@@ -183,6 +183,31 @@ fn greedy_completion_equals_lutra_run_and_streams_the_same_text() {
     assert_eq!(chunks.last().unwrap()["timings"]["cache_n"], 4);
 }
 
+/// Requests generating at once share each step's pass over the weights; their greedy
+/// text is the text each gets alone.
+#[test]
+fn concurrent_requests_get_the_text_each_gets_alone() {
+    let server = Arc::new(Server::start(&stories(), &["--parallel", "4"]));
+    let prompts = ["Once upon a time", "The otter swam", "Tom had a red ball", "In a small town there was"];
+    let body = |p: &str| json!({"prompt": p, "max_tokens": 48, "temperature": 0});
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| server.post("/v1/completions", &body(p)).json()["choices"][0]["text"].as_str().unwrap().to_string())
+        .collect();
+    for round in 0..3 {
+        let together: Vec<_> = prompts
+            .iter()
+            .map(|&p| {
+                let (server, body) = (server.clone(), body(p));
+                std::thread::spawn(move || server.post("/v1/completions", &body).json()["choices"][0]["text"].as_str().unwrap().to_string())
+            })
+            .collect();
+        for (i, t) in together.into_iter().enumerate() {
+            assert_eq!(t.join().unwrap(), alone[i], "round {round}, prompt {:?}", prompts[i]);
+        }
+    }
+}
+
 #[test]
 fn chat_streams_deltas_and_a_second_turn_computes_only_its_new_tokens() {
     let server = Server::start(&stories(), &["--chat-template", "chatml", "--ctx", "128"]);

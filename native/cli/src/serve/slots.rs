@@ -1,9 +1,11 @@
 //! The engine thread: `--parallel` sessions ("slots") over one model and one thread pool.
 //! Requests wait in a bounded queue; each takes the free slot whose cached tokens share
 //! the longest prefix with its prompt, so a conversation's next turn computes only its
-//! new tokens. The slots that are busy advance in turn, one prompt chunk or one token a
-//! step, so a long prompt does not stall the others. A request whose client has gone
-//! (its event receiver dropped) is dropped at its slot's next step.
+//! new tokens. Each step computes one prompt chunk of every slot still reading its
+//! prompt, then one token of every generating slot, those together over one pass of the
+//! weights (`Session::logits_together`), so a long prompt does not stall the others and
+//! N streams cost about one pass of the weights per token, not N. A request whose client
+//! has gone (its event receiver dropped) is dropped at the next step.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
@@ -18,7 +20,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::stop::StopFilter;
 
 /// Prompt tokens a slot computes per step: a client that goes away mid-prompt is noticed
-/// within one chunk, and the other slots wait at most one chunk for their next token.
+/// within one chunk, and the generating slots wait at most one chunk per prompt for their
+/// next token.
 const PREFILL_CHUNK: usize = 64;
 
 /// One generation asked of the engine.
@@ -118,6 +121,7 @@ pub fn start(model: &lutra::Model, opts: SlotOptions) -> Result<Scheduler, Strin
     let engine = Engine {
         slots: sessions.into_iter().map(|session| Slot { session, task: None, last_used: 0 }).collect(),
         pool: Pool::new(opts.threads.max(1)),
+        logits: Vec::new(),
         busy: busy.clone(),
         clock: 0,
     };
@@ -131,6 +135,8 @@ pub fn start(model: &lutra::Model, opts: SlotOptions) -> Result<Scheduler, Strin
 struct Engine {
     slots: Vec<Slot>,
     pool: Pool,
+    /// Working memory of the decode steps: every generating slot's logits.
+    logits: Vec<f32>,
     busy: Arc<AtomicUsize>,
     /// Counts assignments: the least recently used slot is reused first.
     clock: u64,
@@ -144,7 +150,7 @@ struct Slot {
 
 struct Task {
     job: Job,
-    /// Prompt tokens computed so far (the cached ones included).
+    /// Prompt tokens appended so far (the cached ones included).
     fed: usize,
     cached: usize,
     generation: Option<Generation>,
@@ -175,11 +181,13 @@ impl Engine {
                     self.assign(job);
                 }
             }
+            self.drop_abandoned();
             for i in 0..self.slots.len() {
-                if self.slots[i].task.is_some() {
-                    self.step(i);
+                if self.slots[i].task.as_ref().is_some_and(|t| t.generation.is_none()) {
+                    self.prefill_step(i);
                 }
             }
+            self.decode_step();
             self.busy.store(self.slots.iter().filter(|s| s.task.is_some()).count(), Ordering::Relaxed);
         }
     }
@@ -208,59 +216,89 @@ impl Engine {
             Some(Task { job, fed: cached, cached, generation: None, stop, started: Instant::now(), prompt_ms: 0.0, decode_started: None });
     }
 
-    /// One prompt chunk or one token of slot `i`.
-    fn step(&mut self, i: usize) {
+    /// Frees the slots whose clients went away: what they computed stays as their cache.
+    fn drop_abandoned(&mut self) {
+        for slot in &mut self.slots {
+            if slot.task.as_ref().is_some_and(|t| t.job.events.is_closed()) {
+                slot.task = None;
+            }
+        }
+    }
+
+    /// One prompt chunk of slot `i`; after its last chunk, the prompt's last token is
+    /// appended for the next decode step to compute with the others'.
+    fn prefill_step(&mut self, i: usize) {
         let gemv = self.pool.split();
         let slot = &mut self.slots[i];
         let Some(task) = slot.task.as_mut() else { return };
-        if task.job.events.is_closed() {
-            // the client went away: what the slot computed stays as its cache
-            slot.task = None;
+        let prompt = &task.job.prompt;
+        let last = prompt.len() - 1;
+        let end = (task.fed + PREFILL_CHUNK).min(last);
+        let result = if task.fed < end {
+            slot.session.feed(&gemv, &prompt[task.fed..end]).map(|()| task.fed = end)
+        } else {
+            Generation::start(&mut slot.session, &prompt[last..], task.job.sampler, task.job.max_tokens).map(|g| {
+                task.fed = prompt.len();
+                task.generation = Some(g);
+            })
+        };
+        if let Err(e) = result {
+            fail(slot, e.to_string());
+        }
+    }
+
+    /// One token of every generating slot, their logits computed together over one pass
+    /// of the weights.
+    fn decode_step(&mut self) {
+        let gemv = self.pool.split();
+        let decoding = |s: &Slot| s.task.as_ref().is_some_and(|t| t.generation.is_some());
+        let mut sessions: Vec<&mut Session> = self.slots.iter_mut().filter(|s| decoding(s)).map(|s| &mut s.session).collect();
+        if sessions.is_empty() {
             return;
         }
-        let session = &mut slot.session;
-        let result = (|| -> Result<Option<Finish>, lutra::engine::Error> {
-            let Some(generation) = task.generation.as_mut() else {
-                let last = task.job.prompt.len() - 1;
-                let end = (task.fed + PREFILL_CHUNK).min(last);
-                if task.fed < end {
-                    session.feed(&gemv, &task.job.prompt[task.fed..end])?;
-                    task.fed = end;
-                    return Ok(None);
-                }
-                let generation = Generation::start(session, &task.job.prompt[last..], task.job.sampler, task.job.max_tokens)?;
-                session.logits(&gemv)?;
-                task.fed = last + 1;
+        if let Err(e) = Session::logits_together(&gemv, &mut sessions, &mut self.logits) {
+            for slot in self.slots.iter_mut().filter(|s| decoding(s)) {
+                fail(slot, e.to_string());
+            }
+            return;
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if !decoding(slot) {
+                continue;
+            }
+            let task = slot.task.as_mut().expect("decoding");
+            if task.decode_started.is_none() {
+                // the prompt's last token was computed in this step, with its logits
                 task.prompt_ms = task.started.elapsed().as_secs_f64() * 1e3;
                 task.decode_started = Some(Instant::now());
-                task.generation = Some(generation);
-                return Ok(None);
-            };
-            match generation.next_piece(session, &gemv)? {
-                Some(piece) => {
+            }
+            let generation = task.generation.as_mut().expect("decoding");
+            let finish = match generation.next_piece(&mut slot.session, &gemv) {
+                Ok(Some(piece)) => {
                     let (text, stopped) = task.stop.push(piece);
                     if !text.is_empty() {
                         let _ = task.job.events.send(Event::Text(text));
                     }
-                    Ok(stopped.then_some(Finish::Stop))
+                    stopped.then_some(Finish::Stop)
                 }
-                None => {
+                Ok(None) => {
                     let (rest, stopped) = task.stop.finish();
                     if !rest.is_empty() {
                         let _ = task.job.events.send(Event::Text(rest));
                     }
-                    Ok(Some(match generation.stop_reason() {
+                    Some(match generation.stop_reason() {
                         _ if stopped => Finish::Stop,
                         Some(StopReason::EndToken(_)) | Some(StopReason::Cancelled) | None => Finish::Stop,
                         Some(StopReason::MaxTokens) | Some(StopReason::ContextFull) => Finish::Length,
-                    }))
+                    })
                 }
-            }
-        })();
-        match result {
-            Ok(None) => {}
-            Ok(Some(finish)) => {
-                let task = slot.task.take().expect("running");
+                Err(e) => {
+                    fail(slot, e.to_string());
+                    continue;
+                }
+            };
+            if let Some(finish) = finish {
+                let task = slot.task.take().expect("decoding");
                 let generation = task.generation.as_ref().expect("decoding");
                 let completion_tokens = match generation.stop_reason() {
                     Some(StopReason::EndToken(_)) => generation.generated() - 1,
@@ -285,12 +323,15 @@ impl Engine {
                 );
                 let _ = task.job.events.send(Event::Done(summary));
             }
-            Err(e) => {
-                let task = slot.task.take().expect("running");
-                // the session may hold tokens that were never computed
-                slot.session.reset();
-                let _ = task.job.events.send(Event::Failed(e.to_string()));
-            }
         }
     }
+}
+
+/// Ends the slot's job with `message`; the session may hold tokens never computed, so it
+/// starts again empty.
+fn fail(slot: &mut Slot, message: String) {
+    if let Some(task) = slot.task.take() {
+        let _ = task.job.events.send(Event::Failed(message));
+    }
+    slot.session.reset();
 }
