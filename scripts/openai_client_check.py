@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+import jsonschema
 import openai
 
 
@@ -97,11 +98,31 @@ def chat_checks(client):
         check(False, "a prompt over the context is refused")
     except openai.BadRequestError as e:
         check(e.code == "context_length_exceeded", f"a prompt over the context is refused: {e.message}")
+    r = client.chat.completions.create(model=model, max_tokens=200, temperature=0.7, seed=1, response_format={"type": "json_object"},
+                                       messages=[{"role": "user", "content": "Describe a river otter in JSON, briefly."}])
+    doc = json.loads(r.choices[0].message.content)
+    check(isinstance(doc, dict), f"json_object: an object json.loads reads ({len(doc)} keys)")
+    schema = {"type": "object", "required": ["name", "legs", "habitat", "friendly"],
+              "properties": {"name": {"type": "string"}, "legs": {"type": "integer"},
+                             "habitat": {"enum": ["land", "water", "both"]}, "friendly": {"type": "boolean"}}}
+    animals = ["otter", "cat", "eagle", "salmon", "frog", "horse", "spider", "penguin", "snake", "dolphin",
+               "ant", "owl", "crab", "bat", "cow", "shark", "duck", "bee", "wolf", "turtle"]
+    valid = 0
+    for i, animal in enumerate(animals):
+        r = client.chat.completions.create(
+            model=model, max_tokens=200, seed=i, temperature=0.7,
+            messages=[{"role": "user", "content": f"Describe a {animal} as JSON."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "animal", "strict": True, "schema": schema}})
+        doc = json.loads(r.choices[0].message.content)
+        jsonschema.validate(doc, schema)
+        valid += 1
+    check(valid == len(animals), f"json_schema: {valid} of {len(animals)} answers json.loads reads and jsonschema validates")
     try:
-        client.chat.completions.create(model=model, messages=messages, max_tokens=4, response_format={"type": "json_object"})
-        check(False, "json_object is refused while constrained sampling is not built")
+        client.chat.completions.create(model=model, messages=messages, max_tokens=4, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "email"}}})
+        check(False, "a schema keyword lutra does not follow is refused")
     except openai.BadRequestError as e:
-        check(e.param == "response_format", f"json_object is refused, not ignored: {e.message}")
+        check(e.param == "response_format", f"a schema keyword lutra does not follow is refused, not ignored: {e.message}")
 
 
 def completion_checks(client, server):

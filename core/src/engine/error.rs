@@ -70,6 +70,9 @@ pub enum Error {
     NothingToPredict,
     /// Sessions of different models were asked to compute together.
     SessionsOfDifferentModels,
+    /// A generation's [`TokenConstraint`](super::TokenConstraint) allows no token of the
+    /// vocabulary.
+    NoAllowedToken,
     /// A rewind to a position past the session's tokens.
     TruncateBeyondEnd {
         /// The position asked for.
@@ -133,6 +136,7 @@ impl fmt::Display for Error {
             Error::BadContext { asked, max } => write!(f, "a context of {asked} positions: it must be between 1 and the model's {max}"),
             Error::NothingToPredict => write!(f, "no token to predict from: append a prompt first"),
             Error::SessionsOfDifferentModels => write!(f, "sessions of different models cannot compute together"),
+            Error::NoAllowedToken => write!(f, "no token of the vocabulary can continue the constrained text"),
             Error::TruncateBeyondEnd { position, len } => {
                 write!(f, "cannot rewind to position {position}: the session holds {len} tokens")
             }

@@ -1,3 +1,4 @@
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -44,6 +45,18 @@ impl CancelFlag {
     }
 }
 
+/// Limits which tokens a generation may sample: a JSON schema
+/// ([`crate::json::JsonConstraint`]), a grammar. The end token may come only when the
+/// text is complete; a token without text (a control token) never.
+pub trait TokenConstraint: Send {
+    /// Whether a token of these bytes may come next (the state unchanged).
+    fn allows(&mut self, bytes: &[u8]) -> bool;
+    /// Takes the bytes of the token sampled (which `allows` admitted).
+    fn advance(&mut self, bytes: &[u8]);
+    /// Whether the text is complete: the end token may come.
+    fn is_complete(&self) -> bool;
+}
+
 /// One generated token and the whole characters it completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Token<'g> {
@@ -70,6 +83,9 @@ pub struct Generation {
     stopped: Option<StopReason>,
     /// `next_piece` has given the text's leftover.
     finished: bool,
+    constraint: Option<Box<dyn TokenConstraint>>,
+    /// The logits with the tokens the constraint refuses at −∞.
+    masked: Vec<f32>,
 }
 
 impl Generation {
@@ -94,7 +110,18 @@ impl Generation {
             cancel: CancelFlag::new(),
             stopped: None,
             finished: false,
+            constraint: None,
+            masked: Vec::new(),
         })
+    }
+
+    /// Samples only tokens `constraint` allows: the token drawn as usual when it does,
+    /// else a draw again over the logits of the allowed tokens alone (as llama.cpp
+    /// applies a grammar), so the text always satisfies it. Errors with
+    /// [`Error::NoAllowedToken`] if no token of the vocabulary can continue the text.
+    pub fn with_constraint(mut self, constraint: Box<dyn TokenConstraint>) -> Generation {
+        self.constraint = Some(constraint);
+        self
     }
 
     /// Uses `flag` to cancel (e.g. one shared with a Ctrl-C handler).
@@ -145,8 +172,39 @@ impl Generation {
             self.stopped = Some(reason);
             return Ok(None);
         }
+        // the model outlives the borrow of the session that the logits hold
+        let model = self.constraint.is_some().then(|| session.model().clone());
         let (logits, tokens) = session.logits_and_tokens(gemv)?;
-        let next = self.sampler.sample(logits, tokens, &mut self.scratch)?;
+        let mut next = self.sampler.sample(logits, tokens, &mut self.scratch)?;
+        if let (Some(constraint), Some(model)) = (self.constraint.as_deref_mut(), model.as_ref()) {
+            let prev = tokens.last().copied();
+            let mut allowed = |id: u32| -> Result<bool, Error> {
+                if model.is_end(id) {
+                    return Ok(constraint.is_complete());
+                }
+                let bytes = model.decode_piece(prev, id)?;
+                Ok(!bytes.is_empty() && constraint.allows(bytes))
+            };
+            if !allowed(next)? {
+                self.masked.clear();
+                self.masked.extend_from_slice(logits);
+                let mut any = false;
+                for (id, logit) in self.masked.iter_mut().enumerate() {
+                    if allowed(id as u32)? {
+                        any = true;
+                    } else {
+                        *logit = f32::NEG_INFINITY;
+                    }
+                }
+                if !any {
+                    return Err(Error::NoAllowedToken);
+                }
+                next = self.sampler.sample(&self.masked, tokens, &mut self.scratch)?;
+            }
+            if !model.is_end(next) {
+                constraint.advance(model.decode_piece(prev, next)?);
+            }
+        }
         self.generated += 1;
         if session.model().is_end(next) {
             self.stopped = Some(StopReason::EndToken(next));

@@ -28,7 +28,7 @@ pub use crate::formats::import::{InMemory, Lent, TensorSource};
 pub use crate::model::{Gemv, Hparams, SingleThread, TablePrecision};
 pub use crate::sampler::SamplerConfig;
 pub use error::Error;
-pub use generate::{CancelFlag, Generation, StopReason, Token};
+pub use generate::{CancelFlag, Generation, StopReason, Token, TokenConstraint};
 pub use model::{runs_architecture, Attention, LoadProgress, Model, ModelInfo, PqAttention, Role};
 pub use perplexity::{kl_divergence, perplexity, KlDivergence, LlamaLogits, Perplexity};
 pub use session::{default_context, CacheInfo, Session, DEFAULT_CONTEXT};

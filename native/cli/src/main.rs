@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod chat;
 mod inspect;
+mod json_schema;
 mod pack;
 mod perplexity;
 mod run;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
+use lutra::core::json::{JsonConstraint, Schema};
 use lutra::core::Isa;
 use lutra::engine::{Generation, DEFAULT_CONTEXT};
 use lutra::{Role, SessionOptions};
@@ -35,6 +36,12 @@ pub struct RunArgs {
     ctx: usize,
     #[command(flatten)]
     attention: AttentionArgs,
+    /// The text is one JSON object (any keys): tokens that would break it are never sampled
+    #[arg(long, conflicts_with = "json_schema")]
+    json: bool,
+    /// The text is one JSON document of this JSON Schema file (type, properties, required, items, enum, const)
+    #[arg(long)]
+    json_schema: Option<PathBuf>,
     /// Also print which kernel each tensor type's matrices run on (as `lutra inspect --kernels`)
     #[arg(short, long)]
     verbose: bool,
@@ -46,6 +53,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         None => a.prompt.clone(),
     };
     let (attention, values) = (a.attention.choice()?, a.attention.values()?);
+    let json = json_constraint(a.json, a.json_schema.as_deref())?;
     let t_load = Instant::now();
     let model = a.model.load(true)?;
     let prompt = if a.chat { model.encode_chat(&[(Role::User, &prompt_text)], true) } else { model.encode(&prompt_text, true) }
@@ -75,9 +83,12 @@ pub fn run(a: RunArgs) -> Result<(), String> {
 
     // refuses a prompt that leaves no room before anything is printed
     let mut generation = Generation::start(session, &prompt, a.sampling.config(), a.n_predict).map_err(|e| e.to_string())?;
+    if let Some(json) = json {
+        generation = generation.with_constraint(Box::new(json));
+    }
     let io = |e: std::io::Error| e.to_string();
     let mut out = std::io::stdout().lock();
-    if !a.chat {
+    if !a.chat && !a.json && a.json_schema.is_none() {
         out.write_all(prompt_text.as_bytes()).and_then(|_| out.flush()).map_err(io)?;
     }
     // the prompt but its last token in batches, timed apart; the last one's logits start generation
@@ -105,4 +116,18 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         generation.generated() as f64 / gen_s.max(1e-9)
     );
     Ok(())
+}
+
+/// `--json` (any object) or `--json-schema FILE`, checked before the model loads.
+fn json_constraint(any_object: bool, schema_file: Option<&std::path::Path>) -> Result<Option<JsonConstraint>, String> {
+    let schema = match (any_object, schema_file) {
+        (true, _) => Schema::AnyObject,
+        (false, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            crate::json_schema::schema_from_json(&value, 0).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        (false, None) => return Ok(None),
+    };
+    JsonConstraint::new(&schema).map(Some).map_err(|e| e.to_string())
 }

@@ -208,6 +208,32 @@ fn concurrent_requests_get_the_text_each_gets_alone() {
     }
 }
 
+/// `response_format` constrains the text: a JSON object (any keys), and a schema's
+/// object with its required keys and types, both parsed by serde_json.
+#[test]
+fn response_format_gives_json_that_parses() {
+    let server = Server::start(&stories(), &[]);
+    let schema =
+        json!({"type": "object", "properties": {"name": {"type": "string"}, "big": {"type": "boolean"}}, "required": ["name", "big"]});
+    for (format, seed) in
+        [(json!({"type": "json_object"}), 1), (json!({"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}), 2)]
+    {
+        let r = server
+            .post("/v1/completions", &json!({"prompt": "Once upon a time", "max_tokens": 120, "seed": seed, "response_format": format}));
+        let v = r.json();
+        let text = v["choices"][0]["text"].as_str().unwrap();
+        if v["choices"][0]["finish_reason"] == "stop" {
+            let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+            assert!(doc.is_object(), "{doc}");
+            if format["type"] == "json_schema" {
+                assert!(doc["name"].is_string() && doc["big"].is_boolean(), "{doc}");
+            }
+        } else {
+            assert!(text.trim_start().starts_with('{'), "{text:?}");
+        }
+    }
+}
+
 #[test]
 fn chat_streams_deltas_and_a_second_turn_computes_only_its_new_tokens() {
     let server = Server::start(&stories(), &["--chat-template", "chatml", "--ctx", "128"]);
@@ -249,7 +275,9 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
     assert!(post("{\"prompt\": \"Once\", \"max_tokens\": 0}").error(400).contains("max_tokens"));
     assert!(post("{\"prompt\": \"Once\", \"temperature\": -1}").error(400).contains("temperature"));
     assert!(post("{\"prompt\": \"Once\", \"model\": \"gpt-4o\"}").error(404).contains("gpt-4o"));
-    assert!(post("{\"prompt\": \"Once\", \"response_format\": {\"type\": \"json_object\"}}").error(400).contains("response_format"));
+    let pattern = json!({"prompt": "Once", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "^a"}}}});
+    assert!(server.post("/v1/completions", &pattern).error(400).contains("'pattern' is not supported"));
+    assert!(post("{\"prompt\": \"Once\", \"response_format\": {\"type\": \"yaml\"}}").error(400).contains("response_format"));
     assert!(post("{\"prompt\": [1, 99999]}").error(400).contains("99999"));
     // unknown fields are ignored, as OpenAI does
     let ok = post("{\"prompt\": \"Once\", \"max_tokens\": 3, \"frobnicate\": {\"x\": 1}, \"user\": \"u1\"}");

@@ -1,7 +1,8 @@
 //! Step `serve`: `lutra serve` over real sockets (release), then driven by OpenAI's own
 //! Python client (`openai` from PyPI, pinned): completions, streaming, refusals and 8
 //! concurrent clients on stories15M; chat, a two-turn conversation from the slot's cache
-//! and refusals on Qwen2.5-Coder-0.5B-Instruct.
+//! and refusals on Qwen2.5-Coder-0.5B-Instruct, and JSON it constrains (`response_format`)
+//! validated by the `jsonschema` package.
 
 use std::process::Command;
 
@@ -10,8 +11,9 @@ use crate::models::{models_venv, QWEN_CODER_FILE};
 use crate::process::{cargo, expect_contains, run, run_capture};
 use crate::Result;
 
-/// The client the checks run under (scripts/openai_client_check.py).
-const OPENAI_PYPI: &str = "openai==3.63.0";
+/// The client the checks run under (scripts/openai_client_check.py), and the validator of
+/// the JSON it gets back.
+const CLIENT_PYPI: &[&str] = &["openai==3.63.0", "jsonschema==4.26.0"];
 
 pub(super) fn serve_tests(ci: &mut Ci) -> Result {
     let out = run_capture(cargo(&ci.root).args(["test", "--release", "-p", "lutra-cli", "--test", "serve"]))?;
@@ -21,7 +23,7 @@ pub(super) fn serve_tests(ci: &mut Ci) -> Result {
 
     let models = ci.root.join("models");
     let venv = models_venv(&models)?;
-    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", OPENAI_PYPI]))?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet"]).args(CLIENT_PYPI))?;
     let lutra = ci.target_dir.join("release/lutra");
     let script = ci.root.join("scripts/openai_client_check.py");
     let stories = models.join("stories15M/stories15M-q8_0.gguf");

@@ -4,6 +4,9 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use lutra::core::json::{JsonConstraint, Schema};
+
+use crate::json_schema::schema_from_json;
 use lutra::SamplerConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -159,6 +162,8 @@ pub struct Settings {
     /// `None`: until the end token or the end of the context.
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// `response_format`: the text must be one JSON document of this schema.
+    pub json: Option<JsonConstraint>,
     pub stream: bool,
     pub include_usage: bool,
 }
@@ -169,10 +174,12 @@ pub fn settings(p: &Params) -> Result<Settings, ApiError> {
     if p.n.is_some_and(|n| n != 1) {
         return refuse("n", "lutra serve generates one choice per request (n = 1)");
     }
-    match p.response_format.as_ref().and_then(|f| f.get("type")).and_then(Value::as_str) {
-        None | Some("text") => {}
-        Some(kind) => return refuse("response_format", &format!("type '{kind}' is not supported yet (only 'text')")),
-    }
+    let json = match &p.response_format {
+        None => None,
+        Some(format) => {
+            response_format(format).map_err(|e| ApiError::bad_request(format!("'response_format': {e}")).param("response_format"))?
+        }
+    };
     if p.frequency_penalty.is_some_and(|x| x != 0.0) || p.presence_penalty.is_some_and(|x| x != 0.0) {
         return refuse("frequency_penalty", "additive penalties are not supported; use repeat_penalty (llama.cpp's multiplicative one)");
     }
@@ -220,9 +227,27 @@ pub fn settings(p: &Params) -> Result<Settings, ApiError> {
         sampler,
         max_tokens,
         stop,
+        json,
         stream: p.stream.unwrap_or(false),
         include_usage: p.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
     })
+}
+
+/// `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", "json_schema":
+/// {"schema": {...}}}` as OpenAI takes them.
+fn response_format(format: &Value) -> Result<Option<JsonConstraint>, String> {
+    let schema = match format.get("type").and_then(Value::as_str) {
+        Some("text") => return Ok(None),
+        Some("json_object") => Schema::AnyObject,
+        Some("json_schema") => {
+            let schema =
+                format.get("json_schema").and_then(|s| s.get("schema")).ok_or("json_schema needs a 'json_schema': {'schema': {...}}")?;
+            schema_from_json(schema, 0)?
+        }
+        Some(other) => return Err(format!("type '{other}' is not one of text, json_object, json_schema")),
+        None => return Err("no 'type'".into()),
+    };
+    JsonConstraint::new(&schema).map(Some).map_err(|e| e.to_string())
 }
 
 fn clock_seed() -> u64 {

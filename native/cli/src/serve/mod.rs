@@ -234,6 +234,7 @@ impl AppState {
             sampler: settings.sampler,
             max_tokens: settings.max_tokens.unwrap_or(room).min(room),
             stop: settings.stop.clone(),
+            json: settings.json.clone(),
             events,
         };
         self.scheduler.submit(job).map_err(|_| {

@@ -12,6 +12,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 
+use lutra::core::json::JsonConstraint;
 use lutra::engine::{Generation, Session};
 use lutra::threads::Pool;
 use lutra::{Attention, SamplerConfig, StopReason, ValueFormat};
@@ -33,6 +34,8 @@ pub struct Job {
     pub max_tokens: usize,
     /// Strings that end the text where they first appear (not included in it).
     pub stop: Vec<String>,
+    /// The text must be one JSON document of this schema.
+    pub json: Option<JsonConstraint>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -239,7 +242,10 @@ impl Engine {
         } else {
             Generation::start(&mut slot.session, &prompt[last..], task.job.sampler, task.job.max_tokens).map(|g| {
                 task.fed = prompt.len();
-                task.generation = Some(g);
+                task.generation = Some(match task.job.json.take() {
+                    Some(json) => g.with_constraint(Box::new(json)),
+                    None => g,
+                });
             })
         };
         if let Err(e) = result {
