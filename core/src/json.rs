@@ -148,7 +148,8 @@ impl Compiled {
                         return Err(SchemaError::BadEnumValue(v.clone()));
                     }
                 }
-                self.literals.push(values.iter().map(|v| v.as_bytes().to_vec()).collect());
+                // written exactly as given, so without the whitespace around it
+                self.literals.push(values.iter().map(|v| v.trim_matches([' ', '\t', '\n', '\r']).as_bytes().to_vec()).collect());
                 Node::Enum(self.literals.len() as u16 - 1)
             }
             Schema::Array(items) => Node::Array(self.add(items, depth + 1)?),
@@ -202,7 +203,7 @@ fn quote(s: &str) -> Vec<u8> {
 /// Whether `text` is one JSON value (whitespace around it allowed).
 fn is_json_value(text: &[u8]) -> bool {
     let Ok(mut m) = JsonMatcher::new(&Schema::Any) else { return false };
-    let trimmed = text.trim_ascii_end();
+    let trimmed = text.trim_ascii();
     m.advance(trimmed) && m.is_complete()
 }
 

@@ -215,6 +215,8 @@ fn schemas_hold_types_required_properties_order_and_enums() {
 fn bad_schemas_are_refused() {
     assert!(JsonMatcher::new(&Schema::Enum(vec![])).is_err());
     assert!(JsonMatcher::new(&Schema::Enum(vec!["red".into()])).is_err(), "a string enum value needs its quotes");
+    // whitespace around an enum value is not part of it
+    assert!(accepts(&Schema::Enum(vec![" 1 ".into(), "\n\"a b\"".into()]), b"  \"a b\"").1);
     assert!(JsonMatcher::new(&Schema::Enum((0..65).map(|i| i.to_string()).collect())).is_err());
     let mut deep = Schema::String;
     for _ in 0..40 {
