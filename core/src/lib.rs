@@ -27,6 +27,7 @@ pub mod engine;
 pub(crate) mod error;
 pub mod f16;
 pub mod formats;
+#[cfg(feature = "alloc")]
 pub mod json;
 pub mod kernels;
 #[cfg(feature = "alloc")]
