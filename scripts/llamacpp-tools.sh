@@ -3,7 +3,8 @@
 # llama.cpp it vendors), once, into a cache outside the repo's target dir, and prints the
 # directory holding the binaries. Used to make reference files (stories15M as a GGUF via
 # llama.cpp's llama2.c converter, its quantizations) and reference figures
-# (llama-perplexity, llama-bench). CI never runs this: its outputs are checked in.
+# (llama-perplexity, llama-bench, llama-server under `lutra serve`'s load). CI never runs this: its
+# outputs are checked in.
 #
 #   scripts/llamacpp-tools.sh            # build (≈ 10 min on 2 cores) or reuse; prints the bin dir
 #   LUTRA_LLAMACPP_TOOLS=DIR scripts/...  # cache somewhere else
@@ -20,7 +21,7 @@ case "$TIER" in
 esac
 CACHE=${LUTRA_LLAMACPP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/lutra/llamacpp-tools-$VERSION}
 [ "$TIER" = native ] || CACHE=$CACHE-$TIER
-TARGETS=(llama-convert-llama2c-to-ggml llama-quantize llama-perplexity llama-bench llama-tokenize)
+TARGETS=(llama-convert-llama2c-to-ggml llama-quantize llama-perplexity llama-bench llama-tokenize llama-server)
 BIN=$CACHE/build/bin
 if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)" ]; then
     mkdir -p "$CACHE"
@@ -37,7 +38,7 @@ if [ -n "$(for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || echo missing; done)"
         PATH="$CACHE/cmake/bin:$PATH"
     fi
     cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release "${GGML_FLAGS[@]}" \
-        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >&2
     cmake --build "$CACHE/build" --config Release -j "$(nproc)" --target "${TARGETS[@]}" >&2
 fi

@@ -4,6 +4,9 @@
     openai_client_check.py LUTRA MODEL --chat            chat checks (an instruct model)
     openai_client_check.py LUTRA MODEL --completions     text-completion checks, refusals
     openai_client_check.py LUTRA MODEL --load 8x25 --parallel 4 [--max-tokens 32] [--json]
+    openai_client_check.py - - --external http://127.0.0.1:8090/v1 --load 8x25 --chat
+                                                         the same load on a server already running
+                                                         (llama-server, for a side-by-side figure)
 
 Starts `LUTRA serve -m MODEL --port 0` on 127.0.0.1, runs the checks against it and stops
 it. Exits non-zero on the first failed check. `--load C×R` runs C concurrent clients of
@@ -42,6 +45,16 @@ class Server:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+class External:
+    """A server someone else started: nothing to stop, no log to read."""
+
+    def __init__(self, base):
+        self.base, self.log = base, []
+
+    def stop(self):
+        pass
 
 
 def check(cond, what):
@@ -211,17 +224,19 @@ def main():
     ap.add_argument("--ctx", default="2048")
     ap.add_argument("--threads", default=str(os.cpu_count()))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--external", metavar="URL", help="use the server at URL (…/v1) instead of starting lutra serve")
     a = ap.parse_args()
     extra = ["--parallel", a.parallel, "--ctx", a.ctx, "-t", a.threads]
     if a.completions:
         extra += ["--api-key", "sesame"]
-    server = Server(a.lutra, a.model, extra)
+    server = External(a.external) if a.external else Server(a.lutra, a.model, extra)
     try:
         client = openai.OpenAI(base_url=server.base, api_key="sesame", max_retries=0, timeout=600)
         print(f"lutra serve at {server.base} (openai {openai.__version__})")
-        if a.chat:
+        # a server started elsewhere only takes the load (its own answers are not checked)
+        if a.chat and not a.external:
             chat_checks(client)
-        if a.completions:
+        if a.completions and not a.external:
             completion_checks(client, server)
         if a.load:
             c, r = (int(x) for x in a.load.lower().split("x"))
