@@ -398,7 +398,7 @@ impl JsonMatcher {
         }
         loop {
             let Some(&top) = self.stack.last() else { return false };
-            match self.step(top, b, whitespace) {
+            match step(&self.schema, &mut self.stack, top, b, whitespace) {
                 Step::Consumed => return true,
                 Step::Retry => continue,
                 Step::Reject => return false,
@@ -437,181 +437,180 @@ impl JsonMatcher {
             other => other,
         };
     }
+}
 
-    fn step(&mut self, top: Frame, b: u8, whitespace: bool) -> Step {
-        let last = self.stack.len() - 1;
-        let schema = alloc::sync::Arc::clone(&self.schema);
-        let deeper = |stack: &Vec<Frame>| stack.len() > MAX_DEPTH + 2;
-        match top {
-            Frame::Value { node } => {
-                if whitespace {
+/// What the top frame `top` of `stack` does with byte `b` (the schema borrowed apart from
+/// the stack: no reference count touched per byte).
+fn step(schema: &Compiled, stack: &mut Vec<Frame>, top: Frame, b: u8, whitespace: bool) -> Step {
+    let last = stack.len() - 1;
+    let deeper = |stack: &Vec<Frame>| stack.len() > MAX_DEPTH + 2;
+    match top {
+        Frame::Value { node } => {
+            if whitespace {
+                return Step::Consumed;
+            }
+            let content = match (&schema.nodes[node as usize], b) {
+                (Node::Any | Node::String, b'"') => TEXT,
+                (Node::Any | Node::Number, b'-' | b'0'..=b'9') => Frame::Num { state: Num::Start, integer: false },
+                (Node::Integer, b'-' | b'0'..=b'9') => Frame::Num { state: Num::Start, integer: true },
+                (Node::Any, b't' | b'f' | b'n') => Frame::Lit { list: ANY_LITERAL, candidates: u64::MAX, matched: 0 },
+                (Node::Boolean, _) => Frame::Lit { list: BOOLEAN, candidates: u64::MAX, matched: 0 },
+                (Node::Null, _) => Frame::Lit { list: NULL, candidates: u64::MAX, matched: 0 },
+                (Node::Enum(list), _) => Frame::Lit { list: *list, candidates: u64::MAX, matched: 0 },
+                (Node::Any | Node::AnyObject | Node::Object { .. }, b'{') if !deeper(stack) => {
+                    stack[last] = Frame::Obj { node, step: ObjStep::Open, next: 0, key: 0 };
                     return Step::Consumed;
                 }
-                let content = match (&schema.nodes[node as usize], b) {
-                    (Node::Any | Node::String, b'"') => TEXT,
-                    (Node::Any | Node::Number, b'-' | b'0'..=b'9') => Frame::Num { state: Num::Start, integer: false },
-                    (Node::Integer, b'-' | b'0'..=b'9') => Frame::Num { state: Num::Start, integer: true },
-                    (Node::Any, b't' | b'f' | b'n') => Frame::Lit { list: ANY_LITERAL, candidates: u64::MAX, matched: 0 },
-                    (Node::Boolean, _) => Frame::Lit { list: BOOLEAN, candidates: u64::MAX, matched: 0 },
-                    (Node::Null, _) => Frame::Lit { list: NULL, candidates: u64::MAX, matched: 0 },
-                    (Node::Enum(list), _) => Frame::Lit { list: *list, candidates: u64::MAX, matched: 0 },
-                    (Node::Any | Node::AnyObject | Node::Object { .. }, b'{') if !deeper(&self.stack) => {
-                        self.stack[last] = Frame::Obj { node, step: ObjStep::Open, next: 0, key: 0 };
-                        return Step::Consumed;
-                    }
-                    (Node::Any | Node::Array(_), b'[') if !deeper(&self.stack) => {
-                        self.stack[last] = Frame::Arr { node, first: true, item: false };
-                        return Step::Consumed;
-                    }
-                    _ => return Step::Reject,
-                };
-                self.stack[last] = content;
-                match content {
-                    Frame::Str { .. } => Step::Consumed,
-                    _ => Step::Retry,
-                }
-            }
-            Frame::Str { escaped, hex, utf8, next } => {
-                let text = |utf8, next| Frame::Str { escaped: false, hex: 0, utf8, next };
-                let next = match (escaped, hex, utf8, b) {
-                    (false, 0, 1.., _) if next.admits(b) => text(utf8 - 1, Utf8Next::Any),
-                    (false, 0, 1.., _) => return Step::Reject,
-                    (false, 0, 0, b'"') => return Step::Done(None),
-                    (false, 0, 0, b'\\') => Frame::Str { escaped: true, hex: 0, utf8: 0, next },
-                    (false, 0, 0, 0x20..=0x7f) => TEXT,
-                    (false, 0, 0, 0xc2..=0xdf) => text(1, Utf8Next::Any),
-                    (false, 0, 0, 0xe0) => text(2, Utf8Next::AfterE0),
-                    (false, 0, 0, 0xed) => text(2, Utf8Next::AfterEd),
-                    (false, 0, 0, 0xe1..=0xef) => text(2, Utf8Next::Any),
-                    (false, 0, 0, 0xf0) => text(3, Utf8Next::AfterF0),
-                    (false, 0, 0, 0xf4) => text(3, Utf8Next::AfterF4),
-                    (false, 0, 0, 0xf1..=0xf3) => text(3, Utf8Next::Any),
-                    (true, _, _, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => TEXT,
-                    (true, _, _, b'u') => Frame::Str { escaped: false, hex: 4, utf8: 0, next },
-                    (false, 1..=4, _, b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F') => {
-                        Frame::Str { escaped: false, hex: hex - 1, utf8: 0, next }
-                    }
-                    _ => return Step::Reject,
-                };
-                self.stack[last] = next;
-                Step::Consumed
-            }
-            Frame::Num { state, integer } => {
-                use Num::*;
-                let next = match (state, b) {
-                    (Start, b'-') => Some(Minus),
-                    (Start | Minus, b'0') => Some(Zero),
-                    (Start | Minus, b'1'..=b'9') => Some(Int),
-                    (Int, b'0'..=b'9') => Some(Int),
-                    (Zero | Int, b'.') if !integer => Some(Dot),
-                    (Zero | Int | Frac, b'e' | b'E') if !integer => Some(E),
-                    (Dot | Frac, b'0'..=b'9') => Some(Frac),
-                    (E, b'+' | b'-') => Some(ESign),
-                    (E | ESign | Exp, b'0'..=b'9') => Some(Exp),
-                    _ => None,
-                };
-                match next {
-                    Some(state) => {
-                        self.stack[last] = Frame::Num { state, integer };
-                        Step::Consumed
-                    }
-                    None if state.complete() => Step::Pass(None),
-                    None => Step::Reject,
-                }
-            }
-            Frame::Lit { list, candidates, matched } => {
-                let alternatives = &schema.literals[list as usize];
-                let m = matched as usize;
-                let (mut still, mut ended, mut ending) = (0u64, None, 0u64);
-                for (i, alt) in alternatives.iter().enumerate().filter(|&(i, _)| candidates >> i & 1 == 1) {
-                    if alt.len() == m {
-                        ended = ended.or(Some(i as u8));
-                    } else if alt[m] == b {
-                        still |= 1 << i;
-                        ending |= u64::from(alt.len() == m + 1) << i;
-                    }
-                }
-                if still == 0 {
-                    return ended.map_or(Step::Reject, |i| Step::Pass(Some(i)));
-                }
-                if still == ending {
-                    // every alternative left ends with this byte (one, bar duplicates)
-                    return Step::Done(Some(still.trailing_zeros() as u8));
-                }
-                self.stack[last] = Frame::Lit { list, candidates: still, matched: matched + 1 };
-                Step::Consumed
-            }
-            Frame::Obj { node, step, next, key } => {
-                if whitespace {
+                (Node::Any | Node::Array(_), b'[') if !deeper(stack) => {
+                    stack[last] = Frame::Arr { node, first: true, item: false };
                     return Step::Consumed;
                 }
-                let declared = match &schema.nodes[node as usize] {
-                    Node::Object { keys, values, required } => Some((*keys, values.len(), *required)),
-                    _ => None,
-                };
-                let required_left = |required: u64| required & bits(next as usize, 64) != 0;
-                match (step, b) {
-                    (ObjStep::Open | ObjStep::AfterValue, b'}') => match declared {
-                        Some((_, _, required)) if required_left(required) => Step::Reject,
-                        _ => Step::Done(None),
-                    },
-                    (ObjStep::Open | ObjStep::Key, b'"') if !deeper(&self.stack) => {
-                        let child = match declared {
-                            Some((keys, count, required)) => {
-                                // the properties from `next` up to the first required one
-                                let upto = (next as usize..count).find(|&i| required >> i & 1 == 1).map_or(count, |i| i + 1);
-                                let candidates = bits(next as usize, upto);
-                                if candidates == 0 {
-                                    return Step::Reject;
-                                }
-                                Frame::Lit { list: keys, candidates, matched: 0 }
+                _ => return Step::Reject,
+            };
+            stack[last] = content;
+            match content {
+                Frame::Str { .. } => Step::Consumed,
+                _ => Step::Retry,
+            }
+        }
+        Frame::Str { escaped, hex, utf8, next } => {
+            let text = |utf8, next| Frame::Str { escaped: false, hex: 0, utf8, next };
+            let next = match (escaped, hex, utf8, b) {
+                (false, 0, 1.., _) if next.admits(b) => text(utf8 - 1, Utf8Next::Any),
+                (false, 0, 1.., _) => return Step::Reject,
+                (false, 0, 0, b'"') => return Step::Done(None),
+                (false, 0, 0, b'\\') => Frame::Str { escaped: true, hex: 0, utf8: 0, next },
+                (false, 0, 0, 0x20..=0x7f) => TEXT,
+                (false, 0, 0, 0xc2..=0xdf) => text(1, Utf8Next::Any),
+                (false, 0, 0, 0xe0) => text(2, Utf8Next::AfterE0),
+                (false, 0, 0, 0xed) => text(2, Utf8Next::AfterEd),
+                (false, 0, 0, 0xe1..=0xef) => text(2, Utf8Next::Any),
+                (false, 0, 0, 0xf0) => text(3, Utf8Next::AfterF0),
+                (false, 0, 0, 0xf4) => text(3, Utf8Next::AfterF4),
+                (false, 0, 0, 0xf1..=0xf3) => text(3, Utf8Next::Any),
+                (true, _, _, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => TEXT,
+                (true, _, _, b'u') => Frame::Str { escaped: false, hex: 4, utf8: 0, next },
+                (false, 1..=4, _, b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F') => Frame::Str { escaped: false, hex: hex - 1, utf8: 0, next },
+                _ => return Step::Reject,
+            };
+            stack[last] = next;
+            Step::Consumed
+        }
+        Frame::Num { state, integer } => {
+            use Num::*;
+            let next = match (state, b) {
+                (Start, b'-') => Some(Minus),
+                (Start | Minus, b'0') => Some(Zero),
+                (Start | Minus, b'1'..=b'9') => Some(Int),
+                (Int, b'0'..=b'9') => Some(Int),
+                (Zero | Int, b'.') if !integer => Some(Dot),
+                (Zero | Int | Frac, b'e' | b'E') if !integer => Some(E),
+                (Dot | Frac, b'0'..=b'9') => Some(Frac),
+                (E, b'+' | b'-') => Some(ESign),
+                (E | ESign | Exp, b'0'..=b'9') => Some(Exp),
+                _ => None,
+            };
+            match next {
+                Some(state) => {
+                    stack[last] = Frame::Num { state, integer };
+                    Step::Consumed
+                }
+                None if state.complete() => Step::Pass(None),
+                None => Step::Reject,
+            }
+        }
+        Frame::Lit { list, candidates, matched } => {
+            let alternatives = &schema.literals[list as usize];
+            let m = matched as usize;
+            let (mut still, mut ended, mut ending) = (0u64, None, 0u64);
+            for (i, alt) in alternatives.iter().enumerate().filter(|&(i, _)| candidates >> i & 1 == 1) {
+                if alt.len() == m {
+                    ended = ended.or(Some(i as u8));
+                } else if alt[m] == b {
+                    still |= 1 << i;
+                    ending |= u64::from(alt.len() == m + 1) << i;
+                }
+            }
+            if still == 0 {
+                return ended.map_or(Step::Reject, |i| Step::Pass(Some(i)));
+            }
+            if still == ending {
+                // every alternative left ends with this byte (one, bar duplicates)
+                return Step::Done(Some(still.trailing_zeros() as u8));
+            }
+            stack[last] = Frame::Lit { list, candidates: still, matched: matched + 1 };
+            Step::Consumed
+        }
+        Frame::Obj { node, step, next, key } => {
+            if whitespace {
+                return Step::Consumed;
+            }
+            let declared = match &schema.nodes[node as usize] {
+                Node::Object { keys, values, required } => Some((*keys, values.len(), *required)),
+                _ => None,
+            };
+            let required_left = |required: u64| required & bits(next as usize, 64) != 0;
+            match (step, b) {
+                (ObjStep::Open | ObjStep::AfterValue, b'}') => match declared {
+                    Some((_, _, required)) if required_left(required) => Step::Reject,
+                    _ => Step::Done(None),
+                },
+                (ObjStep::Open | ObjStep::Key, b'"') if !deeper(stack) => {
+                    let child = match declared {
+                        Some((keys, count, required)) => {
+                            // the properties from `next` up to the first required one
+                            let upto = (next as usize..count).find(|&i| required >> i & 1 == 1).map_or(count, |i| i + 1);
+                            let candidates = bits(next as usize, upto);
+                            if candidates == 0 {
+                                return Step::Reject;
                             }
-                            None => TEXT,
-                        };
-                        self.stack.push(child);
-                        match child {
-                            Frame::Str { .. } => Step::Consumed,
-                            _ => Step::Retry,
+                            Frame::Lit { list: keys, candidates, matched: 0 }
                         }
+                        None => TEXT,
+                    };
+                    stack.push(child);
+                    match child {
+                        Frame::Str { .. } => Step::Consumed,
+                        _ => Step::Retry,
                     }
-                    (ObjStep::Colon, b':') => {
-                        let value = match &schema.nodes[node as usize] {
-                            Node::Object { values, .. } => values[key as usize],
-                            _ => ANY_NODE,
-                        };
-                        self.stack.push(Frame::Value { node: value });
+                }
+                (ObjStep::Colon, b':') => {
+                    let value = match &schema.nodes[node as usize] {
+                        Node::Object { values, .. } => values[key as usize],
+                        _ => ANY_NODE,
+                    };
+                    stack.push(Frame::Value { node: value });
+                    Step::Consumed
+                }
+                (ObjStep::AfterValue, b',') => match declared {
+                    Some((_, count, _)) if next as usize >= count => Step::Reject,
+                    _ => {
+                        stack[last] = Frame::Obj { node, step: ObjStep::Key, next, key };
                         Step::Consumed
                     }
-                    (ObjStep::AfterValue, b',') => match declared {
-                        Some((_, count, _)) if next as usize >= count => Step::Reject,
-                        _ => {
-                            self.stack[last] = Frame::Obj { node, step: ObjStep::Key, next, key };
-                            Step::Consumed
-                        }
-                    },
-                    _ => Step::Reject,
-                }
+                },
+                _ => Step::Reject,
             }
-            Frame::Arr { node, first, item } => {
-                if whitespace {
-                    return Step::Consumed;
+        }
+        Frame::Arr { node, first, item } => {
+            if whitespace {
+                return Step::Consumed;
+            }
+            let items = match &schema.nodes[node as usize] {
+                Node::Array(items) => *items,
+                _ => ANY_NODE,
+            };
+            match (first, item, b) {
+                (_, false, b']') => Step::Done(None),
+                (false, false, b',') => {
+                    stack[last] = Frame::Arr { node, first: false, item: true };
+                    Step::Consumed
                 }
-                let items = match &schema.nodes[node as usize] {
-                    Node::Array(items) => *items,
-                    _ => ANY_NODE,
-                };
-                match (first, item, b) {
-                    (_, false, b']') => Step::Done(None),
-                    (false, false, b',') => {
-                        self.stack[last] = Frame::Arr { node, first: false, item: true };
-                        Step::Consumed
-                    }
-                    (true, _, _) | (_, true, _) if !deeper(&self.stack) => {
-                        self.stack.push(Frame::Value { node: items });
-                        Step::Retry
-                    }
-                    _ => Step::Reject,
+                (true, _, _) | (_, true, _) if !deeper(stack) => {
+                    stack.push(Frame::Value { node: items });
+                    Step::Retry
                 }
+                _ => Step::Reject,
             }
         }
     }

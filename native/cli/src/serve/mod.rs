@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
+use http_body_util::BodyExt;
 use lutra::engine::DEFAULT_CONTEXT;
 use lutra::Role;
 use serde_json::{json, Value};
@@ -199,8 +200,6 @@ async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<
         Err(e) => Err(ApiError::bad_request(format!("cannot read the request body: {e}"))),
     }
 }
-
-use http_body_util::BodyExt;
 
 impl AppState {
     fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
